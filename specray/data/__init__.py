@@ -1,0 +1,1 @@
+"""Instruction data: examples, the Alpaca prompt templates, loaders, the synthetic corpus, splits."""

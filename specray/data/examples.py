@@ -1,0 +1,20 @@
+"""The one record every loader produces: an instruction example in Alpaca form."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Example:
+    """An instruction example. `input` is "" when the task has no extra context.
+
+    `family` names where the example came from (a synthetic task family such as "arithmetic",
+    or a source such as "gsm8k"), so reports can break results down by it.
+    """
+
+    id: str
+    instruction: str
+    input: str
+    output: str
+    family: str = ""
