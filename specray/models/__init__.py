@@ -1,0 +1,1 @@
+"""Models: loading by zoo entry, HF name or path, and the tiny zoo built locally."""

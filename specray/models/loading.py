@@ -1,0 +1,90 @@
+"""Load models and tokenizers by zoo entry, HF hub name or local path — one code path for all three.
+
+Weights load from safetensors only (no pickle), and `trust_remote_code` stays off unless the spec says so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from specray.config import ModelRef, ModelsSpec, ZooSpec
+from specray.models.zoo import build_zoo
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
+
+
+class ModelError(ValueError):
+    """A model that cannot be used: missing, unreadable, or incompatible with its partner."""
+
+
+def resolve_model_path(ref: ModelRef, zoo: ZooSpec | None = None) -> str:
+    """The HF name or local dir for `ref`; a zoo entry builds (or reuses) the zoo first."""
+    if ref.zoo is not None:
+        return str(getattr(build_zoo(zoo or ZooSpec()), ref.zoo))
+    assert ref.name_or_path is not None  # guaranteed by ModelRef's validator
+    return ref.name_or_path
+
+
+def load_tokenizer(path: str, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as e:
+        raise ModelError(f"{path}: cannot load a tokenizer ({_first_line(e)})") from None
+    if tokenizer.pad_token_id is None:  # Llama-2 has no pad token; padding is masked anyway
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(
+    path: str, dtype: str = "auto", trust_remote_code: bool = False, device: str | torch.device = "cpu"
+) -> PreTrainedModel:
+    """A causal LM in eval mode; `path` is a local HF model dir or a hub name."""
+    local = Path(path)
+    if local.is_absolute() or path.startswith("."):
+        if not local.is_dir():
+            raise ModelError(f"{path}: model directory not found")
+        if not any(local.glob("*.safetensors")):
+            raise ModelError(f"{path}: no *.safetensors weights (specray loads safetensors only)")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code, use_safetensors=True
+        )
+    except (OSError, ValueError, RuntimeError, SafetensorError) as e:
+        raise ModelError(f"{path}: cannot load the model ({_first_line(e)})") from None
+    return model.to(device).eval()
+
+
+def check_same_vocabulary(
+    target: PreTrainedTokenizerBase, draft: PreTrainedTokenizerBase, target_name: str, draft_name: str
+) -> None:
+    """Speculative decoding compares token ids, so target and draft must share one vocabulary."""
+    if target.get_vocab() != draft.get_vocab():
+        only_target = len(set(target.get_vocab()) - set(draft.get_vocab()))
+        raise ModelError(
+            f"draft {draft_name} and target {target_name} have different vocabularies "
+            f"({len(draft)} vs {len(target)} tokens, {only_target} target tokens missing from the draft); "
+            "speculative decoding needs one shared tokenizer"
+        )
+
+
+def load_pair(
+    spec: ModelsSpec, device: str | torch.device = "cpu"
+) -> tuple[PreTrainedModel, PreTrainedModel, PreTrainedTokenizerBase]:
+    """Target, draft and their shared tokenizer; refuses a pair with different vocabularies."""
+    paths = {name: resolve_model_path(getattr(spec, name), spec.zoo) for name in ("target", "draft")}
+    tokenizers = {name: load_tokenizer(p, getattr(spec, name).trust_remote_code) for name, p in paths.items()}
+    check_same_vocabulary(tokenizers["target"], tokenizers["draft"], paths["target"], paths["draft"])
+    target, draft = (
+        load_model(paths[name], getattr(spec, name).dtype, getattr(spec, name).trust_remote_code, device)
+        for name in ("target", "draft")
+    )
+    return target, draft, tokenizers["target"]
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

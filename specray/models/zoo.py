@@ -1,0 +1,208 @@
+"""The tiny model zoo: a byte-level BPE tokenizer, a tiny Llama target and a much smaller draft.
+
+Everything is trained locally on the synthetic corpus, so the whole pipeline runs on a laptop with no
+network. The target sees every task family (in-domain and the out-of-domain word problems) for a few hundred
+steps; the draft sees the same ground-truth text for a few dozen steps — it knows the format but not the
+target's distribution, which is the gap knowledge distillation closes (llama-68m vs Llama-2 in the paper).
+
+Built zoos are cached under `cache_dir()/zoo/<key>`, where the key hashes the ZooSpec and this file's
+format version; a build writes into a temporary folder and renames it, so a killed build leaves no zoo.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from specray.config import TinyLlamaSpec, ZooSpec
+from specray.data.synthetic import IN_DOMAIN, OUT_OF_DOMAIN, synthetic_corpus
+from specray.data.templates import format_prompt
+
+log = logging.getLogger(__name__)
+
+ZOO_FORMAT = 1  # bump when the build recipe changes, so old caches are not reused
+PAD, BOS, EOS = "<pad>", "<s>", "</s>"
+
+
+def cache_dir() -> Path:
+    """Root of specray's caches: $SPECRAY_CACHE, else $XDG_CACHE_HOME/specray, else ~/.cache/specray."""
+    if os.environ.get("SPECRAY_CACHE"):
+        return Path(os.environ["SPECRAY_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specray"
+
+
+def zoo_key(spec: ZooSpec) -> str:
+    payload = json.dumps({"format": ZOO_FORMAT, "spec": spec.model_dump(mode="json")}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Zoo:
+    """A built zoo on disk. `target` and `draft` are HF model dirs that each include the tokenizer."""
+
+    root: Path
+    cached: bool
+
+    @property
+    def target(self) -> Path:
+        return self.root / "target"
+
+    @property
+    def draft(self) -> Path:
+        return self.root / "draft"
+
+    @property
+    def info(self) -> dict:
+        return json.loads((self.root / "zoo.json").read_text())
+
+
+def corpus_texts(spec: ZooSpec) -> list[str]:
+    """Pre-training documents: prompt + response, over every synthetic family."""
+    examples = synthetic_corpus(spec.corpus_size, spec.corpus_seed, IN_DOMAIN + OUT_OF_DOMAIN)
+    return [format_prompt(e.instruction, e.input) + e.output for e in examples]
+
+
+def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer (any text encodes; no unknown token) that prepends <s> like Llama's."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[PAD, BOS, EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, tokenizer.token_to_id(BOS))]
+    )
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token=BOS, eos_token=EOS, pad_token=PAD)
+
+
+def packed_tokens(texts: list[str], tokenizer: PreTrainedTokenizerFast) -> torch.Tensor:
+    """All documents as one stream `<s> doc </s> <s> doc </s> ...` — no padding is wasted in pre-training."""
+    ids = tokenizer(texts)["input_ids"]
+    stream = [token for doc in ids for token in (*doc, tokenizer.eos_token_id)]
+    return torch.tensor(stream, dtype=torch.long)
+
+
+def build_model(shape: TinyLlamaSpec, tokenizer: PreTrainedTokenizerFast, seq_len: int) -> LlamaForCausalLM:
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.num_layers,
+        num_attention_heads=shape.num_heads,
+        num_key_value_heads=shape.num_heads,
+        max_position_embeddings=max(512, 4 * seq_len),  # room for prompt + long generations
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+    )
+    return LlamaForCausalLM(config)
+
+
+def pretrain(
+    model: LlamaForCausalLM, stream: torch.Tensor, shape: TinyLlamaSpec, spec: ZooSpec, name: str
+) -> list[float]:
+    """Next-token pre-training on random windows of the packed stream; warm-up then cosine decay."""
+    generator = torch.Generator().manual_seed(spec.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=shape.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    warmup = max(1, shape.train_steps // 20)
+
+    def lr_at(step: int) -> float:  # multiplier of the base lr
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, shape.train_steps - warmup)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
+    model.train()
+    losses = []
+    bar = tqdm(range(shape.train_steps), desc=f"zoo: pre-train {name}", unit="step", leave=False)
+    for _ in bar:
+        starts = torch.randint(0, len(stream) - spec.seq_len - 1, (spec.batch_size,), generator=generator)
+        batch = torch.stack([stream[s : s + spec.seq_len] for s in starts.tolist()])  # [batch, seq]
+        loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    model.eval()
+    return losses
+
+
+def _save(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, path: Path) -> None:
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+
+
+def build_zoo(spec: ZooSpec, root: Path | None = None, force: bool = False) -> Zoo:
+    """Build (or reuse) the zoo for `spec`; returns where it lives and whether it was a cache hit."""
+    final = (root or cache_dir() / "zoo") / zoo_key(spec)
+    if (final / "zoo.json").exists() and not force:
+        return Zoo(final, cached=True)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(spec.seed)
+    started = time.perf_counter()
+    texts = corpus_texts(spec)
+    tokenizer = train_tokenizer(texts, spec.vocab_size)
+    stream = packed_tokens(texts, tokenizer)
+    info: dict = {"spec": spec.model_dump(mode="json"), "corpus_tokens": len(stream), "models": {}}
+    with tempfile.TemporaryDirectory(dir=final.parent, prefix=f".{final.name}-") as tmp:
+        for name, shape in (("target", spec.target), ("draft", spec.draft)):
+            t0 = time.perf_counter()
+            model = build_model(shape, tokenizer, spec.seq_len)
+            losses = pretrain(model, stream, shape, spec, name)
+            _save(model, tokenizer, Path(tmp) / name)
+            info["models"][name] = {
+                "parameters": sum(p.numel() for p in model.parameters()),
+                "final_loss": sum(losses[-10:]) / len(losses[-10:]),
+                "seconds": round(time.perf_counter() - t0, 1),
+            }
+        info["seconds"] = round(time.perf_counter() - started, 1)
+        (Path(tmp) / "zoo.json").write_text(json.dumps(info, indent=2))
+        if final.exists():  # a forced rebuild replaces the old zoo
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        Path(tmp).mkdir()  # TemporaryDirectory expects to remove something
+    log.info("built zoo %s in %.0fs", final, info["seconds"])
+    return Zoo(final, cached=False)
+
+
+@torch.no_grad()
+def sample_responses(
+    model_dir: Path, prompts: list[str], tau: float, max_new_tokens: int = 48, seed: int = 0
+) -> list[str]:
+    """Decode one response per prompt from a zoo model (τ = 0 greedy), for a quick look at its outputs."""
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(model_dir)
+    model = LlamaForCausalLM.from_pretrained(model_dir).eval()
+    torch.manual_seed(seed)
+    responses = []
+    for prompt in prompts:
+        input_ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+        sampling = {"do_sample": True, "temperature": tau, "top_k": 0} if tau > 0 else {"do_sample": False}
+        output = model.generate(
+            input_ids, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, **sampling
+        )
+        responses.append(tokenizer.decode(output[0, input_ids.shape[1] :], skip_special_tokens=True))
+    return responses

@@ -1,0 +1,51 @@
+"""Shared fixtures: an isolated cache, tiny zoo recipes that build in seconds, the shared data folder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from specray.config import TinyLlamaSpec, ZooSpec
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("SPECRAY_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Tests never touch the user's cache: zoos and shards go to a session temp dir."""
+    os.environ["SPECRAY_CACHE"] = str(tmp_path_factory.mktemp("specray-cache"))
+
+
+def micro_zoo_spec(**overrides) -> ZooSpec:
+    """A zoo recipe that trains in a couple of seconds; shapes are tiny but real Llama models."""
+    fields = dict(
+        corpus_size=300,
+        vocab_size=320,
+        seq_len=64,
+        batch_size=8,
+        target=TinyLlamaSpec(
+            hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, train_steps=6, lr=3e-3
+        ),
+        draft=TinyLlamaSpec(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, train_steps=3, lr=3e-3),
+    )
+    return ZooSpec(**(fields | overrides))
+
+
+@pytest.fixture(scope="session")
+def micro_zoo(tmp_path_factory: pytest.TempPathFactory):
+    from specray.models.zoo import build_zoo
+
+    return build_zoo(micro_zoo_spec(), root=tmp_path_factory.mktemp("zoo"))
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data folder not found at {SHARED_DATA}: these tests need ../shared/data")
+    return SHARED_DATA

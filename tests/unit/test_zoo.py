@@ -1,0 +1,117 @@
+"""The tiny zoo and model loading: cache hits, atomic builds, safetensors only, vocabulary checks."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from specray.config import ModelRef, ModelsSpec, ZooSpec
+from specray.models import zoo as zoo_module
+from specray.models.loading import ModelError, check_same_vocabulary, load_model, load_pair, load_tokenizer
+from specray.models.zoo import build_model, build_zoo, packed_tokens, zoo_key
+from tests.conftest import micro_zoo_spec
+
+
+def test_default_zoo_sizes_match_the_recipe() -> None:
+    """Target ≈5–20M parameters, draft ≈0.3–1M: the scale gap of Llama-2-13B vs llama-68m, shrunk."""
+    spec = ZooSpec()
+    tokenizer = zoo_module.train_tokenizer(zoo_module.corpus_texts(spec.model_copy(update={"corpus_size": 500})),
+                                           spec.vocab_size)
+    target = sum(p.numel() for p in build_model(spec.target, tokenizer, spec.seq_len).parameters())
+    draft = sum(p.numel() for p in build_model(spec.draft, tokenizer, spec.seq_len).parameters())
+    assert 5e6 <= target <= 20e6
+    assert 0.3e6 <= draft <= 1e6
+
+
+def test_micro_zoo_has_hf_dirs_with_safetensors_and_tokenizer(micro_zoo) -> None:
+    for model_dir in (micro_zoo.target, micro_zoo.draft):
+        assert (model_dir / "model.safetensors").exists()
+        assert (model_dir / "tokenizer.json").exists()
+        assert not list(model_dir.glob("*.bin"))  # no pickle weights
+    info = micro_zoo.info
+    assert info["models"]["target"]["parameters"] > info["models"]["draft"]["parameters"]
+    assert info["corpus_tokens"] > 0
+
+
+def test_second_build_is_a_cache_hit(micro_zoo) -> None:
+    started = time.perf_counter()
+    again = build_zoo(micro_zoo_spec(), root=micro_zoo.root.parent)
+    assert again.cached and again.root == micro_zoo.root
+    assert time.perf_counter() - started < 1.0
+
+
+def test_cache_key_follows_the_recipe() -> None:
+    assert zoo_key(micro_zoo_spec()) == zoo_key(micro_zoo_spec())
+    assert zoo_key(micro_zoo_spec()) != zoo_key(micro_zoo_spec(seed=1))
+
+
+def test_tokenizer_prepends_bos_and_round_trips_any_text(micro_zoo) -> None:
+    tokenizer = load_tokenizer(str(micro_zoo.target))
+    text = "### Response:\nünïcode ✓ 12 + 30 = 42"
+    ids = tokenizer(text)["input_ids"]
+    assert ids[0] == tokenizer.bos_token_id
+    assert tokenizer.decode(ids, skip_special_tokens=True) == text
+
+
+def test_packed_stream_separates_documents_with_eos(micro_zoo) -> None:
+    tokenizer = load_tokenizer(str(micro_zoo.target))
+    stream = packed_tokens(["a b", "c"], tokenizer)
+    assert (stream == tokenizer.eos_token_id).sum() == 2
+    assert (stream == tokenizer.bos_token_id).sum() == 2
+
+
+def test_build_is_deterministic(tmp_path: Path) -> None:
+    spec = micro_zoo_spec(corpus_size=120)
+    first = build_zoo(spec, root=tmp_path / "a")
+    second = build_zoo(spec, root=tmp_path / "b")
+    a, b = load_model(str(first.draft)), load_model(str(second.draft))
+    for (name, p), q in zip(a.named_parameters(), b.parameters()):
+        assert torch.equal(p, q), name
+
+
+def test_killed_build_leaves_no_zoo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt  # as if the user pressed Ctrl-C mid-training
+
+    monkeypatch.setattr(zoo_module, "pretrain", crash)
+    with pytest.raises(KeyboardInterrupt):
+        build_zoo(micro_zoo_spec(corpus_size=100), root=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_load_pair_through_paths_and_vocab_mismatch(micro_zoo, tmp_path: Path) -> None:
+    models = ModelsSpec(
+        target=ModelRef(name_or_path=str(micro_zoo.target)), draft=ModelRef(name_or_path=str(micro_zoo.draft))
+    )
+    target, draft, tokenizer = load_pair(models)
+    assert target.config.vocab_size == draft.config.vocab_size == len(tokenizer)
+    assert not target.training
+
+    other = build_zoo(micro_zoo_spec(vocab_size=300, corpus_size=100), root=tmp_path)
+    with pytest.raises(ModelError, match="different vocabularies"):
+        check_same_vocabulary(
+            load_tokenizer(str(micro_zoo.target)), load_tokenizer(str(other.draft)), "t", "d"
+        )
+    mixed = ModelsSpec(target=models.target, draft=ModelRef(name_or_path=str(other.draft)))
+    with pytest.raises(ModelError, match="speculative decoding needs one shared tokenizer"):
+        load_pair(mixed)
+
+
+def test_missing_or_pickle_only_model_dirs_are_refused(micro_zoo, tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="model directory not found"):
+        load_model(str(tmp_path / "nope"))
+    pickle_only = tmp_path / "pickle_only"
+    pickle_only.mkdir()
+    (pickle_only / "config.json").write_text((micro_zoo.draft / "config.json").read_text())
+    torch.save({}, pickle_only / "pytorch_model.bin")
+    with pytest.raises(ModelError, match="safetensors only"):
+        load_model(str(pickle_only))
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / "config.json").write_text((micro_zoo.draft / "config.json").read_text())
+    (corrupt / "model.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(ModelError, match="cannot load the model"):
+        load_model(str(corrupt))
