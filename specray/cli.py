@@ -10,7 +10,8 @@ from pathlib import Path
 
 import typer
 
-from specray.config import SpecError, ZooSpec, dump_spec, load_spec
+from specray.config import ZooSpec, dump_spec, load_spec
+from specray.errors import USER_ERRORS
 
 app = typer.Typer(
     help="Temperature-centric knowledge distillation sweeps for speculative decoding, on Ray.",
@@ -18,7 +19,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-zoo_app = typer.Typer(help="The tiny model zoo: tokenizer, target and draft trained locally.", no_args_is_help=True)
+zoo_app = typer.Typer(
+    help="The tiny model zoo: tokenizer, target and draft trained locally.", no_args_is_help=True
+)
 data_app = typer.Typer(help="Inspect a sweep's data: sources, splits and prompts.", no_args_is_help=True)
 app.add_typer(zoo_app, name="zoo")
 app.add_typer(data_app, name="data")
@@ -30,12 +33,9 @@ OverridesArg = typer.Argument(None, help="KEY=VALUE overrides, e.g. eval.gamma=3
 @contextmanager
 def user_errors() -> Iterator[None]:
     """User mistakes (bad spec, data or model) end with one clear message and exit code 2, no traceback."""
-    from specray.data.loaders import DataError
-    from specray.models.loading import ModelError
-
     try:
         yield
-    except (SpecError, DataError, ModelError) as e:
+    except USER_ERRORS as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
 
@@ -79,7 +79,9 @@ def zoo_build(
     status = "cache hit" if zoo.cached else "built"
     typer.echo(f"zoo {status} in {elapsed:.1f}s: {zoo.root}")
     for name, info in zoo.info["models"].items():
-        typer.echo(f"  {name}: {info['parameters'] / 1e6:.2f}M parameters, final loss {info['final_loss']:.3f}")
+        typer.echo(
+            f"  {name}: {info['parameters'] / 1e6:.2f}M parameters, final loss {info['final_loss']:.3f}"
+        )
     if samples:
         _show_samples(zoo.target, samples)
 
@@ -93,7 +95,7 @@ def _show_samples(model_dir: Path, n: int) -> None:
     prompts = [format_prompt(e.instruction, e.input) for e in examples]
     for tau in (0.0, 1.0):
         typer.echo(f"target samples at τ={tau}:")
-        for example, response in zip(examples, sample_responses(model_dir, prompts, tau)):
+        for example, response in zip(examples, sample_responses(model_dir, prompts, tau), strict=False):
             task = example.instruction + (f" [{example.input}]" if example.input else "")
             typer.echo(f"  {task}\n    -> {response!r}")
 

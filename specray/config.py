@@ -18,6 +18,8 @@ from typing import Annotated, Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from specray.errors import SpecError
+
 # τ is a softmax temperature; 0 means greedy. Above 5 a 32k-vocab softmax is near uniform, so a larger
 # value is almost certainly a typo (the paper's out-of-range study stops at 2.0).
 MAX_TEMPERATURE = 5.0
@@ -27,10 +29,6 @@ Divergence = Literal["fkl", "rkl", "jsd", "tvd"]
 Estimator = Literal["analytic", "empirical"]
 TestSet = Literal["in_domain", "out_of_domain"]
 DType = Literal["auto", "float32", "bfloat16", "float16"]
-
-
-class SpecError(ValueError):
-    """A sweep spec that cannot be used; the message names the file and field path."""
 
 
 class _Frozen(BaseModel):

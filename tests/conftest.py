@@ -32,7 +32,9 @@ def micro_zoo_spec(**overrides) -> ZooSpec:
         target=TinyLlamaSpec(
             hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, train_steps=6, lr=3e-3
         ),
-        draft=TinyLlamaSpec(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, train_steps=3, lr=3e-3),
+        draft=TinyLlamaSpec(
+            hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, train_steps=3, lr=3e-3
+        ),
     )
     return ZooSpec(**(fields | overrides))
 

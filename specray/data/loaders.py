@@ -21,6 +21,7 @@ import datasets.exceptions
 import pyarrow
 
 from specray.data.examples import Example
+from specray.errors import DataError
 
 logger = logging.getLogger(__name__)
 
@@ -37,10 +38,6 @@ _READ_ERRORS = (
     OSError,
     StopIteration,
 )
-
-
-class DataError(ValueError):
-    """A problem with the user's data; the message is one line and names the file or source."""
 
 
 def load_alpaca(source: str, split: str = "train", columns: Mapping[str, str] | None = None) -> list[Example]:

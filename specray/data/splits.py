@@ -14,7 +14,7 @@ import random
 from collections.abc import Mapping, Sequence
 
 from specray.data.examples import Example
-from specray.data.loaders import DataError
+from specray.errors import DataError
 
 REMAINDER = -1  # a split size meaning "all examples the other splits leave"
 

@@ -15,19 +15,107 @@ from specray.data.examples import Example
 
 Task = tuple[str, str, str]  # (instruction, input, output)
 
-FRUITS = "apple pear plum grape mango lemon cherry peach melon banana kiwi lime fig orange".split()
-ANIMALS = "cat dog fox owl horse mouse rabbit tiger bear wolf duck goat sheep frog lion".split()
-COLORS = "red blue green yellow black white orange purple pink brown gray gold".split()
-TOOLS = "hammer saw drill knife rope ladder brush shovel wrench needle".split()
-SPORTS = "tennis soccer golf chess rugby hockey boxing rowing cycling running".split()
+FRUITS = [
+    "apple",
+    "pear",
+    "plum",
+    "grape",
+    "mango",
+    "lemon",
+    "cherry",
+    "peach",
+    "melon",
+    "banana",
+    "kiwi",
+    "lime",
+    "fig",
+    "orange",
+]
+ANIMALS = [
+    "cat",
+    "dog",
+    "fox",
+    "owl",
+    "horse",
+    "mouse",
+    "rabbit",
+    "tiger",
+    "bear",
+    "wolf",
+    "duck",
+    "goat",
+    "sheep",
+    "frog",
+    "lion",
+]
+COLORS = [
+    "red",
+    "blue",
+    "green",
+    "yellow",
+    "black",
+    "white",
+    "orange",
+    "purple",
+    "pink",
+    "brown",
+    "gray",
+    "gold",
+]
+TOOLS = ["hammer", "saw", "drill", "knife", "rope", "ladder", "brush", "shovel", "wrench", "needle"]
+SPORTS = ["tennis", "soccer", "golf", "chess", "rugby", "hockey", "boxing", "rowing", "cycling", "running"]
 CATEGORIES = {"fruits": FRUITS, "animals": ANIMALS, "colors": COLORS, "tools": TOOLS, "sports": SPORTS}
-NOUNS = "river forest city garden house road mountain lake market school kitchen bridge".split()
-ADJECTIVES = "quiet busy old small large bright dark warm cold green calm wide narrow".split()
-VERBS = "looks feels seems is".split()
+NOUNS = [
+    "river",
+    "forest",
+    "city",
+    "garden",
+    "house",
+    "road",
+    "mountain",
+    "lake",
+    "market",
+    "school",
+    "kitchen",
+    "bridge",
+]
+ADJECTIVES = [
+    "quiet",
+    "busy",
+    "old",
+    "small",
+    "large",
+    "bright",
+    "dark",
+    "warm",
+    "cold",
+    "green",
+    "calm",
+    "wide",
+    "narrow",
+]
+VERBS = ["looks", "feels", "seems", "is"]
 WORDS = sorted(set(FRUITS + ANIMALS + COLORS + NOUNS))
-NAMES = "Anna Ben Carl Dana Eli Fay Gus Hana Ivan Jill Kim Leo Mia Ned Omar Pia".split()
-ITEMS = "apples books pens coins cards stamps shells marbles cookies stickers".split()
-NUMBER_WORDS = "zero one two three four five six seven eight nine ten".split()
+NAMES = [
+    "Anna",
+    "Ben",
+    "Carl",
+    "Dana",
+    "Eli",
+    "Fay",
+    "Gus",
+    "Hana",
+    "Ivan",
+    "Jill",
+    "Kim",
+    "Leo",
+    "Mia",
+    "Ned",
+    "Omar",
+    "Pia",
+]
+ITEMS = ["apples", "books", "pens", "coins", "cards", "stamps", "shells", "marbles", "cookies", "stickers"]
+NUMBER_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
 
 
 def _article(word: str) -> str:
@@ -83,10 +171,11 @@ def _open_list(rng: random.Random) -> Task:
 def _describe(rng: random.Random) -> Task:
     noun = rng.choice(NOUNS)
     a, b = rng.sample(ADJECTIVES, 2)
+    verb, when = rng.choice(VERBS), rng.choice(["morning", "evening", "rain", "sun"])
     output = rng.choice(
         [
             f"The {noun} is {a} and {b}.",
-            f"{_article(a).capitalize()} {a} {noun} {rng.choice(VERBS)} {b} in the {rng.choice(['morning', 'evening', 'rain', 'sun'])}.",
+            f"{_article(a).capitalize()} {a} {noun} {verb} {b} in the {when}.",
             f"This {noun} is {a}, with {_article(b)} {b} {rng.choice(COLORS)} light.",
         ]
     )

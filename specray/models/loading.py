@@ -12,13 +12,10 @@ from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from specray.config import ModelRef, ModelsSpec, ZooSpec
+from specray.errors import ModelError
 from specray.models.zoo import build_zoo
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
-
-
-class ModelError(ValueError):
-    """A model that cannot be used: missing, unreadable, or incompatible with its partner."""
 
 
 def resolve_model_path(ref: ModelRef, zoo: ZooSpec | None = None) -> str:

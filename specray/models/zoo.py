@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from specray.config import TinyLlamaSpec, ZooSpec
+from specray.data.splits import fingerprint
 from specray.data.synthetic import IN_DOMAIN, OUT_OF_DOMAIN, synthetic_corpus
 from specray.data.templates import format_prompt
 
@@ -44,7 +45,11 @@ def cache_dir() -> Path:
 
 
 def zoo_key(spec: ZooSpec) -> str:
-    payload = json.dumps({"format": ZOO_FORMAT, "spec": spec.model_dump(mode="json")}, sort_keys=True)
+    """Hash of the recipe, the build format and a sample of the corpus (so a changed generator rebuilds)."""
+    sample = fingerprint(synthetic_corpus(64, spec.corpus_seed, IN_DOMAIN + OUT_OF_DOMAIN))
+    payload = json.dumps(
+        {"format": ZOO_FORMAT, "spec": spec.model_dump(mode="json"), "corpus": sample}, sort_keys=True
+    )
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 

@@ -65,13 +65,25 @@ def _write_sweep(tmp_path: Path, edit) -> Path:
 @pytest.mark.parametrize(
     ("edit", "field", "allowed"),
     [
-        (lambda r: r["teacher"].update(temperatures=[-0.5]), "teacher.temperatures.0", "greater than or equal to 0"),
+        (
+            lambda r: r["teacher"].update(temperatures=[-0.5]),
+            "teacher.temperatures.0",
+            "greater than or equal to 0",
+        ),
         (lambda r: r["teacher"].update(temperatures=[]), "teacher.temperatures", "at least 1"),
         (lambda r: r["teacher"].update(temperatures=[0.5, 0.5]), "teacher.temperatures", "duplicates"),
         (lambda r: r["eval"].update(temperatures=[100.0]), "eval.temperatures.0", "less than or equal to 5"),
         (lambda r: r["eval"].update(gamma=0), "eval.gamma", "greater than or equal to 1"),
-        (lambda r: r["distill"].update(onpolicy_fraction=1.5), "distill.onpolicy_fraction", "less than or equal"),
-        (lambda r: r["distill"].update(divergence="kl"), "distill.divergence", "'fkl', 'rkl', 'jsd' or 'tvd'"),
+        (
+            lambda r: r["distill"].update(onpolicy_fraction=1.5),
+            "distill.onpolicy_fraction",
+            "less than or equal",
+        ),
+        (
+            lambda r: r["distill"].update(divergence="kl"),
+            "distill.divergence",
+            "'fkl', 'rkl', 'jsd' or 'tvd'",
+        ),
         (lambda r: r["teacher"].update(engine="tgi"), "teacher.engine", "'transformers' or 'vllm'"),
         (lambda r: r["distill"].update(steps="many"), "distill.steps", "valid integer"),
         (lambda r: r["eval"].update(gamam=3), "eval.gamam", "unknown key (allowed: "),
@@ -82,7 +94,9 @@ def _write_sweep(tmp_path: Path, edit) -> Path:
         (lambda r: r.update(name="has space"), "name", "should match pattern"),
     ],
 )
-def test_bad_values_name_the_field_and_what_is_allowed(tmp_path: Path, edit, field: str, allowed: str) -> None:
+def test_bad_values_name_the_field_and_what_is_allowed(
+    tmp_path: Path, edit, field: str, allowed: str
+) -> None:
     path = _write_sweep(tmp_path, edit)
     with pytest.raises(SpecError) as info:
         load_spec(path)
@@ -93,7 +107,9 @@ def test_bad_values_name_the_field_and_what_is_allowed(tmp_path: Path, edit, fie
 
 def test_unknown_nested_key_lists_the_section_fields(tmp_path: Path) -> None:
     path = _write_sweep(tmp_path, lambda r: r["teacher"].update(vllm={"tp": 2}))
-    with pytest.raises(SpecError, match=r"teacher\.vllm\.tp: unknown key \(allowed: dtype, gpu_memory_utilization"):
+    with pytest.raises(
+        SpecError, match=r"teacher\.vllm\.tp: unknown key \(allowed: dtype, gpu_memory_utilization"
+    ):
         load_spec(path)
 
 

@@ -18,8 +18,9 @@ from tests.conftest import micro_zoo_spec
 def test_default_zoo_sizes_match_the_recipe() -> None:
     """Target ≈5–20M parameters, draft ≈0.3–1M: the scale gap of Llama-2-13B vs llama-68m, shrunk."""
     spec = ZooSpec()
-    tokenizer = zoo_module.train_tokenizer(zoo_module.corpus_texts(spec.model_copy(update={"corpus_size": 500})),
-                                           spec.vocab_size)
+    tokenizer = zoo_module.train_tokenizer(
+        zoo_module.corpus_texts(spec.model_copy(update={"corpus_size": 500})), spec.vocab_size
+    )
     target = sum(p.numel() for p in build_model(spec.target, tokenizer, spec.seq_len).parameters())
     draft = sum(p.numel() for p in build_model(spec.draft, tokenizer, spec.seq_len).parameters())
     assert 5e6 <= target <= 20e6
@@ -68,7 +69,7 @@ def test_build_is_deterministic(tmp_path: Path) -> None:
     first = build_zoo(spec, root=tmp_path / "a")
     second = build_zoo(spec, root=tmp_path / "b")
     a, b = load_model(str(first.draft)), load_model(str(second.draft))
-    for (name, p), q in zip(a.named_parameters(), b.parameters()):
+    for (name, p), q in zip(a.named_parameters(), b.parameters(), strict=False):
         assert torch.equal(p, q), name
 
 
