@@ -24,6 +24,7 @@ from specray.ops.divergences import (
     reverse_kl,
     total_variation,
 )
+from specray.ops.speculative import verify_block
 from specray.ops.warp import log_warp, sample, warp
 
 __all__ = [
@@ -43,5 +44,6 @@ __all__ = [
     "speedup_model",
     "token_acceptance",
     "total_variation",
+    "verify_block",
     "warp",
 ]

@@ -1,0 +1,157 @@
+"""The exact speculative decoder: lossless (statistical test), greedy-exact, and counted correctly."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from scipy.stats import chisquare
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from specray.ops import verify_block, warp
+from specray.specdec.decoder import autoregressive_decode, measure_cost_ratio, speculative_decode
+
+VOCAB = 6
+PROMPT = [1, 2, 3]
+
+
+def tiny_llama(seed: int, vocab: int = VOCAB, sharpness: float = 6.0) -> LlamaForCausalLM:
+    """A random 1-layer Llama over a tiny vocabulary; scaled weights give peaked, varied distributions."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.mul_(sharpness)
+    return model
+
+
+@pytest.fixture(scope="module")
+def pair() -> tuple[LlamaForCausalLM, LlamaForCausalLM]:
+    return tiny_llama(0), tiny_llama(1)
+
+
+@torch.no_grad()
+def exact_distribution(model: LlamaForCausalLM, prompt: list[int], length: int, tau: float) -> torch.Tensor:
+    """P(y_1..y_length | prompt) at τ for every sequence in lexicographic order: [VOCAB ** length]."""
+    sequences = torch.tensor([prompt + list(s) for s in itertools.product(range(VOCAB), repeat=length)])
+    probs = warp(model(input_ids=sequences).logits, tau)  # [n, L + length, vocab]
+    start = len(prompt) - 1
+    steps = [probs[:, start + i].gather(-1, sequences[:, len(prompt) + i, None])[:, 0] for i in range(length)]
+    return torch.stack(steps).prod(dim=0).double()
+
+
+def sampled_counts(pair, tau: float, gamma: int, length: int, n: int, seed: int) -> torch.Tensor:
+    target, draft = pair
+    generator = torch.Generator().manual_seed(seed)
+    counts = torch.zeros(VOCAB**length, dtype=torch.float64)
+    for _ in range(n):
+        tokens = speculative_decode(target, draft, PROMPT, tau, gamma, length, None, generator).tokens
+        counts[sum(t * VOCAB ** (length - 1 - i) for i, t in enumerate(tokens))] += 1
+    return counts
+
+
+def chi_square_p(counts: torch.Tensor, expected_probs: torch.Tensor) -> float:
+    """Pearson chi-square p-value, pooling cells whose expected count is below 5 into one."""
+    expected = expected_probs / expected_probs.sum() * counts.sum()
+    small = expected < 5
+    observed = torch.cat([counts[~small], counts[small].sum().reshape(1)])
+    expected = torch.cat([expected[~small], expected[small].sum().reshape(1)])
+    return float(chisquare(observed.numpy(), expected.numpy()).pvalue)
+
+
+@pytest.mark.parametrize("tau", [0.5, 1.0])
+def test_speculative_sampling_reproduces_the_target_distribution(pair, tau: float) -> None:
+    """10k seeded decodes of 3 tokens (one block of γ=2 proposals plus the target's token) match the
+    target's exact joint distribution, and clearly differ from the draft's (the test has power)."""
+    target, draft = pair
+    counts = sampled_counts(pair, tau, gamma=2, length=3, n=10_000, seed=int(tau * 10))
+    assert chi_square_p(counts, exact_distribution(target, PROMPT, 3, tau)) > 1e-3
+    assert chi_square_p(counts, exact_distribution(draft, PROMPT, 3, tau)) < 1e-6
+
+
+def test_greedy_speculative_equals_target_greedy_token_for_token(pair) -> None:
+    target, draft = pair
+    greedy = autoregressive_decode(target, PROMPT, 0.0, 40, None).tokens
+    for gamma in (1, 2, 3, 5, 8):
+        decoded = speculative_decode(target, draft, PROMPT, 0.0, gamma, 40, None)
+        assert decoded.tokens == greedy, gamma
+        assert decoded.stats.tested <= decoded.stats.drafted
+
+
+def test_eos_stops_both_decoders_at_the_same_token(pair) -> None:
+    target, draft = pair
+    greedy = autoregressive_decode(target, PROMPT, 0.0, 40, None).tokens
+    eos = greedy[5]  # a token the greedy path emits: both must stop right after its first occurrence
+    expected = greedy[: greedy.index(eos) + 1]
+    assert autoregressive_decode(target, PROMPT, 0.0, 40, eos).tokens == expected
+    assert speculative_decode(target, draft, PROMPT, 0.0, 4, 40, eos).tokens == expected
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 4])
+def test_identical_draft_accepts_everything(pair, gamma: int) -> None:
+    target, _ = pair
+    decoded = speculative_decode(target, target, PROMPT, 0.8, gamma, 3 * (gamma + 1), None, torch.Generator())
+    assert decoded.stats.acceptance_rate == 1.0
+    assert decoded.stats.draft_acceptance == 1.0
+    assert decoded.stats.block_efficiency == gamma + 1
+    assert decoded.stats.target_calls == 3
+
+
+def test_counts_are_consistent(pair) -> None:
+    target, draft = pair
+    generator = torch.Generator().manual_seed(3)
+    for _ in range(20):
+        stats = speculative_decode(target, draft, PROMPT, 1.0, 4, 30, None, generator).stats
+        assert stats.emitted == 30
+        assert stats.accepted <= stats.tested <= stats.drafted <= 4 * stats.target_calls
+        # every target call emits its accepted tokens plus one of its own
+        assert stats.emitted == stats.accepted + stats.target_calls
+        assert 1.0 <= stats.block_efficiency <= 5.0
+
+
+def test_same_seed_same_output(pair) -> None:
+    target, draft = pair
+    runs = [
+        speculative_decode(target, draft, PROMPT, 1.0, 3, 25, None, torch.Generator().manual_seed(9)).tokens
+        for _ in range(2)
+    ]
+    assert runs[0] == runs[1]
+
+
+def test_bad_gamma_is_refused(pair) -> None:
+    target, draft = pair
+    with pytest.raises(ValueError, match="gamma must be >= 1"):
+        speculative_decode(target, draft, PROMPT, 1.0, 0, 10, None)
+    with pytest.raises(ValueError, match="tau must be >= 0"):
+        speculative_decode(target, draft, PROMPT, -1.0, 2, 10, None)
+
+
+def test_verify_block_greedy_rules() -> None:
+    """τ = 0: accept exactly the prefix that matches the target's argmax, then emit the argmax."""
+    p = torch.nn.functional.one_hot(torch.tensor([2, 0, 1, 3]), 4).float()  # target argmax 2, 0, 1, bonus 3
+    q = torch.nn.functional.one_hot(torch.tensor([2, 0, 3]), 4).float()
+    assert verify_block(torch.tensor([2, 0, 3]), q, p) == (2, 1)
+    q_all = torch.nn.functional.one_hot(torch.tensor([2, 0, 1]), 4).float()
+    assert verify_block(torch.tensor([2, 0, 1]), q_all, p) == (3, 3)
+
+
+def test_cost_ratio_of_a_smaller_draft_is_below_one() -> None:
+    target = tiny_llama(0, vocab=64).eval()
+    config = target.config
+    big = LlamaForCausalLM(
+        LlamaConfig(
+            **{**config.to_dict(), "num_hidden_layers": 6, "hidden_size": 128, "intermediate_size": 256}
+        )
+    ).eval()
+    assert measure_cost_ratio(big, target, PROMPT, steps=10) < 1.0
