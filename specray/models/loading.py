@@ -26,7 +26,18 @@ def resolve_model_path(ref: ModelRef, zoo: ZooSpec | None = None) -> str:
     return ref.name_or_path
 
 
+def _looks_local(path: str) -> bool:
+    """A path (absolute, ./ or ../, or existing) is never sent to the hub: a typo must fail as 'not found'."""
+    return Path(path).is_absolute() or path.startswith(".") or Path(path).exists()
+
+
+def _require_dir(path: str) -> None:
+    if _looks_local(path) and not Path(path).is_dir():
+        raise ModelError(f"{path}: model directory not found")
+
+
 def load_tokenizer(path: str, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
+    _require_dir(path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as e:
@@ -40,12 +51,9 @@ def load_model(
     path: str, dtype: str = "auto", trust_remote_code: bool = False, device: str | torch.device = "cpu"
 ) -> PreTrainedModel:
     """A causal LM in eval mode; `path` is a local HF model dir or a hub name."""
-    local = Path(path)
-    if local.is_absolute() or path.startswith("."):
-        if not local.is_dir():
-            raise ModelError(f"{path}: model directory not found")
-        if not any(local.glob("*.safetensors")):
-            raise ModelError(f"{path}: no *.safetensors weights (specray loads safetensors only)")
+    _require_dir(path)
+    if _looks_local(path) and not any(Path(path).glob("*.safetensors")):
+        raise ModelError(f"{path}: no *.safetensors weights (specray loads safetensors only)")
     try:
         model = AutoModelForCausalLM.from_pretrained(
             path, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code, use_safetensors=True

@@ -9,6 +9,7 @@ since the draft never ran on its own last proposal).
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass, field
 
@@ -120,6 +121,9 @@ def speculative_decode(
             draft_pending = [int(sample(q, generator))]
             proposals.append(draft_pending[0])
             q_rows.append(q)
+            if draft_pending[0] == eos_token_id:  # nothing after EOS is worth proposing or counting
+                break
+        block = len(proposals)
         p = warp(_step(target, target_pending + proposals, target_cache), tau)  # [block + 1, vocab]
         if block:
             n, next_token = verify_block(torch.tensor(proposals), torch.stack(q_rows), p, generator)
@@ -171,18 +175,21 @@ def autoregressive_decode(
 
 @torch.no_grad()
 def measure_cost_ratio(
-    target: PreTrainedModel, draft: PreTrainedModel, prompt: list[int], steps: int = 20
+    target: PreTrainedModel, draft: PreTrainedModel, prompt: list[int], steps: int = 30
 ) -> float:
-    """c = latency of one draft step / one target step (one token after a cached prompt), after a warm-up."""
+    """c = latency of one draft step / one target step (one token after a cached prompt).
 
-    def step_seconds(model: PreTrainedModel) -> float:
-        cache = _prefill(model, prompt)
-        length = cache.get_seq_length()
-        _step(model, [prompt[-1]], cache)  # warm-up
-        started = time.perf_counter()
-        for _ in range(steps):
-            _crop(cache, length)
+    Steps of the two models are interleaved and each side's median is used, so a burst of load on the
+    machine hits both sides alike and a single slow step does not skew the ratio.
+    """
+    caches = {model: _prefill(model, prompt) for model in (draft, target)}
+    lengths = {model: cache.get_seq_length() for model, cache in caches.items()}
+    times: dict[PreTrainedModel, list[float]] = {draft: [], target: []}
+    for i in range(steps + 2):
+        for model, cache in caches.items():
+            _crop(cache, lengths[model])
+            started = time.perf_counter()
             _step(model, [prompt[-1]], cache)
-        return (time.perf_counter() - started) / steps
-
-    return step_seconds(draft) / step_seconds(target)
+            if i >= 2:  # the first steps are warm-up
+                times[model].append(time.perf_counter() - started)
+    return statistics.median(times[draft]) / statistics.median(times[target])

@@ -1,0 +1,1 @@
+"""Ray runtime and cluster helpers: starting or joining Ray, and (later) Ray Jobs submission."""
