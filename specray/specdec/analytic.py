@@ -23,7 +23,6 @@ from specray.ops import (
     token_acceptance,
     warp,
 )
-from specray.specdec.decoder import autoregressive_decode
 
 
 @dataclass(frozen=True)
@@ -53,14 +52,22 @@ def sample_continuations(
     max_new_tokens: int,
     eos_token_id: int | None,
     seed: int,
+    pad_token_id: int = 0,
+    batch_size: int = 32,
 ) -> Continuations:
-    """One target sample per prompt at τ (prompt i uses its own seeded generator, so order is irrelevant)."""
+    """One target sample per prompt at τ, batched with a KV cache. Prompt i draws from its own seeded
+    generator, so the samples do not depend on batch size or order."""
+    from specray.teacher.engines import sample_batch
+
+    eos = {eos_token_id} if eos_token_id is not None else set()
     responses = []
-    for i, prompt in enumerate(prompts):
-        generator = torch.Generator().manual_seed(seed * 1_000_003 + i)
-        responses.append(
-            autoregressive_decode(target, prompt, tau, max_new_tokens, eos_token_id, generator).tokens
+    for start in range(0, len(prompts), batch_size):
+        chunk = prompts[start : start + batch_size]
+        generators = [torch.Generator().manual_seed(seed * 1_000_003 + start + i) for i in range(len(chunk))]
+        samples = sample_batch(
+            target, chunk, [tau] * len(chunk), generators, max_new_tokens, eos, pad_token_id
         )
+        responses += [sample.token_ids for sample in samples]
     return Continuations(tau, prompts, responses)
 
 

@@ -25,7 +25,7 @@ def eval_settings(spec: EvalSpec) -> EvalSettings:
     )
 
 
-def test_prompts(spec: SweepSpec, tokenizer: PreTrainedTokenizerBase) -> dict[str, list[list[int]]]:
+def encode_test_prompts(spec: SweepSpec, tokenizer: PreTrainedTokenizerBase) -> dict[str, list[list[int]]]:
     """Token ids of every test prompt per test set, cut to `data.max_prompt_tokens` from the left (the end
     of an Alpaca prompt, "### Response:", is what the model continues from)."""
     splits = build_splits(spec.data)

@@ -143,8 +143,7 @@ class Evaluator:
         if path.exists():
             return Continuations(tau, prompts, json.loads(path.read_text())["responses"])
         s = self.settings
-        continuations = sample_continuations(
-            self.target, prompts, tau, s.max_new_tokens, self.tokenizer.eos_token_id, s.seed
-        )
+        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        continuations = sample_continuations(self.target, prompts, tau, s.max_new_tokens, eos, s.seed, pad)
         _write_atomic(path, json.dumps({"tau": tau, "responses": continuations.responses}))
         return continuations

@@ -1,0 +1,177 @@
+"""Speculative decoding benchmark: every ratio is measured side by side in one run on the same pair.
+
+    .venv/bin/python benchmarks/specdec.py            # the tiny zoo (built and cached on first use)
+    .venv/bin/python benchmarks/specdec.py --quick    # fewer prompts, for a smoke check
+
+1. our exact speculative decoder vs transformers `generate(assistant_model=..., do_sample=True)` with a
+   constant number of assistant tokens (γ), same prompts, τ_dec, max_new_tokens: wall time per emitted token;
+2. analytic vs empirical estimator: time to reach a 95% half-width of 0.01 on `acceptance_rate` for one
+   (draft, τ_dec) cell, projected from the measured variance (half-width ∝ 1/√n, time ∝ n);
+3. seconds per grid cell when 22 drafts × 6 τ_dec are evaluated analytically with shared target passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from specray.config import load_spec
+from specray.models.loading import load_model, load_tokenizer
+from specray.models.zoo import build_zoo
+from specray.specdec.analytic import AnalyticEstimator, sample_continuations
+from specray.specdec.cells import encode_test_prompts
+from specray.specdec.decoder import measure_cost_ratio, speculative_decode
+from specray.specdec.empirical import run_empirical
+from specray.specdec.evaluator import EvalJob, EvalSettings, Evaluator
+
+REPO = Path(__file__).resolve().parents[1]
+TARGET_HALF_WIDTH = 0.01
+
+
+def versus_hf_assisted(target, draft, tokenizer, prompts, tau: float, gamma: int, max_new: int) -> None:
+    draft.generation_config.assistant_confidence_threshold = 0.0  # fixed γ: no early stop of drafting
+    ours = hf = 0.0
+    ours_tokens = hf_tokens = 0
+    for i, prompt in enumerate(prompts):
+        generator = torch.Generator().manual_seed(i)
+        started = time.perf_counter()
+        decoded = speculative_decode(
+            target, draft, prompt, tau, gamma, max_new, tokenizer.eos_token_id, generator
+        )
+        ours += time.perf_counter() - started
+        ours_tokens += len(decoded.tokens)
+        torch.manual_seed(i)
+        input_ids = torch.tensor([prompt])
+        started = time.perf_counter()
+        out = target.generate(
+            input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            assistant_model=draft,
+            do_sample=True,
+            temperature=tau,
+            top_k=0,
+            top_p=1.0,
+            num_assistant_tokens=gamma,
+            num_assistant_tokens_schedule="constant",
+            max_new_tokens=max_new,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        hf += time.perf_counter() - started
+        hf_tokens += out.shape[1] - len(prompt)
+    print(f"[1] τ_dec={tau} γ={gamma} max_new_tokens={max_new} prompts={len(prompts)}")
+    print(f"    ours: {ours:.2f}s for {ours_tokens} tokens = {1000 * ours / ours_tokens:.2f} ms/token")
+    print(
+        f"    HF assisted generate: {hf:.2f}s for {hf_tokens} tokens = {1000 * hf / hf_tokens:.2f} ms/token"
+    )
+    print(
+        f"    ratio ours/HF (time per token): {(ours / ours_tokens) / (hf / hf_tokens):.3f}   (target ≤ 0.8)"
+    )
+
+
+def analytic_vs_empirical(
+    target, draft, tokenizer, prompts: list[list[int]], tau: float, n_empirical: int
+) -> None:
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    c = measure_cost_ratio(target, draft, prompts[0])
+    started = time.perf_counter()
+    continuations = sample_continuations(target, prompts, tau, 48, eos, seed=3, pad_token_id=pad)
+    sampling = time.perf_counter() - started
+    started = time.perf_counter()
+    estimator = AnalyticEstimator(target, continuations, pad)
+    target_pass = time.perf_counter() - started
+    started = time.perf_counter()
+    analytic = asdict(estimator.evaluate(draft, 4, c))
+    draft_pass = time.perf_counter() - started
+    started = time.perf_counter()
+    empirical = asdict(
+        run_empirical(target, draft, prompts[:n_empirical], tau, 4, 48, eos, repeats=5, seed=3)
+    )
+    empirical_time = time.perf_counter() - started
+
+    def projected(seconds: float, half_width: float) -> float:
+        return seconds * (half_width / TARGET_HALF_WIDTH) ** 2
+
+    analytic_full = projected(sampling + target_pass + draft_pass, analytic["acceptance_rate_ci95"])
+    analytic_draft_only = projected(draft_pass, analytic["acceptance_rate_ci95"])
+    empirical_full = projected(empirical_time, empirical["acceptance_rate_ci95"])
+    a_ci, e_ci = analytic["acceptance_rate_ci95"], empirical["acceptance_rate_ci95"]
+    print(
+        f"[2] τ_dec={tau}: analytic α={analytic['acceptance_rate']:.3f} ±{a_ci:.3f} on {len(prompts)} prompts"
+    )
+    print(f"    (sample {sampling:.1f}s + target pass {target_pass:.2f}s + draft pass {draft_pass:.2f}s)")
+    print(
+        f"    empirical α={empirical['acceptance_rate']:.3f} ±{e_ci:.3f} from {empirical['decodes']} decodes"
+    )
+    print(f"    ({empirical_time:.1f}s including the target-only baseline decodes)")
+    print(
+        f"    projected time to ±{TARGET_HALF_WIDTH}: analytic {analytic_full:.1f}s "
+        f"(draft pass only, target work shared: {analytic_draft_only:.1f}s), empirical {empirical_full:.1f}s"
+    )
+    print(
+        f"    ratio analytic/empirical: {analytic_full / empirical_full:.4f} "
+        f"(shared target work amortised: {analytic_draft_only / empirical_full:.4f})   (target ≤ 0.05)"
+    )
+
+
+def grid_seconds_per_cell(zoo, prompts: list[list[int]], n_drafts: int, taus: list[float]) -> None:
+    """22 drafts (perturbed copies of the zoo draft, as distillation would produce) × 6 τ_dec."""
+    settings = EvalSettings(gamma=4, repeats=1, max_new_tokens=48, empirical_prompts=1, cost_ratio=0.3)
+    evaluator = Evaluator(str(zoo.target), {"test": prompts}, settings)
+    tokenizer = load_tokenizer(str(zoo.draft))
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = []
+        for i in range(n_drafts):
+            draft = load_model(str(zoo.draft))
+            with torch.no_grad():
+                for p in draft.parameters():
+                    p.add_(torch.randn_like(p) * 0.01, alpha=float(i > 0))
+            paths.append(str(Path(tmp) / f"draft{i}"))
+            draft.save_pretrained(paths[-1])
+            tokenizer.save_pretrained(paths[-1])
+        started = time.perf_counter()
+        for tau in taus:
+            evaluator.continuations("test", tau)
+        sampling = time.perf_counter() - started
+        started = time.perf_counter()
+        for tau in taus:  # grouped by τ_dec, as the eval pool orders cells
+            for path in paths:
+                evaluator.evaluate(EvalJob(path, path, tau, "test", "analytic"))
+        cells = n_drafts * len(taus)
+        scoring = time.perf_counter() - started
+    print(f"[3] {n_drafts} drafts × {len(taus)} τ_dec = {cells} cells on {len(prompts)} prompts")
+    print(f"    target sampling {sampling:.1f}s (once per τ_dec); scoring {scoring:.1f}s")
+    print(
+        f"    seconds per cell: {(sampling + scoring) / cells:.3f} all-in, {scoring / cells:.3f} scoring only"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer prompts (a smoke check, noisier ratios)")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    spec = load_spec(REPO / "sweeps" / "tiny.yaml")
+    zoo = build_zoo(spec.models.zoo)
+    tokenizer = load_tokenizer(str(zoo.target))
+    prompts = encode_test_prompts(spec, tokenizer)["in_domain"]
+    target, draft = load_model(str(zoo.target)), load_model(str(zoo.draft))
+    machine = platform.processor() or platform.machine()
+    print(f"machine: {machine}, torch {torch.__version__}, {torch.get_num_threads()} threads; zoo {zoo.root}")
+    print(f"c (draft step / target step, measured): {measure_cost_ratio(target, draft, prompts[0]):.3f}")
+    n = 8 if args.quick else 32
+    versus_hf_assisted(target, draft, tokenizer, prompts[:n], tau=1.0, gamma=4, max_new=48)
+    analytic_vs_empirical(target, draft, tokenizer, prompts, tau=1.0, n_empirical=n // 2)
+    grid_seconds_per_cell(zoo, prompts[: 32 if args.quick else 128], 22, [0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
+
+
+if __name__ == "__main__":
+    main()
