@@ -1,0 +1,254 @@
+"""Generation engines behind one small protocol, and the batched sampler they share with distillation.
+
+An engine turns `GenerationRequest`s into `GenerationResult`s. Two engines exist: `transformers` (any HF
+causal LM, CPU or GPU, a hand-written decoding loop below) and `vllm` (GPU clusters, `vllm_engine.py`).
+`make_engine` picks one by the spec's name.
+
+Reproducibility contract: every request samples with its own `torch.Generator`, seeded from
+(run seed, prompt id, τ), and draws from it only while that request is still generating. So a request's
+output does not depend on which other requests share its batch, on the batch size, or on which replica
+runs it — a retried batch after an actor restart reproduces the same rows, and τ = 0 (greedy) and τ > 0
+(same seed) shards are identical across runs. τ is part of the seed so that shards at neighbouring τ_kd
+are independent draws, not the same random stream re-warped (mixtures of τ_kd shards stay diverse).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from specray.config import TeacherSpec
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One response to sample: `prompt` at temperature `tau` (0 = greedy) with at most `max_new_tokens`."""
+
+    prompt_id: str
+    prompt: str
+    tau: float
+    seed: int
+    max_new_tokens: int
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """The sampled response. `response_token_ids` ends with the EOS id when `finish_reason` is "stop"
+    (a student must learn to stop); `response_text` is decoded without special tokens."""
+
+    prompt_id: str
+    tau: float
+    seed: int
+    prompt_token_ids: list[int]
+    response_token_ids: list[int]
+    response_text: str
+    finish_reason: FinishReason
+
+
+class GenerationEngine(Protocol):
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]: ...
+
+    def close(self) -> None: ...
+
+
+def request_seed(seed: int, prompt_id: str, tau: float) -> int:
+    """A 63-bit sampler seed for one request, stable across processes (sha256, never `hash()`)."""
+    digest = hashlib.sha256(f"{seed}\x1f{prompt_id}\x1f{float(tau)!r}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+# ---------------------------------------------------------------- the batched sampler
+
+
+@dataclass(frozen=True)
+class Sample:
+    token_ids: list[int]
+    finish_reason: FinishReason
+
+
+def left_pad(sequences: Sequence[Sequence[int]], pad_token_id: int, device: torch.device | str = "cpu"):
+    """Left-padded ids and mask, so every row's last prompt token sits in the last column.
+
+    -> (input_ids [batch, max_len] int64, attention_mask [batch, max_len] int64 with 0 on padding).
+    """
+    import torch
+
+    width = max(len(s) for s in sequences)
+    input_ids = torch.full((len(sequences), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, ids in enumerate(sequences):
+        if ids:
+            input_ids[row, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long)
+            attention_mask[row, width - len(ids) :] = 1
+    return input_ids.to(device), attention_mask.to(device)
+
+
+def _next_token(logits: torch.Tensor, tau: float, generator: torch.Generator) -> int:
+    """One token from `logits` [vocab]: argmax at τ = 0 (the generator is untouched), else a draw from
+    softmax(logits / τ) with this request's generator."""
+    from specray.ops.warp import sample, warp
+
+    if tau == 0.0:
+        return int(logits.argmax())
+    return int(sample(warp(logits, tau), generator))
+
+
+def sample_batch(
+    model: PreTrainedModel,
+    prompts_token_ids: Sequence[Sequence[int]],
+    taus: Sequence[float],
+    generators: Sequence[torch.Generator],
+    max_new_tokens: int | Sequence[int],
+    eos_token_ids: Collection[int],
+    pad_token_id: int,
+) -> list[Sample]:
+    """Sample one continuation per prompt with a KV cache; row i uses `taus[i]` and `generators[i]`.
+
+    Prompts are left-padded and positions count only real tokens, so a row's logits do not depend on
+    the other rows. A row stops at an EOS id (kept as its last token, reason "stop") or after its
+    `max_new_tokens` (reason "length"); finished rows are fed padding and draw no more random numbers.
+    Runs under no_grad; put a model that is being trained in eval mode first (dropout).
+    """
+    import torch
+
+    count = len(prompts_token_ids)
+    limits = [max_new_tokens] * count if isinstance(max_new_tokens, int) else list(max_new_tokens)
+    if not (len(taus) == len(generators) == len(limits) == count):
+        raise ValueError("prompts_token_ids, taus, generators and max_new_tokens must have the same length")
+    device = next(model.parameters()).device
+    input_ids, attention_mask = left_pad(prompts_token_ids, pad_token_id, device)  # [batch, prompt]
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # padding does not shift positions
+    responses: list[list[int]] = [[] for _ in range(count)]
+    reasons: list[FinishReason | None] = [None] * count
+    cache = None
+    with torch.no_grad():
+        while any(reason is None for reason in reasons):
+            out = model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,  # only the last position is needed: skips the prompt's vocab projection
+            )
+            cache, logits = out.past_key_values, out.logits[:, -1, :]  # [batch, vocab]
+            next_ids = []
+            for row in range(count):
+                if reasons[row] is None:
+                    token = _next_token(logits[row], taus[row], generators[row])
+                    responses[row].append(token)
+                    if token in eos_token_ids:
+                        reasons[row] = "stop"
+                    elif len(responses[row]) >= limits[row]:
+                        reasons[row] = "length"
+                next_ids.append(responses[row][-1] if reasons[row] is None else pad_token_id)
+            input_ids = torch.tensor(next_ids, device=device)[:, None]  # [batch, 1]
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((count, 1))], dim=-1)
+            position_ids = position_ids[:, -1:] + 1
+    return [Sample(tokens, reason) for tokens, reason in zip(responses, reasons, strict=True)]  # type: ignore[arg-type]
+
+
+def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
+    """Every id that ends a response: the tokenizer's EOS and the model's generation config EOS(s)."""
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    configured = getattr(model.generation_config, "eos_token_id", None)
+    ids.update(configured if isinstance(configured, list) else [configured] if configured is not None else [])
+    return ids
+
+
+# ---------------------------------------------------------------- engines
+
+
+class TransformersEngine:
+    """Any HF causal LM, loaded once; batches of `batch_size` requests of similar prompt length."""
+
+    def __init__(
+        self,
+        model_path: str,
+        dtype: str = "auto",
+        trust_remote_code: bool = False,
+        batch_size: int = 32,
+        device: str = "cpu",
+    ) -> None:
+        from specray.models.loading import load_model, load_tokenizer
+
+        self.tokenizer = load_tokenizer(model_path, trust_remote_code)
+        self.model = load_model(model_path, dtype, trust_remote_code, device)
+        self.batch_size = batch_size
+        self.eos_token_ids = eos_token_ids(self.model, self.tokenizer)
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        import torch
+
+        prompt_ids = self.tokenizer([r.prompt for r in requests])["input_ids"]
+        # Similar lengths share a batch (less padding); safe because results do not depend on batching.
+        order = sorted(range(len(requests)), key=lambda i: len(prompt_ids[i]))
+        device = next(self.model.parameters()).device
+        results: dict[int, GenerationResult] = {}
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start : start + self.batch_size]
+            batch = [requests[i] for i in rows]
+            generators = [
+                torch.Generator(device=device).manual_seed(request_seed(r.seed, r.prompt_id, r.tau))
+                for r in batch
+            ]
+            samples = sample_batch(
+                self.model,
+                [prompt_ids[i] for i in rows],
+                [r.tau for r in batch],
+                generators,
+                [r.max_new_tokens for r in batch],
+                self.eos_token_ids,
+                self.tokenizer.pad_token_id,
+            )
+            for i, request, sample in zip(rows, batch, samples, strict=True):
+                results[i] = self._result(request, prompt_ids[i], sample)
+        return [results[i] for i in range(len(requests))]
+
+    def _result(self, request: GenerationRequest, prompt_ids: list[int], sample: Sample) -> GenerationResult:
+        return GenerationResult(
+            prompt_id=request.prompt_id,
+            tau=request.tau,
+            seed=request.seed,
+            prompt_token_ids=list(prompt_ids),
+            response_token_ids=sample.token_ids,
+            response_text=self.tokenizer.decode(sample.token_ids, skip_special_tokens=True),
+            finish_reason=sample.finish_reason,
+        )
+
+    def close(self) -> None:
+        del self.model
+
+
+def _transformers(
+    spec: TeacherSpec, model_path: str, dtype: str, trust_remote_code: bool
+) -> GenerationEngine:
+    device = "cuda" if spec.num_gpus > 0 else "cpu"
+    return TransformersEngine(model_path, dtype, trust_remote_code, spec.batch_size, device)
+
+
+def _vllm(spec: TeacherSpec, model_path: str, dtype: str, trust_remote_code: bool) -> GenerationEngine:
+    from specray.teacher.vllm_engine import VllmEngine
+
+    return VllmEngine(model_path, spec.vllm, spec.seed, trust_remote_code, model_dtype=dtype)
+
+
+EngineFactory = Callable[[TeacherSpec, str, str, bool], GenerationEngine]
+ENGINES: dict[str, EngineFactory] = {"transformers": _transformers, "vllm": _vllm}
+
+
+def make_engine(
+    spec: TeacherSpec, model_path: str, dtype: str = "auto", trust_remote_code: bool = False
+) -> GenerationEngine:
+    """The engine `spec.engine` names, hosting the model at `model_path` (an HF name or local dir)."""
+    if spec.engine not in ENGINES:
+        raise ValueError(f"unknown teacher engine {spec.engine!r}; valid: {', '.join(sorted(ENGINES))}")
+    return ENGINES[spec.engine](spec, model_path, dtype, trust_remote_code)
