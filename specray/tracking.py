@@ -1,0 +1,209 @@
+"""Every MLflow call in specray lives here.
+
+Layout of a sweep in MLflow (experiment = the sweep's name, or `tracking.experiment`):
+- one parent run per sweep invocation, tagged `specray.role=sweep` and `specray.sweep_key=<hash of the
+  resolved spec>`, with the resolved spec as params (flattened: `eval.gamma`, ...) and as `spec.yaml`;
+  figures and tables of the report are its artifacts. Re-running a sweep whose parent did not finish
+  resumes that parent instead of starting another;
+- one child run per draft (`mlflow.parentRunId` set), tagged `draft`, `paradigm`, `tau_kd`, `mixture`, with
+  its training curves (metrics with steps) and one metric per evaluation cell, named
+  `<metric>/<test_set>/tau_dec_<x>` (MLflow metric names cannot contain "=").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities import Metric, Param, RunStatus, RunTag
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from specray.config import SweepSpec, dump_spec
+from specray.errors import SpecError
+
+log = logging.getLogger(__name__)
+
+ACCEPTANCE_RATE = "acceptance_rate"
+DRAFT_ACCEPTANCE = "draft_acceptance"
+BLOCK_EFFICIENCY = "block_efficiency"
+SPEEDUP_MODEL = "speedup_model"
+SPEEDUP = "speedup"
+EMPIRICAL_ACCEPTANCE_RATE = "empirical_acceptance_rate"
+EMPIRICAL_BLOCK_EFFICIENCY = "empirical_block_efficiency"
+# record field -> metric name, per estimator (analytic block efficiency: the per-position simulation)
+CELL_METRICS = {
+    "analytic": {
+        "acceptance_rate": ACCEPTANCE_RATE,
+        "block_efficiency_simulated": BLOCK_EFFICIENCY,
+        "speedup_model": SPEEDUP_MODEL,
+    },
+    "empirical": {
+        "acceptance_rate": EMPIRICAL_ACCEPTANCE_RATE,
+        "draft_acceptance": DRAFT_ACCEPTANCE,
+        "block_efficiency": EMPIRICAL_BLOCK_EFFICIENCY,
+        "speedup": SPEEDUP,
+    },
+}
+ROLE, SWEEP_KEY, PARENT = "specray.role", "specray.sweep_key", "mlflow.parentRunId"
+MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param value
+
+
+class TrackingError(RuntimeError):
+    """MLflow is unreachable or refused a call; the message names the tracking URI."""
+
+
+def metric_key(name: str) -> str:
+    """A metric name MLflow accepts: `acceptance_rate/tau_dec=0.6` becomes `acceptance_rate/tau_dec_0.6`."""
+    return name.replace("=", "_")
+
+
+def cell_key(metric: str, test_set: str, tau_dec: float) -> str:
+    return f"{metric}/{test_set}/tau_dec_{tau_dec:g}"
+
+
+def cell_metrics(record: Mapping[str, Any]) -> dict[str, float]:
+    """The metrics one evaluation record contributes to its draft's run."""
+    names = CELL_METRICS[record["estimator"]]
+    return {
+        cell_key(metric, record["test_set"], record["tau_dec"]): float(record[field])
+        for field, metric in names.items()
+        if record.get(field) is not None and math.isfinite(float(record[field]))
+    }
+
+
+def sweep_key(spec: SweepSpec) -> str:
+    """Identity of a sweep's work: the resolved spec minus where it is tracked."""
+    payload = spec.model_dump(mode="json", exclude={"tracking", "ray"})
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def flatten(node: Any, prefix: str = "") -> dict[str, str]:
+    """`{"eval": {"gamma": 4}}` -> `{"eval.gamma": "4"}`; lists stay JSON."""
+    if isinstance(node, dict):
+        out: dict[str, str] = {}
+        for key, value in node.items():
+            out.update(flatten(value, f"{prefix}{key}."))
+        return out
+    text = json.dumps(node) if isinstance(node, list | bool) or node is None else str(node)
+    return {prefix.rstrip("."): text[:MAX_PARAM_LENGTH]}
+
+
+class Tracker:
+    """A sweep's MLflow experiment, with run lookup by tags so a resumed sweep finds its own runs."""
+
+    def __init__(self, uri: str, experiment: str):
+        self.uri = uri
+        self.client = MlflowClient(tracking_uri=uri)
+        self.experiment_id = self._call(self._experiment, experiment)
+
+    def _call(self, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except MlflowException as e:
+            raise TrackingError(f"MLflow at {self.uri}: {e.message.splitlines()[0]}") from e
+        except OSError as e:  # connection refused, DNS, unwritable sqlite file
+            raise TrackingError(f"MLflow at {self.uri} is unreachable ({e})") from e
+
+    def _experiment(self, name: str) -> str:
+        found = self.client.get_experiment_by_name(name)
+        return found.experiment_id if found else self.client.create_experiment(name)
+
+    def _find(self, filter_string: str) -> list:
+        return self._call(
+            self.client.search_runs,
+            [self.experiment_id],
+            filter_string,
+            order_by=["attributes.start_time DESC"],
+        )
+
+    def parent_run(self, spec: SweepSpec) -> tuple[str, bool]:
+        """The parent run; an unfinished one with the same sweep key is resumed. -> (run id, resumed)."""
+        key = sweep_key(spec)
+        for run in self._find(f"tags.`{ROLE}` = 'sweep' AND tags.`{SWEEP_KEY}` = '{key}'"):
+            if run.info.status != RunStatus.to_string(RunStatus.FINISHED):
+                self._call(self.client.update_run, run.info.run_id, status="RUNNING")
+                return run.info.run_id, True
+        tags = {ROLE: "sweep", SWEEP_KEY: key}
+        run = self._call(
+            self.client.create_run, self.experiment_id, tags=tags, run_name=f"{spec.name}-{key[:6]}"
+        )
+        params = [Param(k, v) for k, v in flatten(spec.model_dump(mode="json")).items()]
+        for start in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
+            self._call(self.client.log_batch, run.info.run_id, params=params[start : start + 100])
+        self._call(self.client.log_text, run.info.run_id, dump_spec(spec), "spec.yaml")
+        return run.info.run_id, False
+
+    def child_run(self, parent_id: str, draft: str, tags: Mapping[str, str]) -> str:
+        """The draft's run under the parent, created once."""
+        existing = self._find(f"tags.`{PARENT}` = '{parent_id}' AND tags.draft = '{draft}'")
+        if existing:
+            return existing[0].info.run_id
+        all_tags = {PARENT: parent_id, ROLE: "draft", "draft": draft, **tags}
+        return self._call(
+            self.client.create_run, self.experiment_id, tags=all_tags, run_name=draft
+        ).info.run_id
+
+    def children(self, parent_id: str) -> list:
+        return self._find(f"tags.`{PARENT}` = '{parent_id}'")
+
+    def metric_keys(self, run_id: str) -> set[str]:
+        return set(self._call(self.client.get_run, run_id).data.metrics)
+
+    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0) -> None:
+        now = _now_ms()
+        batch = [Metric(metric_key(k), float(v), now, step) for k, v in metrics.items()]
+        for start in range(0, len(batch), 1000):
+            self._call(self.client.log_batch, run_id, metrics=batch[start : start + 1000])
+
+    def log_curves(self, run_id: str, curves: Iterable[Mapping[str, Any]]) -> None:
+        """Training curves: every numeric field of each report, at its `step`."""
+        now = _now_ms()
+        batch = [
+            Metric(metric_key(k), float(v), now, int(row["step"]))
+            for row in curves
+            for k, v in row.items()
+            if k != "step" and isinstance(v, int | float) and math.isfinite(v)
+        ]
+        for start in range(0, len(batch), 1000):
+            self._call(self.client.log_batch, run_id, metrics=batch[start : start + 1000])
+
+    def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
+        self._call(self.client.log_batch, run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def log_artifacts(self, run_id: str, local_dir: Path, artifact_path: str | None = None) -> None:
+        self._call(self.client.log_artifacts, run_id, str(local_dir), artifact_path)
+
+    def log_dict(self, run_id: str, payload: Any, artifact_file: str) -> None:
+        self._call(self.client.log_dict, run_id, payload, artifact_file)
+
+    def download(self, run_id: str, path: str, destination: Path) -> Path:
+        return Path(self._call(self.client.download_artifacts, run_id, path, str(destination)))
+
+    def finish(self, run_id: str, ok: bool = True) -> None:
+        self._call(self.client.set_terminated, run_id, "FINISHED" if ok else "FAILED")
+
+    def run(self, run_id: str):
+        return self._call(self.client.get_run, run_id)
+
+    def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
+        return [(m.step, m.value) for m in self._call(self.client.get_metric_history, run_id, key)]
+
+
+def open_tracker(uri: str, experiment: str) -> Tracker:
+    """A Tracker, or a SpecError naming the URI when MLflow cannot be reached before any work starts."""
+    try:
+        return Tracker(uri, experiment)
+    except TrackingError as e:
+        raise SpecError(f"tracking.uri: {e}") from None
+
+
+def _now_ms() -> int:
+    import time
+
+    return int(time.time() * 1000)
