@@ -52,9 +52,9 @@ class EvalSettings:
     batch_size: int = 16
 
 
-def _continuations_path(target_id: str, prompts: list[list[int]], tau: float, settings: EvalSettings) -> Path:
+def _continuations_key(target_id: str, prompts: list[list[int]], tau: float, settings: EvalSettings) -> str:
     payload = json.dumps([target_id, prompts, tau, settings.max_new_tokens, settings.seed])
-    return cache_dir() / "continuations" / f"{hashlib.sha256(payload.encode()).hexdigest()[:20]}.json"
+    return hashlib.sha256(payload.encode()).hexdigest()[:20]
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -76,8 +76,10 @@ class Evaluator:
         dtype: str = "auto",
         trust_remote_code: bool = False,
         device: str = "cpu",
+        continuations_dir: Path | None = None,
     ):
         self.target_path, self.prompts, self.settings = target_path, prompts, settings
+        self.continuations_dir = continuations_dir or cache_dir() / "continuations"
         self.tokenizer = load_tokenizer(target_path, trust_remote_code)
         self.target = load_model(target_path, dtype, trust_remote_code, device)
         self.dtype, self.trust_remote_code, self.device = dtype, trust_remote_code, device
@@ -139,7 +141,8 @@ class Evaluator:
     def continuations(self, test_set: str, tau: float) -> Continuations:
         """Target samples for a test set at τ, from the disk cache or sampled once and cached."""
         prompts = self.prompts[test_set]
-        path = _continuations_path(self.target_path, prompts, tau, self.settings)
+        key = _continuations_key(self.target_path, prompts, tau, self.settings)
+        path = self.continuations_dir / f"{key}.json"
         if path.exists():
             return Continuations(tau, prompts, json.loads(path.read_text())["responses"])
         s = self.settings
