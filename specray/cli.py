@@ -118,6 +118,134 @@ def data_show(sweep: Path = SweepArg, overrides: list[str] = OverridesArg, n: in
                 typer.echo(f"  [reference] {example.output!r}")
 
 
+@app.command()
+def generate(sweep: Path = SweepArg, overrides: list[str] = OverridesArg) -> None:
+    """Sample the teacher's response to every train prompt at every τ_kd into cached Parquet shards."""
+    from specray.teacher.pool import generate_teacher_shards
+
+    with user_errors():
+        reports = generate_teacher_shards(load_spec(sweep, overrides or []))
+    for report in reports.values():
+        typer.echo(report.describe())
+    if all(report.cached for report in reports.values()):
+        typer.echo(f"cache hit for all {len(reports)} τ_kd shards: nothing generated")
+
+
+@app.command()
+def distill(
+    sweep: Path = SweepArg,
+    overrides: list[str] = OverridesArg,
+    paradigm: str = typer.Option("offline", "--paradigm", help="offline (SeqKD) or online (KD)."),
+    tau_kd: float | None = typer.Option(None, "--tau-kd", help="Distil on the teacher shard of this τ_kd."),
+    mixture: str | None = typer.Option(None, "--mixture", help="Or a τ_kd mixture: 0.7:1,0.8:1,0.9:1."),
+    output: Path | None = typer.Option(None, "--output", help="Draft dir [OUTPUT_DIR/NAME/drafts/…]."),
+) -> None:
+    """Distil the sweep's draft on teacher shards with Ray Train; print progress and acceptance per τ_dec."""
+    from specray.distill.loop import draft_name, parse_mixture
+    from specray.distill.ray_train import distill as run_distill
+    from specray.errors import SpecError
+
+    with user_errors():
+        spec = load_spec(sweep, overrides or [])
+        if (tau_kd is None) == (mixture is None):
+            raise SpecError("give exactly one of --tau-kd TAU or --mixture TAU:WEIGHT,...")
+        weights = {tau_kd: 1.0} if tau_kd is not None else parse_mixture(mixture or "")
+        name = draft_name(paradigm, weights)
+        target = output or Path(spec.output_dir) / spec.name / "drafts" / name
+        typer.echo(f"distilling {name} for {spec.distill.steps} steps -> {target}")
+        result = run_distill(spec, paradigm, weights, target, report=_print_curve)
+    typer.echo(f"draft written to {result.output_dir}")
+    first, last = result.curves[0], result.curves[-1]
+    for key in (k for k in last if k.startswith("acceptance_rate/")):
+        tau_dec = key.split("=", 1)[1]
+        typer.echo(f"  acceptance_rate at τ_dec={tau_dec}: {first[key]:.3f} (step 0) -> {last[key]:.3f}")
+
+
+def _print_curve(curve: dict) -> None:
+    parts = [f"step {curve['step']}"]
+    parts += [f"loss {curve['loss']:.4f}", f"{curve['tokens_per_s']:.0f} tokens/s"] if "loss" in curve else []
+    parts += [f"α@{k.split('=', 1)[1]} {v:.3f}" for k, v in curve.items() if k.startswith("acceptance_rate/")]
+    typer.echo("  " + "  ".join(parts))
+
+
+@app.command()
+def evaluate(
+    sweep: Path = SweepArg,
+    overrides: list[str] = OverridesArg,
+    drafts: list[str] = typer.Option(
+        None,
+        "--draft",
+        help="Draft model dir or HF name (repeatable); default: the spec's un-distilled draft.",
+    ),
+    output: Path | None = typer.Option(None, "--output", help="Also write every cell's record as JSON here."),
+) -> None:
+    """Measure acceptance and speedup of drafts per τ_dec (analytic for all cells, empirical where named)."""
+    import json
+
+    from specray.cluster.runtime import ray_session
+    from specray.models.loading import load_tokenizer, resolve_model_path
+    from specray.specdec.cells import check_drafts, encode_test_prompts, eval_settings, plan_jobs
+    from specray.specdec.workers import EvalPool
+
+    with user_errors():
+        spec = load_spec(sweep, overrides or [])
+        target_path = resolve_model_path(spec.models.target, spec.models.zoo)
+        paths = drafts or [resolve_model_path(spec.models.draft, spec.models.zoo)]
+        named = {("non-distill" if not drafts else path): path for path in paths}
+        check_drafts(target_path, named)
+        prompts = encode_test_prompts(spec, load_tokenizer(target_path))
+    target = spec.models.target
+    pool_args = (target_path, prompts, eval_settings(spec.eval), spec.eval.replicas, spec.eval.num_cpus)
+    with (
+        ray_session(spec.ray),
+        EvalPool(
+            *pool_args, spec.eval.num_gpus, dtype=target.dtype, trust_remote_code=target.trust_remote_code
+        ) as pool,
+    ):
+        records = pool.run(plan_jobs(spec.eval, named))
+    _print_eval_table(records)
+    if output:
+        output.write_text(json.dumps(records, indent=2))
+        typer.echo(f"wrote {len(records)} records to {output}")
+
+
+def _print_eval_table(records: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    groups: dict[tuple[str, str], dict[float, dict]] = {}
+    for r in records:
+        groups.setdefault((r["draft"], r["test_set"]), {}).setdefault(r["tau_dec"], {})[r["estimator"]] = r
+    for (draft, test_set), by_tau in groups.items():
+        table = Table(title=f"{draft} on {test_set} (γ={records[0]['gamma']})")
+        for column in (
+            "τ_dec",
+            "acceptance_rate",
+            "block_efficiency",
+            "speedup_model",
+            "empirical α",
+            "speedup",
+        ):
+            table.add_column(column, justify="right")
+        for tau, cells in sorted(by_tau.items()):
+            analytic, empirical = cells.get("analytic", {}), cells.get("empirical", {})
+            table.add_row(
+                f"{tau:g}",
+                _fmt(analytic.get("acceptance_rate"), analytic.get("acceptance_rate_ci95")),
+                _fmt(analytic.get("block_efficiency_simulated")),
+                _fmt(analytic.get("speedup_model")),
+                _fmt(empirical.get("acceptance_rate"), empirical.get("acceptance_rate_ci95")),
+                _fmt(empirical.get("speedup")),
+            )
+        Console(width=max(120, Console().width)).print(table)
+
+
+def _fmt(value: float | None, ci95: float | None = None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f}" + (f" ±{ci95:.3f}" if ci95 is not None else "")
+
+
 def _set_threads() -> None:
     import os
 

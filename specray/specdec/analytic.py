@@ -55,8 +55,8 @@ def sample_continuations(
     pad_token_id: int = 0,
     batch_size: int = 32,
 ) -> Continuations:
-    """One target sample per prompt at τ, batched with a KV cache. Prompt i draws from its own seeded
-    generator, so the samples do not depend on batch size or order."""
+    """One target sample per prompt at τ, batched with a KV cache. The i-th prompt draws from its own
+    generator seeded by (seed, i), so the samples do not depend on the batch size."""
     from specray.teacher.engines import sample_batch
 
     eos = {eos_token_id} if eos_token_id is not None else set()

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from specray.config import TeacherSpec
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch is imported where used: a cache-hit `specray generate` never loads it
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -74,7 +74,9 @@ class Sample:
     finish_reason: FinishReason
 
 
-def left_pad(sequences: Sequence[Sequence[int]], pad_token_id: int, device: torch.device | str = "cpu"):
+def left_pad(
+    sequences: Sequence[Sequence[int]], pad_token_id: int, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-padded ids and mask, so every row's last prompt token sits in the last column.
 
     -> (input_ids [batch, max_len] int64, attention_mask [batch, max_len] int64 with 0 on padding).
@@ -126,11 +128,12 @@ def sample_batch(
     device = next(model.parameters()).device
     input_ids, attention_mask = left_pad(prompts_token_ids, pad_token_id, device)  # [batch, prompt]
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # padding does not shift positions
-    responses: list[list[int]] = [[] for _ in range(count)]
-    reasons: list[FinishReason | None] = [None] * count
+    rows = [
+        _Row(tau, generator, limit) for tau, generator, limit in zip(taus, generators, limits, strict=True)
+    ]
     cache = None
     with torch.no_grad():
-        while any(reason is None for reason in reasons):
+        while any(row.finish_reason is None for row in rows):
             out = model(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
@@ -140,20 +143,34 @@ def sample_batch(
                 logits_to_keep=1,  # only the last position is needed: skips the prompt's vocab projection
             )
             cache, logits = out.past_key_values, out.logits[:, -1, :]  # [batch, vocab]
-            next_ids = []
-            for row in range(count):
-                if reasons[row] is None:
-                    token = _next_token(logits[row], taus[row], generators[row])
-                    responses[row].append(token)
-                    if token in eos_token_ids:
-                        reasons[row] = "stop"
-                    elif len(responses[row]) >= limits[row]:
-                        reasons[row] = "length"
-                next_ids.append(responses[row][-1] if reasons[row] is None else pad_token_id)
+            next_ids = [row.step(logits[i], eos_token_ids, pad_token_id) for i, row in enumerate(rows)]
             input_ids = torch.tensor(next_ids, device=device)[:, None]  # [batch, 1]
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones((count, 1))], dim=-1)
             position_ids = position_ids[:, -1:] + 1
-    return [Sample(tokens, reason) for tokens, reason in zip(responses, reasons, strict=True)]  # type: ignore[arg-type]
+    return [Sample(row.tokens, row.finish_reason) for row in rows]  # type: ignore[arg-type]
+
+
+@dataclass
+class _Row:
+    """One sequence of a batch being decoded."""
+
+    tau: float
+    generator: torch.Generator
+    limit: int
+    tokens: list[int] = field(default_factory=list)
+    finish_reason: FinishReason | None = None
+
+    def step(self, logits: torch.Tensor, eos_token_ids: Collection[int], pad_token_id: int) -> int:
+        """Append the next token (if still running); returns the id to feed at the next position."""
+        if self.finish_reason is not None:
+            return pad_token_id
+        token = _next_token(logits, self.tau, self.generator)
+        self.tokens.append(token)
+        if token in eos_token_ids:
+            self.finish_reason = "stop"
+        elif len(self.tokens) >= self.limit:
+            self.finish_reason = "length"
+        return token
 
 
 def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:

@@ -29,9 +29,9 @@ def specray(*args: str, cache: Path | None = None) -> subprocess.CompletedProces
 def test_help_lists_only_implemented_commands() -> None:
     result = specray("--help")
     assert result.returncode == 0
-    for command in ("validate", "zoo", "data"):
+    for command in ("validate", "zoo", "data", "generate", "evaluate"):
         assert command in result.stdout
-    for future in ("run", "tune", "submit", "distill", "generate", "evaluate", "report"):
+    for future in ("run", "tune", "submit", "report"):
         assert f"│ {future} " not in result.stdout
 
 

@@ -1,0 +1,448 @@
+"""The teacher generator pool: Ray actors hosting one generation engine each, filling Parquet shards.
+
+Design. Each replica is a thin actor (`TeacherActor`: load once, `generate`, `close`) created by one
+factory, `make_teacher_pool`, with the spec's `num_cpus`/`num_gpus` and `max_restarts` + `max_task_retries`.
+Batches are dispatched through Ray's `ActorPool`, two per replica at a time (one running, one queued).
+Fault tolerance is Ray's own: when a replica dies, Ray restarts it (the constructor reloads the model) and
+re-runs the batches it held. Exactly-once rows
+follow from three facts: every request sits in exactly one batch, the driver receives each batch's result
+once (the lost attempt never returns) and is the only writer of part files, and a re-run batch reproduces
+the same rows (per-request seeds, see `engines.py`). Part files are written atomically as batches finish,
+so an interrupted run resumes with only the missing prompts; a τ's shard is compacted as soon as its last
+prompt arrives.
+
+Why not Ray Data `map_batches` with an `ActorPoolStrategy`: it also retries, but its output would still
+have to be routed back to per-τ shards with our atomic-write/manifest/resume rules, it brings its own
+executor, resource reservations and progress bars (heavy on a 2-core laptop), and it hides the per-batch
+completion events that drive resume and tokens/s per temperature. On GPU clusters `ray.data.llm` could
+replace the vLLM engine, but per-request seeds and the shard layout would have to be re-plumbed.
+
+One pass carries every temperature: requests are sorted by τ, cut into batches of `teacher.batch_size`,
+and a batch may mix temperatures (each request has its own τ and seed).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import pyarrow as pa
+import ray
+from ray.util.actor_pool import ActorPool
+from tqdm.auto import tqdm
+
+from specray.cluster.runtime import ray_session
+from specray.config import SweepSpec, TeacherSpec
+from specray.data.examples import Example
+from specray.data.shards import (
+    ShardKey,
+    done_prompt_ids,
+    finalize_shard,
+    is_complete,
+    read_shard,
+    shard_dir,
+    shard_key,
+    write_part,
+)
+from specray.data.templates import format_prompt
+from specray.errors import USER_ERRORS, DataError, SpecError
+from specray.teacher.engines import GenerationRequest, GenerationResult, make_engine
+
+log = logging.getLogger(__name__)
+
+# A replica that keeps dying (out of memory on every batch) must fail the run, not loop forever.
+MAX_RESTARTS = 3
+QUEUE_DEPTH = 2  # batches submitted to a replica at once
+
+
+class TeacherActor:
+    """One replica: loads its engine once; CPU replicas use as many torch threads as CPUs reserved."""
+
+    def __init__(
+        self, spec: TeacherSpec, model_path: str, dtype: str, trust_remote_code: bool, threads: int | None
+    ) -> None:
+        import torch
+        from transformers.utils import logging as hf_logging
+
+        if threads is not None:
+            torch.set_num_threads(threads)  # N replicas x T threads must not oversubscribe the cores
+        hf_logging.disable_progress_bar()
+        self.error: Exception | None = None
+        try:
+            self.engine = make_engine(spec, model_path, dtype, trust_remote_code)
+        except USER_ERRORS as e:
+            # Raised again from `ready`: Ray keeps a task error's type and message (the CLI shows one clear
+            # line), while a constructor error becomes an opaque ActorDiedError.
+            self.error = e
+
+    def ready(self) -> dict[str, int]:
+        import torch
+
+        if self.error is not None:
+            raise self.error
+        return {"pid": os.getpid(), "threads": torch.get_num_threads()}
+
+    def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
+        return self.engine.generate(requests)
+
+    def close(self) -> None:
+        if self.error is None:
+            self.engine.close()
+
+
+class GenerationPool(Protocol):
+    def generate(
+        self, requests: Sequence[GenerationRequest], on_results: Callable[[list[GenerationResult]], None]
+    ) -> None: ...
+
+
+@dataclass
+class TeacherPool:
+    """Handles to the replicas. `generate` streams each finished batch to `on_results` (driver side)."""
+
+    actors: list[Any]
+    batch_size: int
+    placement_groups: list[Any] = field(default_factory=list)
+
+    def generate(
+        self, requests: Sequence[GenerationRequest], on_results: Callable[[list[GenerationResult]], None]
+    ) -> None:
+        # Each replica appears twice: one batch runs while the next waits in its queue, so a replica never
+        # idles while the driver saves the previous batch.
+        pool = ActorPool(self.actors * QUEUE_DEPTH)
+        batches = [list(requests[i : i + self.batch_size]) for i in range(0, len(requests), self.batch_size)]
+        for batch in batches:
+            while not pool.has_free():
+                on_results(pool.get_next_unordered())
+            pool.submit(lambda actor, b: actor.generate.remote(b), batch)
+        while pool.has_next():
+            on_results(pool.get_next_unordered())
+
+    def close(self) -> None:
+        """Release the engines (vLLM frees GPU memory), then the actors and their placement groups."""
+        ray.get([actor.close.remote() for actor in self.actors])
+        self.kill()
+
+    def kill(self) -> None:
+        for actor in self.actors:
+            ray.kill(actor)
+        for group in self.placement_groups:
+            ray.util.remove_placement_group(group)
+
+    def __enter__(self) -> TeacherPool:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:  # e.g. Ctrl-C: do not wait for the batches still queued on the replicas
+            self.kill()
+
+
+def _replica_options(spec: TeacherSpec) -> tuple[dict[str, Any], Any]:
+    """Ray options for one replica, and the placement group it needs (tensor-parallel vLLM only)."""
+    options = {"max_restarts": MAX_RESTARTS, "max_task_retries": MAX_RESTARTS, "num_cpus": spec.num_cpus}
+    tensor_parallel = spec.vllm.tensor_parallel_size if spec.engine == "vllm" else 1
+    if tensor_parallel == 1:
+        return options | {"num_gpus": spec.num_gpus}, None
+    # vLLM starts one Ray worker per GPU; they land in this replica's group (captured child tasks), packed
+    # on one node for NVLink. The actor itself only drives them and holds no GPU.
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    group = placement_group([{"GPU": 1, "CPU": 1}] * tensor_parallel, strategy="STRICT_PACK")
+    strategy = PlacementGroupSchedulingStrategy(group, 0, placement_group_capture_child_tasks=True)
+    return options | {"num_cpus": 0, "num_gpus": 0, "scheduling_strategy": strategy}, group
+
+
+def make_teacher_pool(
+    spec: TeacherSpec, model_path: str, dtype: str = "auto", trust_remote_code: bool = False
+) -> TeacherPool:
+    """Start `spec.replicas` teacher actors (Ray must be initialised) and wait until each has loaded."""
+    tensor_parallel = spec.vllm.tensor_parallel_size
+    if spec.engine == "vllm" and spec.num_gpus != tensor_parallel:
+        raise SpecError(
+            f"teacher.num_gpus ({spec.num_gpus:g}) must equal teacher.vllm.tensor_parallel_size "
+            f"({tensor_parallel}) for the vllm engine: each replica holds one model over that many GPUs"
+        )
+    threads = max(1, int(spec.num_cpus)) if spec.num_gpus == 0 else None
+    actor_class = ray.remote(TeacherActor)
+    actors, groups = [], []
+    for _ in range(spec.replicas):
+        options, group = _replica_options(spec)
+        actors.append(
+            actor_class.options(**options).remote(spec, model_path, dtype, trust_remote_code, threads)
+        )
+        groups += [group] if group is not None else []
+    pool = TeacherPool(actors, spec.batch_size, groups)
+    try:
+        ready = ray.get([actor.ready.remote() for actor in actors])
+    except ray.exceptions.RayTaskError as e:
+        pool.kill()
+        raise (e.cause if isinstance(e.cause, USER_ERRORS) else e) from None
+    log.info("teacher pool: %d %s replicas ready (%s)", len(actors), spec.engine, ready)
+    return pool
+
+
+# ---------------------------------------------------------------- filling shards
+
+
+@dataclass
+class ShardReport:
+    """What happened to one τ's shard in one call: a cache hit, or how much was generated and how fast."""
+
+    tau: float
+    path: Path
+    cached: bool
+    rows: int
+    split: str
+    generated: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def describe(self) -> str:
+        if self.cached:
+            return f"τ={self.tau:g}: cache hit, {self.rows} responses, nothing generated ({self.path})"
+        if not self.generated:
+            return f"τ={self.tau:g}: completed from saved parts, {self.rows} responses ({self.path})"
+        return (
+            f"τ={self.tau:g}: generated {self.generated} of {self.rows} responses, {self.tokens} tokens in "
+            f"{self.seconds:.1f}s ({self.tokens_per_s:.0f} tokens/s) -> {self.path}"
+        )
+
+
+@dataclass
+class _Progress:
+    """Driver-side bookkeeping of one τ during a pass."""
+
+    key: ShardKey
+    missing: set[str]
+    report: ShardReport
+
+
+def _requests(
+    progress: Mapping[float, _Progress], examples: Sequence[Example], template: str
+) -> list[GenerationRequest]:
+    """Every missing (prompt, τ), sorted by τ so a temperature's batches run together."""
+    requests = []
+    for tau, state in sorted(progress.items()):
+        for example in examples:
+            if example.id in state.missing:
+                prompt = format_prompt(example.instruction, example.input, template)
+                requests.append(
+                    GenerationRequest(example.id, prompt, tau, state.key.seed, state.key.max_new_tokens)
+                )
+    return requests
+
+
+def _row(result: GenerationResult, prompt: str, teacher: str) -> dict[str, Any]:
+    return {
+        "prompt_id": result.prompt_id,
+        "prompt": prompt,
+        "response": result.response_text,
+        "prompt_token_ids": result.prompt_token_ids,
+        "response_token_ids": result.response_token_ids,
+        "tau": result.tau,
+        "seed": result.seed,
+        "teacher": teacher,
+        "finish_reason": result.finish_reason,
+    }
+
+
+def _run_pass(
+    pool: GenerationPool,
+    requests: list[GenerationRequest],
+    progress: dict[float, _Progress],
+    prompt_ids: list[str],
+    root: Path | None,
+    show_progress: bool,
+) -> None:
+    """Generate `requests`, saving each finished batch as part files and completing shards as they fill.
+
+    Timing: the wall time since the previous batch arrived is charged to the temperatures of the batch
+    that just arrived, by row share. With R busy replicas a batch arrives every ~(batch time / R), so
+    per-τ tokens/s is the whole pool's throughput on that τ, and the per-τ seconds add up to the wall time.
+    """
+    prompts = {(r.tau, r.prompt_id): r.prompt for r in requests}
+    last = time.perf_counter()
+    bar = tqdm(total=len(requests), desc="teacher", unit="resp", disable=not show_progress)
+
+    def on_results(results: list[GenerationResult]) -> None:
+        nonlocal last
+        now, elapsed = time.perf_counter(), time.perf_counter() - last
+        last = now
+        by_tau: dict[float, list[GenerationResult]] = defaultdict(list)
+        for result in results:
+            by_tau[result.tau].append(result)
+        for tau, group in by_tau.items():
+            state = progress[tau]
+            rows = [_row(r, prompts[(tau, r.prompt_id)], state.key.teacher) for r in group]
+            write_part(state.key, rows, root)
+            state.missing -= {r.prompt_id for r in group}
+            state.report.generated += len(group)
+            state.report.tokens += sum(len(r.response_token_ids) for r in group)
+            state.report.seconds += elapsed * len(group) / len(results)
+            if not state.missing:
+                finalize_shard(state.key, prompt_ids, root, {"tau": tau, "split": state.report.split})
+        bar.update(len(results))
+        rates = [f"τ={t:g} {s.report.tokens_per_s:.0f}" for t, s in progress.items() if s.report.generated]
+        bar.set_postfix_str("tok/s " + ", ".join(rates))
+
+    with bar:
+        pool.generate(requests, on_results)
+
+
+def _check_prompt_ids(examples: Sequence[Example], split: str) -> list[str]:
+    ids = [example.id for example in examples]
+    if len(set(ids)) != len(ids):
+        repeated = sorted({i for i in ids if ids.count(i) > 1})[:5]
+        raise DataError(f"split {split!r}: example ids must be unique to key responses; repeated: {repeated}")
+    return ids
+
+
+def _plan(
+    spec: SweepSpec,
+    examples: Sequence[Example],
+    temperatures: Sequence[float],
+    max_new_tokens: int,
+    seed: int,
+    split: str,
+    root: Path | None,
+) -> tuple[dict[float, ShardReport], dict[float, _Progress]]:
+    """A report per τ, and the bookkeeping of every τ that still misses prompts."""
+    prompt_ids = _check_prompt_ids(examples, split)
+    reports: dict[float, ShardReport] = {}
+    progress: dict[float, _Progress] = {}
+    for tau in temperatures:
+        key = shard_key(spec, examples, tau, max_new_tokens, seed)
+        cached = is_complete(key, root)
+        missing = set(prompt_ids) - done_prompt_ids(key, root)  # validates saved files (DataError if bad)
+        reports[tau] = ShardReport(tau, shard_dir(key, root), cached, len(prompt_ids), split)
+        if missing:
+            progress[tau] = _Progress(key, missing, reports[tau])
+        elif not cached:  # every row was saved but the last run died before compacting them
+            finalize_shard(key, prompt_ids, root, {"tau": tau, "split": split})
+    return reports, progress
+
+
+def generate_shards(
+    spec: SweepSpec,
+    examples: Sequence[Example],
+    temperatures: Sequence[float],
+    max_new_tokens: int,
+    seed: int,
+    split: str,
+    *,
+    pool: GenerationPool | None = None,
+    root: Path | None = None,
+    show_progress: bool = True,
+) -> dict[float, ShardReport]:
+    """Make sure a complete shard of `examples` exists for every τ: reuse complete ones, finish partial
+    ones, generate the rest in one pass. Starts Ray (per `spec.ray`) and a teacher pool over the sweep's
+    target only when something is missing, unless a `pool` (hosting that same model) is given."""
+    reports, progress = _plan(spec, examples, temperatures, max_new_tokens, seed, split, root)
+    if progress:
+        requests = _requests(progress, examples, spec.data.template)
+        prompt_ids = [example.id for example in examples]
+        with nullcontext(pool) if pool is not None else _own_pool(spec) as active:
+            _run_pass(active, requests, progress, prompt_ids, root, show_progress)
+    return reports
+
+
+@contextmanager
+def _own_pool(spec: SweepSpec) -> Iterator[TeacherPool]:
+    """Ray per the spec, the teacher model (building the zoo if needed), and a pool over it."""
+    from specray.models.loading import resolve_model_path
+
+    target = spec.models.target
+    if spec.teacher.engine == "vllm" and spec.ray.address is None:  # fail before starting anything
+        from specray.teacher.vllm_engine import require_vllm
+
+        require_vllm()
+    model_path = resolve_model_path(target, spec.models.zoo)
+    with ray_session(spec.ray):
+        if spec.ray.address is None:  # a remote cluster may autoscale; a local one never grows
+            _check_resources(spec.teacher)
+        with make_teacher_pool(spec.teacher, model_path, target.dtype, target.trust_remote_code) as pool:
+            yield pool
+
+
+def _check_resources(spec: TeacherSpec) -> None:
+    """Fail fast when the cluster can never host the replicas (they would wait forever, silently)."""
+    available = ray.cluster_resources()
+    for resource, field_name, each in (
+        ("CPU", "num_cpus", spec.num_cpus),
+        ("GPU", "num_gpus", spec.num_gpus),
+    ):
+        needed, have = spec.replicas * each, available.get(resource, 0.0)
+        if needed > have:
+            raise SpecError(
+                f"teacher.replicas x teacher.{field_name} = {needed:g} {resource}s, but the local Ray has "
+                f"{have:g}; lower teacher.replicas or teacher.{field_name}"
+                + (" (or raise ray.num_cpus)" if resource == "CPU" else "")
+            )
+
+
+def generate_teacher_shards(
+    spec: SweepSpec,
+    *,
+    pool: GenerationPool | None = None,
+    root: Path | None = None,
+    show_progress: bool = True,
+) -> dict[float, ShardReport]:
+    """Every τ_kd shard of the sweep's train split (what `specray generate` runs)."""
+    from specray.data.dataset import build_splits
+
+    train = build_splits(spec.data)["train"]
+    teacher = spec.teacher
+    return generate_shards(
+        spec,
+        train,
+        teacher.temperatures,
+        teacher.max_new_tokens,
+        teacher.seed,
+        "train",
+        pool=pool,
+        root=root,
+        show_progress=show_progress,
+    )
+
+
+def generate_samples(
+    spec: SweepSpec,
+    examples: Sequence[Example],
+    temperatures: Sequence[float],
+    max_new_tokens: int,
+    seed: int,
+    split_name: str,
+    *,
+    pool: GenerationPool | None = None,
+    root: Path | None = None,
+    show_progress: bool = True,
+) -> dict[float, pa.Table]:
+    """Target samples y ~ p_τ for `examples` at each τ (e.g. test prompts x τ_dec for the analytic
+    estimator), through the same pool and shard cache as the τ_kd shards. Returns one table per τ, rows in
+    `examples` order. Call it before starting other actors that hold the cluster's CPUs/GPUs."""
+    reports = generate_shards(
+        spec,
+        examples,
+        temperatures,
+        max_new_tokens,
+        seed,
+        split_name,
+        pool=pool,
+        root=root,
+        show_progress=show_progress,
+    )
+    return {tau: read_shard(report.path) for tau, report in reports.items()}

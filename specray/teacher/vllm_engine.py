@@ -1,0 +1,121 @@
+"""The vLLM engine for GPU clusters: one `vllm.LLM` per replica, one `SamplingParams` per request.
+
+Targets vLLM's offline API as of v0.10–v0.11 (stable since v0.6): `vllm.LLM(model=, tensor_parallel_size=,
+dtype=, gpu_memory_utilization=, seed=, max_model_len=, trust_remote_code=)`, `vllm.SamplingParams(n=,
+temperature=, top_p=, top_k=, min_p=, seed=, max_tokens=)` and `LLM.generate(prompts, params_list,
+use_tqdm=)` returning `RequestOutput`s with `.prompt_token_ids` and `.outputs[0]` (`.text`, `.token_ids`,
+`.finish_reason`). vLLM treats temperature 0 as greedy. vLLM is imported only when an engine is built, so
+specray installs and tests without it; the two mappings below are pure and tested without vLLM.
+
+Not run in this repository's CI (no GPU, no vLLM); the per-request seed makes vLLM samples reproducible
+run to run, but they are not the same draws as the transformers engine's (different RNG).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from specray.config import VllmSpec
+from specray.errors import ModelError
+from specray.teacher.engines import GenerationRequest, GenerationResult, request_seed
+
+INSTALL_HINT = "pip install 'specray[vllm]'"
+
+
+def to_sampling_kwargs(request: GenerationRequest) -> dict[str, Any]:
+    """`vllm.SamplingParams` keyword arguments for one request: plain softmax(logits/τ) sampling.
+
+    top_p/top_k/min_p are set to their "off" values explicitly so no model or server default truncates
+    the distribution (KD data must come from p_τ itself); τ = 0 is vLLM's greedy mode.
+    """
+    return {
+        "n": 1,
+        "temperature": float(request.tau),
+        "top_p": 1.0,
+        "top_k": -1,
+        "min_p": 0.0,
+        "seed": request_seed(request.seed, request.prompt_id, request.tau),
+        "max_tokens": request.max_new_tokens,
+    }
+
+
+def llm_kwargs(
+    model_path: str, spec: VllmSpec, seed: int, trust_remote_code: bool = False, model_dtype: str = "auto"
+) -> dict[str, Any]:
+    """`vllm.LLM` keyword arguments from the spec's `teacher.vllm` section; `teacher.vllm.dtype: auto`
+    falls back to the model's own `dtype` from `models.target`."""
+    kwargs: dict[str, Any] = {
+        "model": model_path,
+        "tensor_parallel_size": spec.tensor_parallel_size,
+        "dtype": spec.dtype if spec.dtype != "auto" else model_dtype,
+        "gpu_memory_utilization": spec.gpu_memory_utilization,
+        "seed": seed,
+        "trust_remote_code": trust_remote_code,
+    }
+    if spec.max_model_len is not None:
+        kwargs["max_model_len"] = spec.max_model_len
+    if spec.tensor_parallel_size > 1:
+        # Inside a Ray actor, vLLM places its tensor-parallel workers as Ray actors in the placement group
+        # the pool reserved for this replica (OpenRLHF's layout).
+        kwargs["distributed_executor_backend"] = "ray"
+    return kwargs
+
+
+def to_result(request: GenerationRequest, output: Any) -> GenerationResult:
+    """A specray result from one vLLM `RequestOutput`."""
+    completion = output.outputs[0]
+    if completion.finish_reason not in ("stop", "length"):
+        raise RuntimeError(
+            f"vLLM finished prompt {request.prompt_id!r} with reason {completion.finish_reason!r}"
+        )
+    return GenerationResult(
+        prompt_id=request.prompt_id,
+        tau=request.tau,
+        seed=request.seed,
+        prompt_token_ids=list(output.prompt_token_ids),
+        response_token_ids=list(completion.token_ids),
+        response_text=completion.text,
+        finish_reason=completion.finish_reason,
+    )
+
+
+def require_vllm() -> None:
+    """A ModelError naming the `[vllm]` extra when vLLM is not importable here."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        raise ModelError(
+            f"teacher.engine 'vllm' needs vLLM, which is not installed; install it with {INSTALL_HINT} "
+            "on a GPU machine, or set teacher.engine=transformers"
+        )
+
+
+class VllmEngine:
+    """One `vllm.LLM`; every request carries its own `SamplingParams` (so one call mixes temperatures)."""
+
+    def __init__(
+        self,
+        model_path: str,
+        spec: VllmSpec,
+        seed: int = 0,
+        trust_remote_code: bool = False,
+        model_dtype: str = "auto",
+    ) -> None:
+        try:
+            import vllm
+        except ImportError as e:
+            raise ModelError(
+                f"teacher.engine 'vllm' needs vLLM, which cannot be imported ({e}); install it with "
+                f"{INSTALL_HINT} on a GPU machine, or set teacher.engine=transformers"
+            ) from None
+        self._sampling_params = vllm.SamplingParams
+        self.llm = vllm.LLM(**llm_kwargs(model_path, spec, seed, trust_remote_code, model_dtype))
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        params = [self._sampling_params(**to_sampling_kwargs(r)) for r in requests]
+        outputs = self.llm.generate([r.prompt for r in requests], params, use_tqdm=False)
+        return [to_result(r, o) for r, o in zip(requests, outputs, strict=True)]
+
+    def close(self) -> None:
+        del self.llm
