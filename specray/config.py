@@ -168,6 +168,16 @@ class TeacherSpec(_Frozen):
     def _sorted_unique(cls, v: list[float]) -> list[float]:
         return _unique_sorted(v, "temperatures")
 
+    @model_validator(mode="after")
+    def _vllm_gpus_match_tensor_parallel(self) -> TeacherSpec:
+        tp = self.vllm.tensor_parallel_size
+        if self.engine == "vllm" and self.num_gpus != tp:
+            raise ValueError(
+                f"num_gpus ({self.num_gpus:g}) must equal vllm.tensor_parallel_size ({tp}) for the vllm "
+                "engine: each replica holds one model over that many GPUs"
+            )
+        return self
+
 
 class Mixture(_Frozen):
     """A composition recipe: training data drawn from several τ_kd shards with these weights."""

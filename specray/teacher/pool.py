@@ -166,12 +166,6 @@ def make_teacher_pool(
     spec: TeacherSpec, model_path: str, dtype: str = "auto", trust_remote_code: bool = False
 ) -> TeacherPool:
     """Start `spec.replicas` teacher actors (Ray must be initialised) and wait until each has loaded."""
-    tensor_parallel = spec.vllm.tensor_parallel_size
-    if spec.engine == "vllm" and spec.num_gpus != tensor_parallel:
-        raise SpecError(
-            f"teacher.num_gpus ({spec.num_gpus:g}) must equal teacher.vllm.tensor_parallel_size "
-            f"({tensor_parallel}) for the vllm engine: each replica holds one model over that many GPUs"
-        )
     threads = max(1, int(spec.num_cpus)) if spec.num_gpus == 0 else None
     actor_class = ray.remote(TeacherActor)
     actors, groups = [], []

@@ -92,6 +92,7 @@ def _write_sweep(tmp_path: Path, edit) -> Path:
         (lambda r: r["data"].update(train={"kind": "gsm8k"}), "data.train", "needs 'path'"),
         (lambda r: r["eval"].update(empirical_temperatures=[0.4]), "(top level)", "not in eval.temperatures"),
         (lambda r: r.update(name="has space"), "name", "should match pattern"),
+        (lambda r: r["teacher"].update(engine="vllm"), "teacher", "must equal vllm.tensor_parallel_size"),
     ],
 )
 def test_bad_values_name_the_field_and_what_is_allowed(
