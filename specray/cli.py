@@ -141,7 +141,7 @@ def distill(
     output: Path | None = typer.Option(None, "--output", help="Draft dir [OUTPUT_DIR/NAME/drafts/…]."),
 ) -> None:
     """Distil the sweep's draft on teacher shards with Ray Train; print progress and acceptance per τ_dec."""
-    from specray.distill.loop import draft_name, parse_mixture
+    from specray.distill.inputs import draft_name, parse_mixture
     from specray.distill.ray_train import distill as run_distill
     from specray.errors import SpecError
 
@@ -151,7 +151,7 @@ def distill(
             raise SpecError("give exactly one of --tau-kd TAU or --mixture TAU:WEIGHT,...")
         weights = {tau_kd: 1.0} if tau_kd is not None else parse_mixture(mixture or "")
         name = draft_name(paradigm, weights)
-        target = output or Path(spec.output_dir) / spec.name / "drafts" / name
+        target = output or Path(spec.output_dir) / spec.name / "drafts" / name.replace("/", "__")  # as `run`
         typer.echo(f"distilling {name} for {spec.distill.steps} steps -> {target}")
         result = run_distill(spec, paradigm, weights, target, report=_print_curve)
     typer.echo(f"draft written to {result.output_dir}")
@@ -244,6 +244,48 @@ def _fmt(value: float | None, ci95: float | None = None) -> str:
     if value is None:
         return "-"
     return f"{value:.3f}" + (f" ±{ci95:.3f}" if ci95 is not None else "")
+
+
+@app.command()
+def run(sweep: Path = SweepArg, overrides: list[str] = OverridesArg) -> None:
+    """Run a whole sweep (zoo, teacher shards, distillation, evaluation, report); re-run to resume."""
+    from specray.sweep.run import run_sweep
+
+    with user_errors():
+        spec = load_spec(sweep, overrides or [])
+        _set_threads()
+        outcome = run_sweep(spec)
+    state = "resumed" if outcome.resumed else "new"
+    typer.echo(
+        f"sweep {spec.name}: {len(outcome.records)} cells; MLflow run {outcome.parent_run_id} ({state})"
+    )
+    for stage, figures in outcome.stages.items():
+        typer.echo(
+            f"  {stage:15s} {figures['seconds']:8.1f}s   peak memory in use {figures['peak_gib']:.2f} GiB"
+        )
+    typer.echo(f"report: {outcome.report}")
+    typer.echo(f"MLflow UI: mlflow ui --backend-store-uri {spec.tracking.uri} --host 127.0.0.1")
+
+
+@app.command()
+def report(
+    run_id: str = typer.Argument(..., help="MLflow run id of a sweep's parent run."),
+    tracking_uri: str = typer.Option("sqlite:///mlflow.db", "--tracking-uri", help="Where that run lives."),
+    output: Path | None = typer.Option(None, "--output", help="Report folder (default: reports/<run id>)."),
+) -> None:
+    """Rebuild a sweep's report (figures, tables, Markdown) from what its MLflow run holds."""
+    import tempfile
+
+    from specray.report.build import build_report
+    from specray.tracking import fetch_sweep_records
+
+    with user_errors(), tempfile.TemporaryDirectory() as tmp:
+        records = fetch_sweep_records(tracking_uri, run_id, Path(tmp))
+    folder = output or Path("reports") / run_id
+    title = f"specray sweep: {records['name']} (MLflow run {run_id})"
+    parts = (records["cells"], records["drafts"], records["curves"], records["lengths"])
+    path = build_report(*parts, folder, title=title)
+    typer.echo(f"report: {path}")
 
 
 def _set_threads() -> None:

@@ -207,3 +207,21 @@ def _now_ms() -> int:
     import time
 
     return int(time.time() * 1000)
+
+
+def fetch_sweep_records(uri: str, run_id: str, destination: Path) -> dict[str, Any]:
+    """The plain records a sweep's parent run holds (cells, drafts, curves, lengths), from MLflow."""
+    client = MlflowClient(tracking_uri=uri)
+    try:
+        run = client.get_run(run_id)
+        folder = Path(client.download_artifacts(run_id, "records", str(destination)))
+    except MlflowException as e:
+        raise SpecError(f"run {run_id} at {uri}: {e.message.splitlines()[0]}") from None
+    if run.data.tags.get(ROLE) != "sweep":
+        raise SpecError(f"run {run_id} is not a specray sweep's parent run (tag {ROLE} is not 'sweep')")
+    records = {path.stem: json.loads(path.read_text()) for path in folder.glob("*.json")}
+    records["lengths"] = {
+        k: {float(t): v for t, v in by.items()} for k, by in records.get("lengths", {}).items()
+    }
+    records["name"] = run.data.params.get("name", run_id)
+    return records

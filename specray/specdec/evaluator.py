@@ -52,9 +52,16 @@ class EvalSettings:
     batch_size: int = 16
 
 
-def _continuations_key(target_id: str, prompts: list[list[int]], tau: float, settings: EvalSettings) -> str:
+def continuations_file(
+    folder: Path, target_id: str, prompts: list[list[int]], tau: float, settings: EvalSettings
+) -> Path:
+    """Where the target's samples for these prompts at τ are cached (JSON: {"tau", "responses"})."""
     payload = json.dumps([target_id, prompts, tau, settings.max_new_tokens, settings.seed])
-    return hashlib.sha256(payload.encode()).hexdigest()[:20]
+    return folder / f"{hashlib.sha256(payload.encode()).hexdigest()[:20]}.json"
+
+
+def default_continuations_dir() -> Path:
+    return cache_dir() / "continuations"
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -79,7 +86,7 @@ class Evaluator:
         continuations_dir: Path | None = None,
     ):
         self.target_path, self.prompts, self.settings = target_path, prompts, settings
-        self.continuations_dir = continuations_dir or cache_dir() / "continuations"
+        self.continuations_dir = continuations_dir or default_continuations_dir()
         self.tokenizer = load_tokenizer(target_path, trust_remote_code)
         self.target = load_model(target_path, dtype, trust_remote_code, device)
         self.dtype, self.trust_remote_code, self.device = dtype, trust_remote_code, device
@@ -141,8 +148,7 @@ class Evaluator:
     def continuations(self, test_set: str, tau: float) -> Continuations:
         """Target samples for a test set at τ, from the disk cache or sampled once and cached."""
         prompts = self.prompts[test_set]
-        key = _continuations_key(self.target_path, prompts, tau, self.settings)
-        path = self.continuations_dir / f"{key}.json"
+        path = continuations_file(self.continuations_dir, self.target_path, prompts, tau, self.settings)
         if path.exists():
             return Continuations(tau, prompts, json.loads(path.read_text())["responses"])
         s = self.settings

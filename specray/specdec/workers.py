@@ -63,15 +63,19 @@ class EvalPool:
         return EvalWorker.options(**self._options).remote(*self._args, **self._model_kwargs)
 
     def run(
-        self, jobs: Sequence[EvalJob], on_result: Callable[[dict[str, Any]], None] | None = None
+        self,
+        jobs: Sequence[EvalJob],
+        on_result: Callable[[dict[str, Any]], None] | None = None,
+        show_progress: bool = True,
     ) -> list[dict[str, Any]]:
-        """Evaluate every job once; returns records in the order of `jobs`."""
+        """Evaluate every job once; returns records in the order of `jobs`. `on_result` sees each record
+        as soon as it arrives (the sweep saves it there, so a killed driver loses no finished cell)."""
         ordered = sorted(jobs, key=lambda j: (j.test_set, j.tau_dec, j.estimator, j.draft))
         queue, idle = deque(ordered), list(self.actors)
         in_flight: dict[ray.ObjectRef, tuple[EvalJob, ray.actor.ActorHandle]] = {}
         records: dict[str, dict[str, Any]] = {}
         failures: dict[str, int] = {}
-        with tqdm(total=len(ordered), desc="eval cells", unit="cell") as bar:
+        with tqdm(total=len(ordered), desc="eval cells", unit="cell", disable=not show_progress) as bar:
             while queue or in_flight:
                 while queue and idle:
                     job, actor = queue.popleft(), idle.pop()
