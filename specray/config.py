@@ -223,6 +223,10 @@ class EvalSpec(_Frozen):
     estimators: list[Estimator] = Field(default=["analytic"], min_length=1)
     empirical_temperatures: list[Temperature] = Field(default=[], description="τ_dec cells run empirically")
     empirical_prompts: int = Field(default=16, ge=1)
+    empirical_drafts: Literal["all", "diagonal"] = Field(
+        default="all",
+        description="diagonal: only drafts with τ_kd = τ_dec, mixtures and the un-distilled one",
+    )
     test_sets: list[TestSet] = Field(default=["in_domain", "out_of_domain"], min_length=1)
     draft_cost_ratio: float | None = Field(default=None, ge=0.0, description="c; None = measure it")
     replicas: int = Field(default=1, ge=1)

@@ -3,6 +3,8 @@ estimator) jobs. Pure planning — no models are run here."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from transformers import PreTrainedTokenizerBase
 
 from specray.config import EvalSpec, SweepSpec
@@ -39,17 +41,25 @@ def encode_test_prompts(spec: SweepSpec, tokenizer: PreTrainedTokenizerBase) -> 
     return prompts
 
 
-def plan_jobs(spec: EvalSpec, drafts: dict[str, str]) -> list[EvalJob]:
-    """Every cell: analytic at every τ_dec, empirical at `empirical_temperatures`, per draft and test set."""
+def plan_jobs(
+    spec: EvalSpec, drafts: dict[str, str], tau_kd: Mapping[str, float | None] | None = None
+) -> list[EvalJob]:
+    """Every cell: analytic at every τ_dec, empirical at `empirical_temperatures`, per draft and test set.
+
+    With `empirical_drafts: diagonal`, empirical cells go only to drafts whose single τ_kd equals that τ_dec
+    and to drafts without one (the un-distilled draft, mixtures); `tau_kd` maps draft names to their τ_kd.
+    """
+    tau_kd = tau_kd or {}
     jobs = []
     for name, path in drafts.items():
         for test_set in spec.test_sets:
             if "analytic" in spec.estimators:
                 jobs += [EvalJob(name, path, tau, test_set, "analytic") for tau in spec.temperatures]
-            if "empirical" in spec.estimators:
-                jobs += [
-                    EvalJob(name, path, tau, test_set, "empirical") for tau in spec.empirical_temperatures
-                ]
+            if "empirical" not in spec.estimators:
+                continue
+            for tau in spec.empirical_temperatures:
+                if spec.empirical_drafts == "all" or tau_kd.get(name) in (None, tau):
+                    jobs.append(EvalJob(name, path, tau, test_set, "empirical"))
     return jobs
 
 

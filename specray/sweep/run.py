@@ -68,7 +68,10 @@ def run_sweep(spec: SweepSpec, show_progress: bool = True) -> SweepOutcome:
         baseline = baseline_plan(spec, draft_path)
         runs[baseline.name] = tracker.child_run(parent, baseline.name, baseline.tags)
         prompts = encode_test_prompts(spec, load_tokenizer(target_path))
-        jobs = plan_jobs(spec.eval, {p.name: str(p.output_dir) for p in [baseline, *plans]})
+        everything = [baseline, *plans]
+        jobs = plan_jobs(
+            spec.eval, {p.name: str(p.output_dir) for p in everything}, {p.name: p.tau_kd for p in everything}
+        )
         with display.stage("eval", len(jobs)):
             records = _evaluate_all(spec, jobs, target_path, prompts, tracker, runs, display, out / "cells")
     lengths = _output_lengths(spec, target_path, prompts)

@@ -119,6 +119,12 @@ def test_plan_covers_the_grid() -> None:
     jobs = plan_jobs(spec, {"a": "/a", "b": "/b"})
     assert len(jobs) == 2 * 2 * (3 + 1)
     assert len({job.key for job in jobs}) == len(jobs)
+    diagonal = spec.model_copy(update={"empirical_drafts": "diagonal"})
+    jobs = plan_jobs(
+        diagonal, {"base": "/b", "kd1": "/k1", "kd5": "/k5"}, {"base": None, "kd1": 1.0, "kd5": 0.5}
+    )
+    empirical = {(j.draft, j.test_set) for j in jobs if j.estimator == "empirical"}
+    assert empirical == {(d, t) for d in ("base", "kd1") for t in ("in_domain", "out_of_domain")}
 
 
 def test_draft_with_another_vocabulary_is_refused_before_decoding(micro_zoo, tmp_path) -> None:
