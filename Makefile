@@ -13,8 +13,7 @@ setup-test:
 	VENV=$(VENV) scripts/setup.sh test
 
 demo: setup
-	$(BIN)/specray zoo build --spec sweeps/tiny.yaml
-	$(BIN)/specray validate sweeps/tiny.yaml
+	$(BIN)/specray run sweeps/tiny.yaml
 
 test: setup-test lint
 	$(BIN)/pytest -q
