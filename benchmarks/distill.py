@@ -1,0 +1,82 @@
+"""Distillation throughput: training tokens/s of offline (SeqKD) and online KD on the tiny zoo, and the ratio.
+
+    .venv/bin/python benchmarks/distill.py [--steps 30] [--repeats 2] [--threads 1] [--tau-kd 1.0]
+
+Both paradigms run the plain train loop (`specray.distill.loop.train_draft`, one process, no Ray) on the same
+spec — sweeps/tiny.yaml's distill settings (batch 16, λ = 0.5, max_new_tokens 48, FKL) — the same τ_kd shard
+and the same rows (the row plan depends only on the seed), alternating offline/online `--repeats` times so
+that a change in machine load hits both; the best run of each is reported. tokens/s counts every non-padding
+token the student trains on (prompt + response) per second of training steps; for online KD a step also
+pays for sampling the on-policy half from the student and for the teacher's forward pass, which is the cost
+the ratio measures. The acceptance probe and checkpoint writing are excluded from the timed steps.
+
+Needs the tiny zoo and the τ_kd shard: `specray generate sweeps/tiny.yaml teacher.temperatures=[1.0]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import torch
+from transformers.utils import logging as hf_logging
+
+from specray.config import SweepSpec, load_spec
+from specray.distill.inputs import DistillInputs, prepare_inputs
+from specray.distill.loop import train_draft
+
+REPO = Path(__file__).resolve().parents[1]
+PARADIGMS = ("offline", "online")
+
+
+def run_once(spec: SweepSpec, paradigm: str, tau_kd: float, inputs: DistillInputs, root: Path) -> dict:
+    """One run; its last curve point covers every step (report_every = steps)."""
+    output = root / f"{paradigm}-{len(list(root.iterdir()))}"
+    return train_draft(spec, paradigm, {tau_kd: 1.0}, output, inputs=inputs).curves[-1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1 = one Ray worker's CPU)")
+    parser.add_argument("--tau-kd", type=float, default=1.0)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    hf_logging.disable_progress_bar()
+    overrides = [
+        f"distill.steps={args.steps}",
+        f"distill.report_every={args.steps}",
+        f"distill.checkpoint_every={args.steps}",
+        "eval.temperatures=[1.0]",  # the probe is not timed; one τ_dec keeps the run short
+        "eval.empirical_temperatures=[]",
+    ]
+    spec = load_spec(REPO / "sweeps" / "tiny.yaml", overrides)
+    inputs = {p: prepare_inputs(spec, p, {args.tau_kd: 1.0}) for p in PARADIGMS}
+    best: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory() as root:
+        for repeat in range(args.repeats):
+            for paradigm in PARADIGMS:
+                curve = run_once(spec, paradigm, args.tau_kd, inputs[paradigm], Path(root))
+                rate = curve["tokens_per_s"]
+                print(f"pass {repeat + 1} {paradigm:>7}: {rate:8.0f} tokens/s, loss {curve['loss']:.3f}")
+                if rate > best.get(paradigm, {}).get("tokens_per_s", 0.0):
+                    best[paradigm] = curve
+    d = spec.distill
+    setting = (
+        f"{args.steps} steps x batch {d.batch_size}, λ={d.onpolicy_fraction:g}, {args.threads} thread(s)"
+    )
+    print(f"\ntiny zoo, τ_kd={args.tau_kd:g}, {setting}, best of {args.repeats}:")
+    for paradigm in PARADIGMS:
+        curve = best[paradigm]
+        print(
+            f"  {paradigm:>7}: {curve['tokens_per_s']:8.0f} tokens/s, {curve['seconds_per_step']:.3f} s/step"
+        )
+    per_token = best["offline"]["tokens_per_s"] / best["online"]["tokens_per_s"]
+    per_step = best["online"]["seconds_per_step"] / best["offline"]["seconds_per_step"]
+    print(f"online/offline cost ratio: {per_token:.2f}x per trained token ({per_step:.2f}x per step)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""Checkpoints and the published draft, on disk.
+
+A checkpoint is an HF model dir (safetensors + tokenizer) plus `trainer_state.pt` (optimizer, scheduler,
+step, RNG state, the curves so far) and `curves.json`; any checkpoint loads as a draft as it is.
+
+The published draft `output_dir` is the last checkpoint without the trainer state, plus the resolved spec
+(`spec.yaml`). It is assembled in a temporary folder beside `output_dir`, renamed into place, and only then
+is the completion marker `finished.json` written (atomically). So a crash at any point leaves either no
+`output_dir` or one without the marker — never a half model that looks finished. Work in progress
+(checkpoints, Ray Train's run folder) lives in `.<name>.work` beside `output_dir`, tagged with the run's
+fingerprint so a changed spec never resumes from a stale checkpoint; it is removed once the draft is
+published.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from specray.config import SweepSpec, dump_spec
+from specray.data.shards import write_atomic
+
+TRAINER_STATE, CURVES_FILE, SPEC_FILE, FINISHED_FILE = (
+    "trainer_state.pt",
+    "curves.json",
+    "spec.yaml",
+    "finished.json",
+)
+FINGERPRINT_FILE = "fingerprint.txt"
+
+
+def fingerprint(spec: SweepSpec, paradigm: str, mixture: Mapping[float, float]) -> str:
+    """What a run's checkpoints depend on: everything but tracking/ray/tune/output settings."""
+    parts = spec.model_dump(mode="json", include={"models", "data", "teacher", "distill", "eval"})
+    payload = json.dumps([parts, paradigm, sorted(mixture.items())], sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:20]
+
+
+def work_dir(output_dir: Path) -> Path:
+    return output_dir.parent / f".{output_dir.name}.work"
+
+
+def claim_work_dir(output_dir: Path, run_fingerprint: str) -> Path:
+    """The work folder of `output_dir`, emptied first if it belongs to a different run."""
+    folder = work_dir(output_dir)
+    tag = folder / FINGERPRINT_FILE
+    if folder.exists() and (not tag.exists() or tag.read_text().strip() != run_fingerprint):
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tag.write_text(run_fingerprint)
+    return folder
+
+
+def save_checkpoint(
+    folder: Path, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, state: dict[str, Any]
+) -> None:
+    """Write one checkpoint into `folder` (which exists); `state["curves"]` also goes to curves.json."""
+    model.save_pretrained(folder)  # safetensors
+    tokenizer.save_pretrained(folder)
+    torch.save(state, folder / TRAINER_STATE)
+    (folder / CURVES_FILE).write_text(json.dumps(state["curves"], indent=1))
+
+
+def load_trainer_state(folder: Path) -> dict[str, Any]:
+    # weights_only: tensors, numbers, strings and containers only — no pickled code runs on load
+    return torch.load(folder / TRAINER_STATE, map_location="cpu", weights_only=True)
+
+
+def read_curves(folder: Path) -> list[dict]:
+    return json.loads((folder / CURVES_FILE).read_text())
+
+
+def _fsync_tree(folder: Path) -> None:
+    for path in folder.rglob("*"):
+        if path.is_file():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+
+
+def publish(checkpoint: Path, output_dir: Path, spec: SweepSpec, info: Mapping[str, Any]) -> None:
+    """Turn the final checkpoint into the draft at `output_dir`; the marker (with `info`) comes last."""
+    tmp = output_dir.parent / f".{output_dir.name}.{uuid.uuid4().hex[:8]}.tmp"
+    try:
+        shutil.copytree(checkpoint, tmp, ignore=shutil.ignore_patterns(TRAINER_STATE, FINGERPRINT_FILE))
+        (tmp / SPEC_FILE).write_text(dump_spec(spec))
+        _fsync_tree(tmp)  # the data must be on disk before the name points at it
+        if output_dir.exists():  # an unfinished leftover, or an older draft being replaced
+            shutil.rmtree(output_dir)
+        os.replace(tmp, output_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    marker = json.dumps(dict(info), indent=2, sort_keys=True)
+    write_atomic(output_dir / FINISHED_FILE, lambda path: path.write_text(marker))
+
+
+def is_finished(output_dir: str | os.PathLike) -> bool:
+    """True once the draft at `output_dir` is complete (its marker is written last)."""
+    return (Path(output_dir) / FINISHED_FILE).is_file()
+
+
+def read_finished(output_dir: Path) -> dict[str, Any]:
+    return json.loads((output_dir / FINISHED_FILE).read_text())

@@ -1,0 +1,167 @@
+"""Training rows from τ_kd shards: the mixture plan, on-policy row choice, and batch collation.
+
+Every random choice here is a pure function of (seed, step, micro-batch, row): the global batch of any
+step can be rebuilt from scratch. That is what makes three things trivial — resuming from a checkpoint
+needs no data-iterator state, each DDP rank takes its slice of the same global batch (so N workers see
+exactly the rows one worker sees), and runs are deterministic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import torch
+from torch import Tensor
+
+from specray.distill.losses import IGNORE_INDEX
+
+
+@dataclass(frozen=True)
+class TrainRow:
+    """One prompt and a response to learn from: a teacher response from the τ_kd shard, or (online) a
+    student sample at that τ_kd. `response_ids` keeps the EOS the sampler emitted (a draft must learn
+    to stop)."""
+
+    prompt_ids: tuple[int, ...]
+    response_ids: tuple[int, ...]
+    tau_kd: float
+
+
+def derive_seed(*parts: object) -> int:
+    """A 63-bit seed from any parts, stable across processes and machines (sha256, never `hash()`)."""
+    digest = hashlib.sha256("\x1f".join(repr(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+def generator(*parts: object) -> torch.Generator:
+    return torch.Generator().manual_seed(derive_seed(*parts))
+
+
+def rows_from_table(table: pa.Table, tau_kd: float, max_prompt_tokens: int) -> list[TrainRow]:
+    """A shard's rows; prompts keep their last `max_prompt_tokens` tokens (the end of an Alpaca prompt,
+    "### Response:", is what the response continues), as the evaluation does."""
+    prompts = table.column("prompt_token_ids").to_pylist()
+    responses = table.column("response_token_ids").to_pylist()
+    return [
+        TrainRow(tuple(p[-max_prompt_tokens:]), tuple(r), tau_kd)
+        for p, r in zip(prompts, responses, strict=True)
+        if p and r  # an empty response teaches nothing; an empty prompt has no position to predict from
+    ]
+
+
+def normalise(mixture: Mapping[float, float]) -> dict[float, float]:
+    """Weights that sum to 1, by ascending τ_kd."""
+    if not mixture or any(not w > 0 for w in mixture.values()):
+        raise ValueError(f"a mixture needs at least one τ_kd and weights > 0, got {dict(mixture)}")
+    total = sum(mixture.values())
+    return {float(tau): weight / total for tau, weight in sorted(mixture.items())}
+
+
+def plan_draws(
+    mixture: Mapping[float, float], sizes: Mapping[float, int], count: int, seed: int
+) -> list[tuple[float, int]]:
+    """(τ_kd, row index) of each of `count` draws. The τ_kd of a draw is i.i.d. by the normalised weight;
+    within a shard, rows are taken in shuffled epochs (every row once before any repeats)."""
+    weights = normalise(mixture)
+    taus = list(weights)
+    probabilities = torch.tensor([weights[tau] for tau in taus], dtype=torch.float64)
+    choices = torch.multinomial(probabilities, count, replacement=True, generator=generator(seed, "tau_kd"))
+    counts = torch.bincount(choices, minlength=len(taus)).tolist()
+    orders = {tau: _epochs(sizes[tau], n, seed, tau) for tau, n in zip(taus, counts, strict=True)}
+    taken = dict.fromkeys(taus, 0)
+    draws = []
+    for choice in choices.tolist():
+        tau = taus[choice]
+        draws.append((tau, orders[tau][taken[tau]]))
+        taken[tau] += 1
+    return draws
+
+
+def _epochs(size: int, count: int, seed: int, tau: float) -> list[int]:
+    """The first `count` indices of consecutive random permutations of range(size)."""
+    if size < 1:
+        raise ValueError(f"the τ_kd={tau:g} shard has no usable rows")
+    epochs = [
+        torch.randperm(size, generator=generator(seed, "epoch", tau, e)) for e in range(-(-count // size))
+    ]
+    return torch.cat(epochs).tolist()[:count] if epochs else []
+
+
+class MixtureSampler:
+    """The global micro-batches of a run: `batch_size` rows per micro-batch, `grad_accum` per step."""
+
+    def __init__(
+        self,
+        rows: Mapping[float, Sequence[TrainRow]],
+        mixture: Mapping[float, float],
+        steps: int,
+        batch_size: int,
+        grad_accum: int,
+        seed: int,
+    ) -> None:
+        missing = sorted(set(mixture) - set(rows))
+        if missing:
+            raise ValueError(f"no rows for τ_kd {missing} of the mixture")
+        self.rows, self.batch_size, self.grad_accum = rows, batch_size, grad_accum
+        sizes = {tau: len(rows[tau]) for tau in mixture}
+        self.draws = plan_draws(mixture, sizes, steps * grad_accum * batch_size, seed)
+
+    def micro_batch(self, step: int, micro: int) -> list[TrainRow]:
+        """The rows of micro-batch `micro` (0-based) of optimizer step `step` (1-based), all ranks."""
+        start = ((step - 1) * self.grad_accum + micro) * self.batch_size
+        return [self.rows[tau][index] for tau, index in self.draws[start : start + self.batch_size]]
+
+
+def onpolicy_indices(batch_size: int, fraction: float, seed: int, step: int, micro: int) -> set[int]:
+    """Which rows of a global micro-batch are replaced by student samples: exactly round(λ·B) of them,
+    chosen at random (so they spread over the DDP ranks' slices)."""
+    count = round(fraction * batch_size)
+    order = torch.randperm(batch_size, generator=generator(seed, "onpolicy", step, micro))
+    return set(order[:count].tolist())
+
+
+def rank_slice(batch_size: int, rank: int, world_size: int) -> range:
+    """Global row indices this rank trains on: strided, so every rank gets ⌊B/W⌋ or ⌈B/W⌉ rows."""
+    return range(rank, batch_size, world_size)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Right-padded prompt + response sequences.
+
+    input_ids, attention_mask: [batch, seq]; labels: [batch, seq], aligned with the logits —
+    labels[:, t] = input_ids[:, t + 1] where that token is a response token, else IGNORE_INDEX.
+    """
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    labels: Tensor
+
+    @property
+    def loss_tokens(self) -> int:
+        return int((self.labels != IGNORE_INDEX).sum())
+
+    @property
+    def tokens(self) -> int:
+        return int(self.attention_mask.sum())
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(self.input_ids.to(device), self.attention_mask.to(device), self.labels.to(device))
+
+
+def collate(rows: Sequence[TrainRow], pad_token_id: int) -> Batch:
+    """One batch from rows; only response tokens are labelled (the prompt and padding are ignored)."""
+    width = max(len(row.prompt_ids) + len(row.response_ids) for row in rows)
+    input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
+    for i, row in enumerate(rows):
+        prompt, response = len(row.prompt_ids), len(row.response_ids)
+        input_ids[i, : prompt + response] = torch.tensor(row.prompt_ids + row.response_ids)
+        attention_mask[i, : prompt + response] = 1
+        # the logits at the prompt's last position predict the first response token, and so on
+        labels[i, prompt - 1 : prompt - 1 + response] = torch.tensor(row.response_ids)
+    return Batch(input_ids, attention_mask, labels)

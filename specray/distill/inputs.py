@@ -1,0 +1,90 @@
+"""What one distillation run is asked to do, validated and resolved before any training starts.
+
+`prepare_inputs` is the edge: a bad paradigm or τ_kd, a missing shard or incompatible models fail here with
+one clear error (SpecError, DataError, ModelError). Under Ray it runs on the driver, before Ray starts, and
+its result travels to the workers — so no worker reads the driver's cache or builds the zoo.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from specray.config import SweepSpec
+from specray.distill.data import TrainRow, rows_from_table
+from specray.distill.probe import probe_prompts
+from specray.errors import SpecError
+from specray.models.loading import check_same_vocabulary, load_tokenizer, resolve_model_path
+
+PARADIGMS = ("offline", "online")
+
+
+@dataclass(frozen=True)
+class DistillInputs:
+    """Everything the loop reads, resolved and validated once (under Ray: on the driver, before Ray)."""
+
+    draft_path: str
+    target_path: str
+    rows: dict[float, list[TrainRow]]  # per τ_kd of the mixture
+    probe_prompts: list[list[int]]
+
+
+def draft_name(paradigm: str, mixture: Mapping[float, float]) -> str:
+    """`offline/tau_kd=0.6` for a single τ_kd, `online/mix=0.7:1,0.8:1,0.9:1` for a mixture."""
+    if len(mixture) == 1:
+        return f"{paradigm}/tau_kd={float(next(iter(mixture))):g}"
+    return f"{paradigm}/mix=" + ",".join(f"{float(t):g}:{w:g}" for t, w in sorted(mixture.items()))
+
+
+def check_request(spec: SweepSpec, paradigm: str, mixture: Mapping[float, float]) -> dict[float, float]:
+    """The mixture as {τ_kd: weight}; SpecError naming the bad value before any work starts."""
+    if paradigm not in PARADIGMS:
+        raise SpecError(f"paradigm {paradigm!r} is not one of {', '.join(PARADIGMS)}")
+    weights = {float(tau): float(weight) for tau, weight in mixture.items()}
+    if not weights or any(not weight > 0 for weight in weights.values()):
+        raise SpecError(f"a mixture needs at least one τ_kd and weights > 0, got {weights}")
+    unknown = sorted(set(weights) - set(spec.teacher.temperatures))
+    if unknown:
+        raise SpecError(
+            f"τ_kd {unknown} not in teacher.temperatures {spec.teacher.temperatures} "
+            "(distillation trains on those shards only)"
+        )
+    d = spec.distill
+    if d.batch_size < d.workers:
+        raise SpecError(
+            f"distill.batch_size ({d.batch_size}) must be >= distill.workers ({d.workers}): "
+            "each worker trains on its slice of every batch"
+        )
+    return weights
+
+
+def prepare_inputs(spec: SweepSpec, paradigm: str, mixture: Mapping[float, float]) -> DistillInputs:
+    """Validate the request, read the τ_kd shards (DataError if `specray generate` has not made them)
+    and resolve both models (building the tiny zoo if needed)."""
+    from specray.data.shards import load_train_shards
+
+    weights = check_request(spec, paradigm, mixture)
+    tables = load_train_shards(spec, list(weights))
+    rows = {tau: rows_from_table(table, tau, spec.data.max_prompt_tokens) for tau, table in tables.items()}
+    draft_path = resolve_model_path(spec.models.draft, spec.models.zoo)
+    target_path = resolve_model_path(spec.models.target, spec.models.zoo)
+    tokenizer = load_tokenizer(target_path, spec.models.target.trust_remote_code)
+    draft_tokenizer = load_tokenizer(draft_path, spec.models.draft.trust_remote_code)
+    check_same_vocabulary(tokenizer, draft_tokenizer, target_path, draft_path)
+    return DistillInputs(draft_path, target_path, rows, probe_prompts(spec, tokenizer))
+
+
+def parse_mixture(text: str) -> dict[float, float]:
+    """`0.7:1,0.8:1,0.9:1` -> {0.7: 1.0, 0.8: 1.0, 0.9: 1.0}; a τ without `:WEIGHT` weighs 1."""
+    usage = f"mixture {text!r}: expected TAU:WEIGHT[,TAU:WEIGHT...], e.g. 0.7:1,0.8:1,0.9:1"
+    weights: dict[float, float] = {}
+    for part in text.split(","):
+        tau, sep, weight = part.strip().partition(":")
+        try:
+            value = (float(tau), float(weight) if sep else 1.0)
+        except ValueError:
+            raise SpecError(usage) from None
+        if value[0] in weights:
+            raise SpecError(f"mixture {text!r}: τ_kd {value[0]:g} appears twice")
+        weights[value[0]] = value[1]
+    return weights

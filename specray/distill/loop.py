@@ -1,0 +1,424 @@
+"""The distillation train loop: a plain function that runs in one process, without Ray.
+
+One run distils the draft (student) towards the target (teacher) for `distill.steps` optimizer steps:
+
+- *offline* (SeqKD, black-box): cross-entropy on teacher responses read from the τ_kd shards, prompt masked.
+- *online* (white-box): in every micro-batch a fraction λ = `distill.onpolicy_fraction` of the rows get a
+  fresh response sampled from the current student (KV cache, no grad, eval mode) at the row's own τ_kd —
+  so in a mixture each τ_kd keeps its weight in the on-policy half too — and the loss is the chosen
+  divergence between teacher and student distributions on the response tokens (teacher under no_grad).
+
+Data rows follow `data.MixtureSampler`: every random choice is a function of (seed, step, row), so a resumed
+run and an N-worker run see exactly the rows of an uninterrupted single-worker run. The loss of a step is a
+mean over all its response tokens (every micro-batch, every rank): each rank backpropagates
+`its token sum × world_size / global token count`, which DDP's gradient averaging turns into the gradient of
+the global mean. AdamW, linear warm-up then cosine decay to 10% (nanoGPT), gradient clipping, gradient
+accumulation, bf16 autocast on CUDA only.
+
+Every `report_every` steps (and at step 0 and the last step) a curve point is reported: loss, tokens/s,
+learning rate and the analytic acceptance at each eval τ_dec on a few validation prompts (`probe.py`).
+Every `checkpoint_every` steps (and at the last step) rank 0 writes a checkpoint (`checkpoints.py`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from specray.config import SweepSpec
+from specray.distill.checkpoints import (
+    claim_work_dir,
+    fingerprint,
+    load_trainer_state,
+    publish,
+    save_checkpoint,
+)
+from specray.distill.data import (
+    Batch,
+    MixtureSampler,
+    TrainRow,
+    collate,
+    derive_seed,
+    onpolicy_indices,
+    rank_slice,
+)
+from specray.distill.inputs import DistillInputs, check_request, draft_name, prepare_inputs
+from specray.distill.losses import distillation_divergence, response_cross_entropy
+from specray.distill.probe import AcceptanceProbe
+from specray.distill.session import LocalSession, Session
+from specray.models.loading import load_model, load_tokenizer
+from specray.teacher.engines import eos_token_ids, sample_batch
+
+__all__ = ["DistillInputs", "DistillResult", "draft_name", "prepare_inputs", "run_training", "train_draft"]
+
+MIN_LR_RATIO = 0.1  # cosine decays to 10% of distill.lr (nanoGPT), not to 0: the last steps still learn
+
+
+@dataclass
+class DistillResult:
+    """`curves` has one dict per report: step, loss, tokens_per_s, seconds_per_step, lr and
+    acceptance_rate/tau_dec=<τ> per eval τ_dec; the first (step 0, the un-distilled draft) has only the
+    acceptance keys."""
+
+    output_dir: Path  # the published HF model dir (safetensors + tokenizer + spec.yaml + curves.json)
+    steps: int
+    curves: list[dict]
+
+
+# ---------------------------------------------------------------- the run's state
+
+
+@dataclass
+class _Run:
+    """What the loop holds. `student` may be DDP-wrapped; `unwrap(student)` is the HF model."""
+
+    spec: SweepSpec
+    paradigm: str
+    session: Session
+    student: torch.nn.Module
+    teacher: PreTrainedModel | None  # online only (the probe keeps what it needs of the target)
+    tokenizer: PreTrainedTokenizerBase
+    data: MixtureSampler
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    probe: AcceptanceProbe | None  # rank 0 only
+    eos_ids: set[int]
+    state: dict  # step, curves, resumed_from, fingerprint: saved with every checkpoint
+
+
+@dataclass
+class _Window:
+    """Training progress since the last report (loss is token-weighted, time excludes probes)."""
+
+    loss_sum: float = 0.0
+    loss_tokens: float = 0.0
+    tokens: float = 0.0
+    seconds: float = 0.0
+    steps: list[int] = field(default_factory=list)
+
+
+def unwrap(model: torch.nn.Module) -> PreTrainedModel:
+    return getattr(model, "module", model)  # DDP keeps the wrapped model in `.module`
+
+
+def _autocast(device: torch.device) -> AbstractContextManager:
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return nullcontext()  # CPU autocast to bf16 is slow and changes the numbers: fp32 on CPU
+
+
+def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
+    """Multiplier of distill.lr after `step` optimizer steps: linear warm-up, then cosine to 10%."""
+    if step < warmup_steps:
+        return (step + 1) / (warmup_steps + 1)
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return MIN_LR_RATIO + (1.0 - MIN_LR_RATIO) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def _optimizer(student: torch.nn.Module, spec: SweepSpec) -> torch.optim.AdamW:
+    """AdamW; weight decay on matrices only, never on norms and biases (nanoGPT)."""
+    params = [p for p in student.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": spec.distill.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=spec.distill.lr)
+
+
+# ---------------------------------------------------------------- setup and resume
+
+
+def _load_student(
+    spec: SweepSpec, inputs: DistillInputs, session: Session, run_fingerprint: str
+) -> tuple[PreTrainedModel, dict | None]:
+    """The student (from the latest checkpoint, else the spec's draft) and the saved trainer state."""
+    trust = spec.models.draft.trust_remote_code
+    with session.latest_checkpoint() as folder:
+        if folder is None:
+            return load_model(inputs.draft_path, "float32", trust), None
+        state = load_trainer_state(folder)
+        if state["fingerprint"] != run_fingerprint:
+            raise RuntimeError(f"{folder}: checkpoint of a different run (spec, paradigm or mixture changed)")
+        # fp32 master weights whatever the checkpoint's dtype; autocast does bf16 on GPU
+        return load_model(str(folder), "float32", trust), state
+
+
+def _optimization(
+    student: torch.nn.Module, spec: SweepSpec, saved: dict | None, run_fingerprint: str
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR, dict]:
+    """AdamW, its schedule and the run's state: fresh, or as saved in the checkpoint resumed from."""
+    d = spec.distill
+    optimizer = _optimizer(student, spec)
+    schedule = functools.partial(lr_factor, warmup_steps=d.warmup_steps, total_steps=d.steps)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    state = {"step": 0, "curves": [], "resumed_from": [], "fingerprint": run_fingerprint}
+    if saved is not None:
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        torch.set_rng_state(saved["rng"])
+        state = {key: saved[key] for key in state} | {"resumed_from": [*saved["resumed_from"], saved["step"]]}
+    return optimizer, scheduler, state
+
+
+def _setup(
+    spec: SweepSpec, paradigm: str, mixture: Mapping[float, float], inputs: DistillInputs, session: Session
+) -> _Run:
+    d = spec.distill
+    torch.manual_seed(d.seed)
+    run_fingerprint = fingerprint(spec, paradigm, mixture)
+    model, saved = _load_student(spec, inputs, session, run_fingerprint)
+    tokenizer = load_tokenizer(inputs.draft_path, spec.models.draft.trust_remote_code)
+    eos_ids = eos_token_ids(model, tokenizer)
+    student = session.prepare(model.train())
+    optimizer, scheduler, state = _optimization(student, spec, saved, run_fingerprint)
+    data = MixtureSampler(inputs.rows, mixture, d.steps, d.batch_size, d.grad_accum, d.seed)
+    teacher, probe = _teacher_and_probe(spec, paradigm, inputs, session, tokenizer)
+    return _Run(
+        spec,
+        paradigm,
+        session,
+        student,
+        teacher,
+        tokenizer,
+        data,
+        optimizer,
+        scheduler,
+        probe,
+        eos_ids,
+        state,
+    )
+
+
+def _teacher_and_probe(
+    spec: SweepSpec,
+    paradigm: str,
+    inputs: DistillInputs,
+    session: Session,
+    tokenizer: PreTrainedTokenizerBase,
+) -> tuple[PreTrainedModel | None, AcceptanceProbe | None]:
+    """The target where it is needed: every rank online (teacher logits), rank 0 for the probe."""
+    if paradigm == "offline" and session.rank != 0:
+        return None, None
+    target = spec.models.target
+    teacher = load_model(inputs.target_path, target.dtype, target.trust_remote_code, session.device)
+    teacher.requires_grad_(False)
+    probe = None
+    if session.rank == 0:
+        e = spec.eval
+        eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+        probe = AcceptanceProbe(
+            teacher, inputs.probe_prompts, e.temperatures, e.max_new_tokens, eos, pad, e.gamma, e.seed
+        )
+    return (teacher if paradigm == "online" else None), probe
+
+
+# ---------------------------------------------------------------- one optimizer step
+
+
+def _with_student_samples(
+    run: _Run, rows: list[TrainRow], chosen: list[int], step: int, micro: int
+) -> list[TrainRow]:
+    """`rows` with the responses of the `chosen` (global) indices replaced by student samples at each
+    row's τ_kd. Row i's sampler is seeded by (seed, step, micro, i): the same on any rank count."""
+    if not chosen:
+        return rows
+    d, device = run.spec.distill, run.session.device
+    student = unwrap(run.student)
+    student.eval()  # no dropout while sampling; the wrapper is bypassed: no DDP hooks, no grads
+    generators = [
+        torch.Generator(device=device).manual_seed(derive_seed(d.seed, "student", step, micro, i))
+        for i in chosen
+    ]
+    with _autocast(device):
+        samples = sample_batch(
+            student,
+            [rows[i].prompt_ids for i in chosen],
+            [rows[i].tau_kd for i in chosen],
+            generators,
+            d.max_new_tokens,
+            run.eos_ids,
+            run.tokenizer.pad_token_id,
+        )
+    student.train()
+    replaced = list(rows)
+    for i, sample in zip(chosen, samples, strict=True):
+        replaced[i] = TrainRow(rows[i].prompt_ids, tuple(sample.token_ids), rows[i].tau_kd)
+    return replaced
+
+
+def _local_batch(run: _Run, step: int, micro: int) -> Batch:
+    """This rank's slice of global micro-batch `micro` of `step`, with on-policy rows when online."""
+    d, session = run.spec.distill, run.session
+    rows = run.data.micro_batch(step, micro)
+    local = rank_slice(len(rows), session.rank, session.world_size)
+    if run.paradigm == "online":
+        onpolicy = onpolicy_indices(len(rows), d.onpolicy_fraction, d.seed, step, micro)
+        rows = _with_student_samples(run, rows, sorted(onpolicy & set(local)), step, micro)
+    return collate([rows[i] for i in local], run.tokenizer.pad_token_id)
+
+
+def _loss_sum(run: _Run, batch: Batch) -> torch.Tensor:
+    """Sum of the per-token loss over this batch's response tokens (mean × count)."""
+    d = run.spec.distill
+    logits = run.student(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
+    ).logits
+    if run.paradigm == "offline":
+        return response_cross_entropy(logits, batch.labels) * batch.loss_tokens
+    with torch.no_grad():
+        teacher_logits = run.teacher(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    loss = distillation_divergence(
+        logits, teacher_logits, batch.labels, d.divergence, d.loss_temperature, d.jsd_beta
+    )
+    return loss * batch.loss_tokens
+
+
+def _train_step(run: _Run, step: int, window: _Window) -> None:
+    """One optimizer step over `grad_accum` micro-batches; adds its loss and tokens to `window`."""
+    d, session = run.spec.distill, run.session
+    batches = [_local_batch(run, step, micro).to(session.device) for micro in range(d.grad_accum)]
+    local_counts = [sum(b.loss_tokens for b in batches), sum(b.tokens for b in batches)]
+    loss_tokens, tokens = session.all_reduce(torch.tensor(local_counts, dtype=torch.float64)).tolist()
+    scale = session.world_size / max(loss_tokens, 1.0)  # DDP averages gradients over ranks
+    loss_sum = 0.0
+    for i, batch in enumerate(batches):
+        last = i == len(batches) - 1
+        no_sync = getattr(run.student, "no_sync", None)  # DDP: all-reduce gradients once, at the end
+        with nullcontext() if last or no_sync is None else no_sync():
+            with _autocast(session.device):
+                loss = _loss_sum(run, batch)
+            (loss * scale).backward()
+        loss_sum += float(loss.detach())
+    torch.nn.utils.clip_grad_norm_(run.student.parameters(), d.max_grad_norm)
+    run.optimizer.step()
+    run.scheduler.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    window.loss_sum += float(session.all_reduce(torch.tensor([loss_sum], dtype=torch.float64)))
+    window.loss_tokens += loss_tokens
+    window.tokens += tokens
+
+
+# ---------------------------------------------------------------- reports and checkpoints
+
+
+def _curve(run: _Run, step: int, window: _Window) -> dict:
+    """One curve point: the window's loss and throughput, and (rank 0) the probe's acceptance."""
+    curve: dict = {"step": step}
+    if window.steps:
+        curve["loss"] = window.loss_sum / max(window.loss_tokens, 1.0)
+        curve["tokens_per_s"] = window.tokens / max(window.seconds, 1e-9)
+        curve["seconds_per_step"] = window.seconds / len(window.steps)
+        curve["lr"] = run.scheduler.get_last_lr()[0]
+    if run.probe is not None:
+        curve |= run.probe(unwrap(run.student))
+    return curve
+
+
+def _checkpoint(run: _Run) -> Path:
+    """Rank 0 writes a checkpoint into a fresh scratch folder and hands it to the session."""
+    folder = Path(tempfile.mkdtemp(prefix=".checkpoint-", dir=run.session.scratch_dir))
+    state = run.state | {
+        "optimizer": run.optimizer.state_dict(),
+        "scheduler": run.scheduler.state_dict(),
+        "rng": torch.get_rng_state(),
+    }
+    save_checkpoint(folder, unwrap(run.student), run.tokenizer, state)
+    return folder
+
+
+def _after_step(run: _Run, step: int, window: _Window) -> bool:
+    """Report and/or checkpoint when due; True if a curve point was reported (the window restarts)."""
+    d = run.spec.distill
+    last = step == d.steps
+    report = step == 0 or step % d.report_every == 0 or last
+    save = step > 0 and (step % d.checkpoint_every == 0 or last)
+    if not (report or save):
+        return False
+    run.state["step"] = step
+    curve = _curve(run, step, window) if report else None
+    if curve is not None:
+        run.state["curves"].append(curve)
+    folder = _checkpoint(run) if save and run.session.rank == 0 else None
+    run.session.report(step, curve, folder)
+    return report
+
+
+def run_training(
+    spec: SweepSpec,
+    paradigm: str,
+    mixture: Mapping[float, float],
+    inputs: DistillInputs,
+    session: Session,
+) -> list[dict]:
+    """Train from the session's latest checkpoint (or the draft) to `distill.steps`; returns the curves.
+
+    The last step always ends with a checkpoint: that checkpoint is what gets published as the draft.
+    """
+    run = _setup(spec, paradigm, check_request(spec, paradigm, mixture), inputs, session)
+    if run.state["step"] == 0:
+        _after_step(run, 0, _Window())  # the un-distilled draft: the curve starts at step 0
+    window = _Window()
+    for step in range(run.state["step"] + 1, spec.distill.steps + 1):
+        started = time.perf_counter()
+        _train_step(run, step, window)
+        window.seconds += time.perf_counter() - started
+        window.steps.append(step)
+        if _after_step(run, step, window):
+            window = _Window()
+    return run.state["curves"]
+
+
+def train_draft(
+    spec: SweepSpec,
+    paradigm: str,
+    mixture: Mapping[float, float],
+    output_dir: Path,
+    report: Callable[[dict], None] | None = None,
+    *,
+    inputs: DistillInputs | None = None,
+) -> DistillResult:
+    """Distil the spec's draft in this process and publish it at `output_dir` (see checkpoints.py).
+
+    `report` receives each curve dict as it is produced. A run killed midway resumes from its latest
+    checkpoint (kept in `.<output_dir name>.work` beside it) when called again with the same arguments;
+    curve points after that checkpoint are then reported again (same values: the run is deterministic).
+    """
+    output_dir = Path(output_dir).absolute()
+    inputs = inputs or prepare_inputs(spec, paradigm, mixture)
+    started = time.perf_counter()
+    work = claim_work_dir(output_dir, fingerprint(spec, paradigm, mixture))
+    device = "cuda" if spec.distill.num_gpus_per_worker > 0 and torch.cuda.is_available() else "cpu"
+    session = LocalSession(work, report, device)
+    curves = run_training(spec, paradigm, mixture, inputs, session)
+    final = session.checkpoints()[-1]
+    info = finished_info(spec, paradigm, mixture, load_trainer_state(final), time.perf_counter() - started)
+    publish(final, output_dir, spec, info)
+    shutil.rmtree(work, ignore_errors=True)
+    return DistillResult(output_dir, spec.distill.steps, curves)
+
+
+def finished_info(
+    spec: SweepSpec, paradigm: str, mixture: Mapping[float, float], state: dict, seconds: float
+) -> dict:
+    """What the completion marker records about the run."""
+    if state["step"] != spec.distill.steps:
+        raise RuntimeError(f"the last checkpoint is at step {state['step']}, not {spec.distill.steps}")
+    return {
+        "draft": draft_name(paradigm, mixture),
+        "paradigm": paradigm,
+        "mixture": {f"{tau:g}": weight for tau, weight in sorted(mixture.items())},
+        "steps": state["step"],
+        "resumed_from": state["resumed_from"],
+        "fingerprint": state["fingerprint"],
+        "seconds": round(seconds, 1),
+    }

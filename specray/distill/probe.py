@@ -1,0 +1,71 @@
+"""A cheap acceptance estimate while distilling: the analytic estimator on a few validation prompts.
+
+The target's side (its continuations at every τ_dec and its distributions along them) is computed once when
+the probe is built; each call then costs one teacher-forced pass of the draft per τ_dec. The numbers form the
+acceptance-vs-KD-steps curve (paper Figure 6) and are the signal Tune's early stopping reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from specray.config import SweepSpec
+from specray.data.dataset import build_splits
+from specray.data.templates import format_prompt
+from specray.specdec.analytic import AnalyticEstimator, sample_continuations
+
+PROBE_PROMPTS = 16  # enough for a trend, cheap enough to run every few steps
+
+
+def acceptance_key(tau_dec: float) -> str:
+    """The curve key of the analytic acceptance at one decoding temperature."""
+    return f"acceptance_rate/tau_dec={tau_dec:g}"
+
+
+def probe_prompts(spec: SweepSpec, tokenizer: PreTrainedTokenizerBase) -> list[list[int]]:
+    """Token ids of the first PROBE_PROMPTS validation prompts, cut from the left like the test prompts."""
+    examples = build_splits(spec.data)["validation"][:PROBE_PROMPTS]
+    texts = [format_prompt(e.instruction, e.input, spec.data.template) for e in examples]
+    return [ids[-spec.data.max_prompt_tokens :] for ids in tokenizer(texts)["input_ids"]]
+
+
+class AcceptanceProbe:
+    """Target continuations and distributions at each τ_dec, held in memory; scores any draft."""
+
+    def __init__(
+        self,
+        target: PreTrainedModel,
+        prompts: list[list[int]],
+        taus_dec: Sequence[float],
+        max_new_tokens: int,
+        eos_token_id: int | None,
+        pad_token_id: int,
+        gamma: int,
+        seed: int = 0,
+    ) -> None:
+        self.gamma = gamma
+        self.estimators = {
+            tau: AnalyticEstimator(
+                target,
+                sample_continuations(target, prompts, tau, max_new_tokens, eos_token_id, seed, pad_token_id),
+                pad_token_id,
+            )
+            for tau in taus_dec
+        }
+
+    @torch.no_grad()
+    def __call__(self, draft: PreTrainedModel) -> dict[str, float]:
+        """{acceptance_rate/tau_dec=<τ>: α}; the draft is put in eval mode and restored afterwards."""
+        was_training = draft.training
+        draft.eval()
+        try:
+            # c only scales the modelled speedup, which is not reported here
+            return {
+                acceptance_key(tau): estimator.evaluate(draft, self.gamma, c=0.0).acceptance_rate
+                for tau, estimator in self.estimators.items()
+            }
+        finally:
+            draft.train(was_training)

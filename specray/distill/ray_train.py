@@ -1,0 +1,285 @@
+"""Ray Train adapter: the distillation loop under a `TorchTrainer` (Ray Train V2). The only distill module
+that imports Ray.
+
+Driver side (`distill`): validate the request and read the shards before Ray starts (`prepare_inputs`: a bad
+τ_kd or a missing shard is one clear error, never a retried worker failure); pass the rows and resolved
+model paths to the workers (no worker reads the driver's cache or builds the zoo); run the trainer; publish
+the last checkpoint as the draft (`checkpoints.publish`: marker written last).
+
+Worker side (`RaySession`): the loop's `Session` over Ray Train — DDP through `ray.train.torch.prepare_model`
+(gloo on CPU, NCCL on GPU), sums through `torch.distributed.all_reduce`, checkpoints through
+`ray.train.report(..., checkpoint=...)` (rank 0 writes, every rank reports: it is a barrier) and resume
+through `ray.train.get_checkpoint()`. When a worker dies, `FailureConfig(max_failures)` makes the controller
+restart the whole worker group, which resumes from the latest reported checkpoint and still ends at
+`distill.steps`: the data order is a function of the step, so the resumed run is the uninterrupted one.
+Ray's run folder (checkpoints, its snapshot) lives in the work folder beside `output_dir`, so calling
+`distill` again after the driver itself died resumes too (Train V2 restores a run by storage path and name).
+The controller takes reports asynchronously: a checkpoint reported in the instant before a crash may not be
+registered, and the run then resumes from the one before it. On a multi-node cluster `output_dir` must be
+on storage every node shares (NFS), as Ray Train requires of its storage path.
+
+Reports: the controller receives each `ray.train.report`; a `UserCallback` there forwards rank 0's curve
+point to a Ray queue, and the driver thread that called `distill` hands it to `report` while `fit` runs in a
+helper thread — so `report` runs live, on the driver, in the caller's thread. Points that a restarted worker
+group reports again (steps after the checkpoint it resumed from) are not passed on twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import ray
+import ray.train
+import ray.train.torch
+import torch
+from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig, UserCallback
+from ray.util.queue import Empty, Queue
+
+from specray.cluster.runtime import ray_session
+from specray.config import DistillSpec, SweepSpec
+from specray.distill.checkpoints import (
+    claim_work_dir,
+    fingerprint,
+    is_finished,
+    load_trainer_state,
+    publish,
+    read_curves,
+)
+from specray.distill.inputs import prepare_inputs
+from specray.distill.loop import DistillResult, finished_info, run_training
+from specray.errors import USER_ERRORS, SpecError
+
+__all__ = ["CRASH_ENV", "RaySession", "distill", "is_finished"]
+
+log = logging.getLogger(__name__)
+
+MAX_FAILURES = 3  # worker-group restarts before the run fails (a deterministic bug must not loop forever)
+# Test hook: rank 0 dies (os._exit) once, at the first report at or after this step.
+CRASH_ENV = "SPECRAY_TEST_CRASH_AFTER_STEP"
+CRASH_MARKER = "crashed-once"
+RUN_NAME = "ray_train"
+
+
+class RaySession:
+    """The loop's Session inside a Ray Train worker."""
+
+    def __init__(self, crash_after_step: int | None = None, crash_marker: Path | None = None) -> None:
+        context = ray.train.get_context()
+        self.rank, self.world_size = context.get_world_rank(), context.get_world_size()
+        self.device = ray.train.torch.get_device()
+        self.scratch_dir = None  # system temp; the checkpoint is copied to storage by `report`
+        self.crash_after_step, self.crash_marker = crash_after_step, crash_marker
+
+    def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
+        return ray.train.torch.prepare_model(model)  # DDP when world_size > 1
+
+    def all_reduce(self, values: torch.Tensor) -> torch.Tensor:
+        if self.world_size == 1:
+            return values.clone()
+        summed = values.to(self.device)  # NCCL needs device tensors; gloo takes CPU ones
+        torch.distributed.all_reduce(summed)
+        return summed.cpu()
+
+    @contextmanager
+    def latest_checkpoint(self) -> Iterator[Path | None]:
+        checkpoint = ray.train.get_checkpoint()
+        if checkpoint is None:
+            yield None
+            return
+        with checkpoint.as_directory() as folder:
+            yield Path(folder)
+
+    def report(self, step: int, curve: dict | None, checkpoint: Path | None) -> None:
+        try:
+            persisted = ray.train.Checkpoint.from_directory(checkpoint) if checkpoint else None
+            ray.train.report({"step": step, "curve": curve}, checkpoint=persisted)
+        finally:
+            if checkpoint is not None:
+                shutil.rmtree(checkpoint, ignore_errors=True)
+        self._maybe_crash(step)
+
+    def _maybe_crash(self, step: int) -> None:
+        """The test hook (CRASH_ENV): kill this worker process like a hardware fault would, once."""
+        if self.crash_after_step is None or self.rank != 0 or step < self.crash_after_step:
+            return
+        if self.crash_marker is not None and not self.crash_marker.exists():
+            self.crash_marker.touch()
+            log.warning("test hook %s: rank 0 exits after step %d", CRASH_ENV, step)
+            os._exit(1)
+
+
+def _train_worker(config: dict[str, Any]) -> None:
+    """Ray Train's per-worker entry point: rebuild the spec, then run the plain loop."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a bar per model load, from every worker, floods the driver's console
+    spec = SweepSpec.model_validate(config["spec"])
+    if spec.distill.num_gpus_per_worker == 0:
+        torch.set_num_threads(max(1, int(spec.distill.num_cpus_per_worker)))  # no oversubscription
+    session = RaySession(config["crash_after_step"], Path(config["work"]) / CRASH_MARKER)
+    run_training(spec, config["paradigm"], config["mixture"], config["inputs"], session)
+
+
+class _CurveForwarder(UserCallback):
+    """Runs on the Train controller: puts rank 0's curve points on a queue the driver reads."""
+
+    def __init__(self, queue: Queue) -> None:
+        self.queue = queue
+
+    def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
+        curve = metrics[0].get("curve") if metrics else None
+        if curve is not None:
+            self.queue.put(curve)
+
+
+# ---------------------------------------------------------------- driver side
+
+
+def _scaling(d: DistillSpec) -> ScalingConfig:
+    resources = {"CPU": d.num_cpus_per_worker}
+    if d.num_gpus_per_worker > 0:
+        resources["GPU"] = d.num_gpus_per_worker
+    return ScalingConfig(
+        num_workers=d.workers, use_gpu=d.num_gpus_per_worker > 0, resources_per_worker=resources
+    )
+
+
+def _check_resources(d: DistillSpec) -> None:
+    """Fail fast when a local Ray can never place the workers (Train would wait for them silently)."""
+    available = ray.cluster_resources()
+    for resource, per_worker in (("CPU", d.num_cpus_per_worker), ("GPU", d.num_gpus_per_worker)):
+        needed = d.workers * per_worker
+        if needed > available.get(resource, 0.0):
+            field = f"num_{resource.lower()}s_per_worker"
+            raise SpecError(
+                f"distill.workers x distill.{field} = {needed:g} {resource}s, "
+                f"but the local Ray has {available.get(resource, 0.0):g}"
+            )
+
+
+def _drain(queue: Queue, timeout: float) -> list[dict]:
+    """Whatever is on the queue, waiting up to `timeout` seconds for the first item."""
+    items: list[dict] = []
+    try:
+        items.append(queue.get(timeout=timeout) if timeout > 0 else queue.get_nowait())
+        while True:
+            items.append(queue.get_nowait())
+    except Empty:
+        return items
+
+
+def _fit_streaming(
+    trainer: ray.train.torch.TorchTrainer, queue: Queue, report: Callable[[dict], None] | None
+) -> ray.train.Result:
+    """`trainer.fit()` in a helper thread; curve points reach `report` in this thread as they arrive."""
+    outcome: dict[str, Any] = {}
+
+    def fit() -> None:
+        try:
+            outcome["result"] = trainer.fit()
+        except BaseException as error:  # handed to the caller's thread below
+            outcome["error"] = error
+
+    thread = threading.Thread(target=fit, name="specray-distill-fit", daemon=True)
+    thread.start()
+    last_step = -1
+    while True:
+        running = thread.is_alive()
+        for curve in _drain(queue, timeout=0.5 if running else 0.0):
+            if curve["step"] > last_step and report is not None:
+                _call_report(report, curve)
+            last_step = max(last_step, curve["step"])
+        if not running:
+            break
+    if "error" in outcome:
+        raise _user_error(outcome["error"]) from outcome["error"]
+    return outcome["result"]
+
+
+def _call_report(report: Callable[[dict], None], curve: dict) -> None:
+    # The run lives on the cluster and goes on regardless: a failing callback must not orphan it.
+    try:
+        report(curve)
+    except Exception:
+        log.exception("the distillation report callback failed on step %s; training goes on", curve["step"])
+
+
+def _user_error(error: BaseException) -> BaseException:
+    """A user error raised in a worker (bad data, model) is re-raised as itself: one clear line."""
+    for failure in getattr(error, "worker_failures", {}).values():
+        cause = getattr(failure, "cause", failure)
+        if isinstance(cause, USER_ERRORS):
+            return cause
+    return error
+
+
+def distill(
+    spec: SweepSpec,
+    paradigm: str,
+    mixture: Mapping[float, float],
+    output_dir: Path,
+    report: Callable[[dict], None] | None = None,
+    *,
+    callbacks: Sequence[UserCallback] = (),
+) -> DistillResult:
+    """Distil the spec's draft with Ray Train (`distill.workers` DDP workers) and publish it at `output_dir`.
+
+    Uses the running Ray, else starts one per `spec.ray`. `report` gets each curve point live, on this
+    thread (exceptions from it are logged, not raised: the run goes on). `callbacks` are extra Ray Train
+    `UserCallback`s, e.g. Tune's `TuneReportCallback` when this runs inside a Tune trial.
+    """
+    output_dir = Path(output_dir).absolute()
+    inputs = prepare_inputs(spec, paradigm, mixture)  # every user error surfaces here, before Ray
+    weights = {float(tau): float(weight) for tau, weight in mixture.items()}
+    started = time.perf_counter()
+    work = claim_work_dir(output_dir, fingerprint(spec, paradigm, weights))
+    config = {
+        "spec": spec.model_dump(mode="json"),
+        "paradigm": paradigm,
+        "mixture": weights,
+        "inputs": inputs,
+    }
+    config |= {"work": str(work), "crash_after_step": int(os.environ.get(CRASH_ENV) or 0) or None}
+    with ray_session(spec.ray):
+        if spec.ray.address is None:
+            _check_resources(spec.distill)
+        result = _run_trainer(spec, config, work, report, callbacks)
+        with result.checkpoint.as_directory() as final:
+            state, curves = load_trainer_state(Path(final)), read_curves(Path(final))
+            info = finished_info(spec, paradigm, weights, state, time.perf_counter() - started)
+            publish(Path(final), output_dir, spec, info)
+    shutil.rmtree(work, ignore_errors=True)
+    return DistillResult(output_dir, spec.distill.steps, curves)
+
+
+def _run_trainer(
+    spec: SweepSpec,
+    config: dict,
+    work: Path,
+    report: Callable[[dict], None] | None,
+    callbacks: Sequence[UserCallback],
+) -> ray.train.Result:
+    queue = Queue(actor_options={"num_cpus": 0})
+    run_config = RunConfig(
+        name=RUN_NAME,
+        storage_path=str(work),  # absolute: Ray Train resolves storage through pyarrow URIs
+        failure_config=FailureConfig(max_failures=MAX_FAILURES),
+        checkpoint_config=CheckpointConfig(num_to_keep=1),
+        logging_config=LoggingConfig(log_level="WARNING"),  # not a line per report on the console
+        callbacks=[_CurveForwarder(queue), *callbacks],
+    )
+    trainer = ray.train.torch.TorchTrainer(
+        _train_worker, train_loop_config=config, scaling_config=_scaling(spec.distill), run_config=run_config
+    )
+    try:
+        return _fit_streaming(trainer, queue, report)
+    finally:
+        queue.shutdown()

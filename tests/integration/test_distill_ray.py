@@ -1,0 +1,135 @@
+"""Distillation under real Ray Train (Train V2) with the micro zoo: DDP equivalence, a worker killed mid-run,
+and the `specray distill` CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import ray
+import torch
+
+from specray.distill import ray_train
+from specray.distill.checkpoints import FINISHED_FILE, is_finished, work_dir
+from specray.distill.ray_train import CRASH_ENV, distill
+from specray.models.loading import load_model
+from tests.conftest import REPO
+from tests.unit.test_distill_loop import losses, make_shards, micro_spec
+
+pytestmark = pytest.mark.integration
+SPECRAY = str(Path(sys.executable).parent / "specray")
+MIXTURE = {0.0: 1.0, 1.0: 1.0}
+# Same global batch, same rows, same on-policy samples: only the order of float sums differs between
+# one worker and two (the gradient all-reduce), so losses agree to ~1e-7 relative; 1e-5 leaves margin.
+DDP_RTOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init("local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1")
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def ddp_spec(micro_zoo, workers: int):
+    overrides = ["distill.steps=6", "distill.report_every=1", "distill.checkpoint_every=2"]
+    spec = micro_spec(micro_zoo, *overrides, f"distill.workers={workers}", "distill.onpolicy_fraction=0.5")
+    make_shards(spec)
+    return spec
+
+
+@pytest.fixture(scope="module")
+def two_workers(micro_zoo, local_ray, tmp_path_factory):
+    """The reference: online KD on a τ_kd mixture with 2 DDP workers, uninterrupted."""
+    return distill(ddp_spec(micro_zoo, 2), "online", MIXTURE, tmp_path_factory.mktemp("ddp") / "two")
+
+
+def test_two_ddp_workers_train_like_one_on_the_same_global_batch(micro_zoo, two_workers, tmp_path) -> None:
+    one = distill(ddp_spec(micro_zoo, 1), "online", MIXTURE, tmp_path / "one")
+    assert losses(one.curves) == pytest.approx(losses(two_workers.curves), rel=DDP_RTOL)
+    assert len(losses(one.curves)) == 6
+    for p, q in zip(
+        load_model(str(one.output_dir)).parameters(),
+        load_model(str(two_workers.output_dir)).parameters(),
+        strict=True,
+    ):
+        torch.testing.assert_close(p, q, rtol=DDP_RTOL, atol=1e-6)
+
+
+def test_a_killed_worker_resumes_from_the_last_checkpoint_and_ends_at_the_step_count(
+    micro_zoo, two_workers, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setenv(CRASH_ENV, "3")  # rank 0 dies after step 3; the last checkpoint is step 2
+    reported: list[dict] = []
+    result = distill(ddp_spec(micro_zoo, 2), "online", MIXTURE, tmp_path / "draft", reported.append)
+    finished = json.loads((result.output_dir / FINISHED_FILE).read_text())
+    assert finished["resumed_from"] == [2] and finished["steps"] == 6
+    assert [c["step"] for c in result.curves] == list(range(7))
+    assert [c["step"] for c in reported] == list(range(7))  # re-run steps 3.. are not reported twice
+    # resumed exactly: the same losses as the uninterrupted run
+    assert losses(result.curves) == pytest.approx(losses(two_workers.curves), rel=DDP_RTOL)
+
+
+def test_a_run_that_dies_leaves_no_finished_draft_and_a_later_call_resumes_it(
+    micro_zoo, local_ray, tmp_path, monkeypatch
+) -> None:
+    # rank 0 dies after step 3; the checkpoint of step 2 was registered by then (a report returns only
+    # once the controller has taken the previous one)
+    monkeypatch.setenv(CRASH_ENV, "3")
+    monkeypatch.setattr(ray_train, "MAX_FAILURES", 0)
+    spec = micro_spec(micro_zoo, "distill.report_every=1")
+    make_shards(spec)
+    output = tmp_path / "draft"
+    with pytest.raises(ray.train.TrainingFailedError):
+        distill(spec, "offline", {1.0: 1.0}, output)
+    assert not is_finished(output) and not output.exists()
+    assert list(work_dir(output).rglob("checkpoint_*"))  # kept: a later call resumes from it
+
+    monkeypatch.delenv(CRASH_ENV)
+    result = distill(spec, "offline", {1.0: 1.0}, output)  # e.g. after the driver itself died
+    assert is_finished(output) and json.loads((output / FINISHED_FILE).read_text())["resumed_from"] == [2]
+    assert [c["step"] for c in result.curves] == [0, 1, 2, 3, 4] and not work_dir(output).exists()
+
+
+def specray(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop(CRASH_ENV, None)
+    return subprocess.run(
+        [SPECRAY, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def test_cli_distills_and_refuses_bad_requests_before_starting_ray(micro_zoo, tmp_path) -> None:
+    make_shards(micro_spec(micro_zoo))
+    overrides = [
+        f"models.target={{name_or_path: {micro_zoo.target}}}",
+        f"models.draft={{name_or_path: {micro_zoo.draft}}}",
+        "teacher.max_new_tokens=12",
+        "distill.steps=2",
+        "distill.batch_size=4",
+        "distill.max_new_tokens=8",
+        "distill.report_every=1",
+        "eval.temperatures=[1.0]",
+        "eval.max_new_tokens=8",
+        "ray.num_cpus=2",
+    ]
+    options = ["--paradigm", "online", "--mixture", "0:1,1:3", "--output", str(tmp_path / "draft")]
+    ok = specray("distill", "sweeps/smoke.yaml", *overrides, *options)
+    assert ok.returncode == 0, ok.stderr
+    assert "distilling online/mix=0:1,1:3 for 2 steps" in ok.stdout
+    assert "step 2  loss " in ok.stdout and "acceptance_rate at τ_dec=1: " in ok.stdout
+    assert is_finished(tmp_path / "draft")
+
+    bad_tau = specray("distill", "sweeps/smoke.yaml", *overrides, "--tau-kd", "0.5")
+    assert bad_tau.returncode == 2
+    assert "error: τ_kd [0.5] not in teacher.temperatures [0.0, 1.0]" in bad_tau.stderr
+    no_shards = specray("distill", "sweeps/smoke.yaml", *overrides, "teacher.seed=5", "--tau-kd", "1.0")
+    assert no_shards.returncode == 2 and "run `specray generate` on this sweep first" in no_shards.stderr
+    for failed in (bad_tau, no_shards):
+        assert "Traceback" not in failed.stderr and "Started a local Ray instance" not in failed.stderr

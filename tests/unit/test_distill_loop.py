@@ -1,0 +1,204 @@
+"""The distillation loop on the micro zoo, in one process: determinism, resume, the published draft.
+
+Also holds the helpers the other distill tests import: a smoke spec over the micro zoo and real teacher
+shards for it (sampled in-process by the transformers engine; no Ray).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+import torch
+
+from specray.config import SweepSpec, load_spec
+from specray.data.dataset import build_splits
+from specray.distill.checkpoints import CURVES_FILE, SPEC_FILE, TRAINER_STATE, is_finished, work_dir
+from specray.distill.inputs import draft_name, parse_mixture, prepare_inputs
+from specray.distill.loop import train_draft
+from specray.distill.probe import acceptance_key
+from specray.errors import DataError, SpecError
+from specray.models.loading import load_model
+from tests.conftest import REPO
+
+TAUS_KD = (0.0, 1.0)
+
+
+def micro_spec(micro_zoo, *overrides: str) -> SweepSpec:
+    """sweeps/smoke.yaml on the micro zoo (by path), with a short distillation."""
+    base = [
+        f"models.target={{name_or_path: {micro_zoo.target}}}",
+        f"models.draft={{name_or_path: {micro_zoo.draft}}}",
+        "teacher.max_new_tokens=12",
+        "distill.steps=4",
+        "distill.batch_size=4",
+        "distill.max_new_tokens=8",
+        "distill.report_every=2",
+        "distill.checkpoint_every=2",
+        "distill.warmup_steps=1",
+        "eval.temperatures=[0.0,1.0]",
+        "eval.max_new_tokens=8",
+    ]
+    return load_spec(REPO / "sweeps" / "smoke.yaml", [*base, *overrides])
+
+
+class InProcessPool:
+    """The teacher pool's protocol over one in-process transformers engine."""
+
+    def __init__(self, model_path: Path) -> None:
+        from specray.teacher.engines import TransformersEngine
+
+        self.engine = TransformersEngine(str(model_path), batch_size=32)
+
+    def generate(self, requests, on_results) -> None:
+        on_results(self.engine.generate(list(requests)))
+
+
+def make_shards(spec: SweepSpec, taus: Sequence[float] = TAUS_KD) -> None:
+    """Real teacher shards of the spec's train split (cached by key: a second call is a no-op)."""
+    from specray.teacher.pool import generate_shards
+
+    train = build_splits(spec.data)["train"]
+    pool = InProcessPool(Path(spec.models.target.name_or_path))
+    t = spec.teacher
+    generate_shards(
+        spec, train, list(taus), t.max_new_tokens, t.seed, "train", pool=pool, show_progress=False
+    )
+
+
+@pytest.fixture(scope="module")
+def spec(micro_zoo) -> SweepSpec:
+    spec = micro_spec(micro_zoo)
+    make_shards(spec)
+    return spec
+
+
+def losses(curves: list[dict]) -> list[float]:
+    return [c["loss"] for c in curves if "loss" in c]
+
+
+# ---------------------------------------------------------------- tests
+
+
+def test_draft_names() -> None:
+    assert draft_name("offline", {0.6: 1.0}) == "offline/tau_kd=0.6"
+    assert draft_name("online", {0.9: 1, 0.7: 1, 0.8: 1}) == "online/mix=0.7:1,0.8:1,0.9:1"
+    assert draft_name("online", {1.0: 2.5, 0.0: 1}) == "online/mix=0:1,1:2.5"
+
+
+def test_bad_requests_fail_before_any_work(spec, micro_zoo) -> None:
+    with pytest.raises(SpecError, match=r"τ_kd \[0.5\] not in teacher.temperatures \[0.0, 1.0\]"):
+        prepare_inputs(spec, "offline", {0.5: 1.0})
+    with pytest.raises(SpecError, match="paradigm 'sideways' is not one of offline, online"):
+        prepare_inputs(spec, "sideways", {0.0: 1.0})
+    too_many_workers = micro_spec(micro_zoo, "distill.workers=8")
+    with pytest.raises(SpecError, match=r"distill.batch_size \(4\) must be >= distill.workers \(8\)"):
+        prepare_inputs(too_many_workers, "offline", {0.0: 1.0})
+    no_shards = micro_spec(micro_zoo, "teacher.seed=99")
+    with pytest.raises(DataError, match=r"no teacher shards yet for τ_kd \[1.0\]; run `specray generate`"):
+        prepare_inputs(no_shards, "offline", {1.0: 1.0})
+
+
+@pytest.mark.parametrize("paradigm", ["offline", "online"])
+def test_a_run_publishes_a_loadable_draft_with_curves(spec, paradigm, tmp_path: Path) -> None:
+    reported: list[dict] = []
+    result = train_draft(spec, paradigm, {1.0: 1.0}, tmp_path / "draft", reported.append)
+    assert result.output_dir == tmp_path / "draft" and result.steps == 4
+    assert [c["step"] for c in result.curves] == [0, 2, 4] and reported == result.curves
+    assert set(result.curves[0]) == {"step", acceptance_key(0.0), acceptance_key(1.0)}
+    for curve in result.curves[1:]:
+        assert curve["loss"] > 0 and curve["tokens_per_s"] > 0 and 0 <= curve[acceptance_key(1.0)] <= 1
+    assert is_finished(result.output_dir) and not work_dir(result.output_dir).exists()
+    assert json.loads((result.output_dir / CURVES_FILE).read_text()) == result.curves
+    assert load_spec(result.output_dir / SPEC_FILE) == spec
+    assert not (result.output_dir / TRAINER_STATE).exists()
+    trained = load_model(str(result.output_dir)).parameters()
+    untrained = load_model(spec.models.draft.name_or_path).parameters()
+    assert not all(torch.equal(p, q) for p, q in zip(trained, untrained, strict=True))
+
+
+class Crash(Exception):
+    pass
+
+
+def crash_at(step: int):
+    def report(curve: dict) -> None:
+        if curve["step"] == step:
+            raise Crash(f"killed at step {step}")
+
+    return report
+
+
+def test_a_killed_run_leaves_no_draft_and_resumes_from_its_last_checkpoint(spec, micro_zoo, tmp_path) -> None:
+    long = micro_spec(micro_zoo, "distill.steps=6", "distill.report_every=1", "distill.checkpoint_every=2")
+    reference = train_draft(long, "online", {0.0: 1.0, 1.0: 2.0}, tmp_path / "reference")
+
+    output = tmp_path / "draft"
+    with pytest.raises(Crash):  # dies at step 3, after the checkpoint of step 2
+        train_draft(long, "online", {0.0: 1.0, 1.0: 2.0}, output, crash_at(3))
+    assert not output.exists() and not is_finished(output)
+    assert [p.name for p in work_dir(output).glob("checkpoint-*")] == ["checkpoint-00000002"]
+
+    reported: list[dict] = []
+    resumed = train_draft(long, "online", {0.0: 1.0, 1.0: 2.0}, output, reported.append)
+    assert [c["step"] for c in reported] == [3, 4, 5, 6]  # steps up to the checkpoint are not re-reported
+    assert [c["step"] for c in resumed.curves] == list(range(7))
+    assert json.loads((output / "finished.json").read_text())["resumed_from"] == [2]
+    # the data order is a function of the step: the resumed run is the uninterrupted run
+    assert losses(resumed.curves) == pytest.approx(losses(reference.curves), rel=1e-6)
+
+
+def test_a_changed_spec_never_resumes_a_stale_checkpoint(spec, micro_zoo, tmp_path) -> None:
+    output = tmp_path / "draft"
+    with pytest.raises(Crash):
+        train_draft(spec, "offline", {1.0: 1.0}, output, crash_at(4))
+    changed = micro_spec(micro_zoo, "distill.lr=0.01")
+    result = train_draft(changed, "offline", {1.0: 1.0}, output)
+    assert json.loads((output / "finished.json").read_text())["resumed_from"] == []
+    assert [c["step"] for c in result.curves] == [0, 2, 4]
+
+
+def test_runs_are_deterministic(spec, tmp_path) -> None:
+    first = train_draft(spec, "online", {1.0: 1.0}, tmp_path / "a")
+    second = train_draft(spec, "online", {1.0: 1.0}, tmp_path / "b")
+    timing = {"tokens_per_s", "seconds_per_step"}
+    timeless = [[{k: v for k, v in c.items() if k not in timing} for c in r.curves] for r in (first, second)]
+    assert timeless[0] == timeless[1]
+
+
+def test_the_loop_imports_no_ray_or_mlflow() -> None:
+    """STYLE.md rule 1: the loop runs in one process without Ray; only distill.ray_train imports it."""
+    script = (
+        "import sys, specray.distill, specray.distill.loop\n"
+        "print([m for m in ('ray', 'mlflow') if m in sys.modules])"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_gradient_accumulation_equals_one_large_batch(micro_zoo, spec, tmp_path) -> None:
+    """Offline, B=4 x 1 micro-batch and B=2 x 2 micro-batches train on the same rows (the row plan is
+    cut in order) with the loss normalised over the whole step: same losses, same model."""
+    large = train_draft(spec, "offline", {1.0: 1.0}, tmp_path / "large")
+    accumulated_spec = micro_spec(micro_zoo, "distill.batch_size=2", "distill.grad_accum=2")
+    accumulated = train_draft(accumulated_spec, "offline", {1.0: 1.0}, tmp_path / "accumulated")
+    assert losses(accumulated.curves) == pytest.approx(losses(large.curves), rel=1e-6)
+    for p, q in zip(
+        load_model(str(large.output_dir)).parameters(),
+        load_model(str(accumulated.output_dir)).parameters(),
+        strict=True,
+    ):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_mixture_recipes_parse_and_bad_ones_are_refused() -> None:
+    assert parse_mixture("0.7:1,0.8:1,0.9:1") == {0.7: 1.0, 0.8: 1.0, 0.9: 1.0}
+    assert parse_mixture("0.2, 1.0:3") == {0.2: 1.0, 1.0: 3.0}  # a τ_kd alone weighs 1
+    with pytest.raises(SpecError, match="expected TAU:WEIGHT"):
+        parse_mixture("0.7:x")
+    with pytest.raises(SpecError, match="τ_kd 0.7 appears twice"):
+        parse_mixture("0.7:1,0.7:2")
