@@ -26,6 +26,7 @@ group reports again (steps after the checkpoint it resumed from) are not passed 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -111,9 +112,20 @@ class RaySession:
         if self.crash_after_step is None or self.rank != 0 or step < self.crash_after_step:
             return
         if self.crash_marker is not None and not self.crash_marker.exists():
+            self._wait_for_registered_checkpoint()
             self.crash_marker.touch()
             log.warning("test hook %s: rank 0 exits after step %d", CRASH_ENV, step)
             os._exit(1)
+
+    def _wait_for_registered_checkpoint(self, timeout_s: float = 120.0) -> None:
+        """Let the controller register the last reported checkpoint first (it does so asynchronously; on a
+        loaded machine a crash right after `report` can beat it), so the test always resumes from it."""
+        snapshot = self.crash_marker.parent / RUN_NAME / "checkpoint_manager_snapshot.json"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if snapshot.exists() and json.loads(snapshot.read_text() or "{}").get("latest_checkpoint_result"):
+                return
+            time.sleep(0.2)
 
 
 def _train_worker(config: dict[str, Any]) -> None:
