@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from specray.errors import SpecError
 
@@ -241,6 +249,8 @@ class EvalSpec(_Frozen):
 
 
 class TuneSpec(_Frozen):
+    """`specray tune`: a Ray Tune search over mixtures of the τ_kd shards (see specray/sweep/tune.py)."""
+
     num_samples: int = Field(default=16, ge=1)
     search: Literal["optuna", "random"] = "optuna"
     space: Literal["weights", "subset"] = "weights"
@@ -250,6 +260,26 @@ class TuneSpec(_Frozen):
     asha_grace_period: int = Field(default=1, ge=1, description="in distillation reports")
     asha_reduction_factor: int = Field(default=2, ge=2)
     paradigm: Paradigm = "offline"
+    steps: int | None = Field(
+        default=None, ge=1, description="optimizer steps per trial and per baseline; None = distill.steps"
+    )
+    paradigms: list[Paradigm] = Field(default=[], description="also search the paradigm; [] = `paradigm`")
+    divergences: list[Divergence] = Field(default=[], description="also search the divergence (online)")
+    onpolicy_fractions: list[Annotated[float, Field(ge=0.0, le=1.0)]] = Field(
+        default=[], description="also search λ (online); [] = distill.onpolicy_fraction"
+    )
+    manual_top_k: int = Field(default=3, ge=1, description="τ_kd in the paper's manual recipe")
+    registered_model: str | None = Field(
+        default=None, min_length=1, description="Model Registry name; None = <sweep name>-tuned-draft"
+    )
+    seed: int = 0
+
+    @field_validator("objective_temperatures", "paradigms", "divergences", "onpolicy_fractions")
+    @classmethod
+    def _no_duplicates(cls, v: list, info: ValidationInfo) -> list:
+        if len(set(v)) != len(v):
+            raise ValueError(f"{info.field_name} has duplicates: {list(v)}")
+        return v
 
 
 class TrackingSpec(_Frozen):

@@ -8,6 +8,11 @@ Layout of a sweep in MLflow (experiment = the sweep's name, or `tracking.experim
 - one child run per draft (`mlflow.parentRunId` set), tagged `draft`, `paradigm`, `tau_kd`, `mixture`, with
   its training curves (metrics with steps) and one metric per evaluation cell, named
   `<metric>/<test_set>/tau_dec_<x>` (MLflow metric names cannot contain "=").
+
+`specray tune` uses the same experiment: one parent run per search (`specray.role=tune`), one child run
+per Tune trial (`specray.role=trial`, tag `trial_id`; its config as params, its curves as metrics, the
+best one tagged `specray.best=true`), one child run per baseline draft, and the winner's draft registered
+in the Model Registry with its mixture in the version's tags.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ CELL_METRICS = {
     },
 }
 ROLE, SWEEP_KEY, PARENT = "specray.role", "specray.sweep_key", "mlflow.parentRunId"
+BEST, TRIAL_ID = "specray.best", "trial_id"
 MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param value
 
 
@@ -149,35 +155,87 @@ class Tracker:
             self.client.create_run, self.experiment_id, tags=all_tags, run_name=draft
         ).info.run_id
 
+    def tune_parent_run(self, spec: SweepSpec, resume: bool) -> tuple[str, bool]:
+        """The parent run of a Tune search: with `resume`, the unfinished one of this spec if there is one
+        (-> its id, True); otherwise a new one with the resolved spec as params and `spec.yaml`."""
+        key = sweep_key(spec)
+        if resume:
+            for run in self._find(f"tags.`{ROLE}` = 'tune' AND tags.`{SWEEP_KEY}` = '{key}'"):
+                if run.info.status != RunStatus.to_string(RunStatus.FINISHED):
+                    self._call(self.client.update_run, run.info.run_id, status="RUNNING")
+                    return run.info.run_id, True
+        tags = {ROLE: "tune", SWEEP_KEY: key}
+        run = self._call(
+            self.client.create_run, self.experiment_id, tags=tags, run_name=f"{spec.name}-tune-{key[:6]}"
+        )
+        self.log_params(run.info.run_id, flatten(spec.model_dump(mode="json")))
+        self._call(self.client.log_text, run.info.run_id, dump_spec(spec), "spec.yaml")
+        return run.info.run_id, False
+
+    def trial_run(self, parent_id: str, trial_id: str, name: str, tags: Mapping[str, str]) -> str:
+        """A Tune trial's run under the parent, found by its trial id, created once."""
+        existing = self._find(f"tags.`{PARENT}` = '{parent_id}' AND tags.`{TRIAL_ID}` = '{trial_id}'")
+        if existing:
+            return existing[0].info.run_id
+        all_tags = {PARENT: parent_id, ROLE: "trial", TRIAL_ID: trial_id, "draft": name, **tags}
+        return self._call(
+            self.client.create_run, self.experiment_id, tags=all_tags, run_name=name
+        ).info.run_id
+
+    def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
+        batch = [Param(k, str(v)[:MAX_PARAM_LENGTH]) for k, v in params.items()]
+        for start in range(0, len(batch), 100):  # MLflow takes at most 100 params per batch
+            self._call(self.client.log_batch, run_id, params=batch[start : start + 100])
+
+    def register_draft(self, name: str, run_id: str, artifact_path: str, tags: Mapping[str, str]) -> str:
+        """Register the draft logged at `artifact_path` of `run_id` as a version of model `name` (created
+        if needed), once per run; returns the version."""
+        versions = self._call(self.client.search_model_versions, f"name = '{name}' AND run_id = '{run_id}'")
+        if versions:
+            return str(versions[0].version)
+        if not self._call(self.client.search_registered_models, f"name = '{name}'"):
+            self._call(self.client.create_registered_model, name)
+        source = f"runs:/{run_id}/{artifact_path}"
+        version = self._call(self.client.create_model_version, name, source, run_id, tags=dict(tags))
+        return str(version.version)
+
     def children(self, parent_id: str) -> list:
         return self._find(f"tags.`{PARENT}` = '{parent_id}'")
 
     def metric_keys(self, run_id: str) -> set[str]:
         return set(self._call(self.client.get_run, run_id).data.metrics)
 
-    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0) -> None:
+    def _log_batch(self, run_id: str, points: Iterable[tuple[str, float, int]]) -> None:
+        """(name, value, step) points, in MLflow's batches of at most 1000 metrics."""
         now = _now_ms()
-        batch = [Metric(metric_key(k), float(v), now, step) for k, v in metrics.items()]
+        batch = [Metric(metric_key(name), float(value), now, step) for name, value, step in points]
         for start in range(0, len(batch), 1000):
             self._call(self.client.log_batch, run_id, metrics=batch[start : start + 1000])
 
+    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0) -> None:
+        self._log_batch(run_id, ((k, v, step) for k, v in metrics.items()))
+
     def log_curves(self, run_id: str, curves: Iterable[Mapping[str, Any]]) -> None:
         """Training curves: every numeric field of each report, at its `step`."""
-        now = _now_ms()
-        batch = [
-            Metric(metric_key(k), float(v), now, int(row["step"]))
-            for row in curves
-            for k, v in row.items()
-            if k != "step" and isinstance(v, int | float) and math.isfinite(v)
-        ]
-        for start in range(0, len(batch), 1000):
-            self._call(self.client.log_batch, run_id, metrics=batch[start : start + 1000])
+        self._log_batch(
+            run_id,
+            (
+                (k, v, int(row["step"]))
+                for row in curves
+                for k, v in row.items()
+                if k != "step" and isinstance(v, int | float) and math.isfinite(v)
+            ),
+        )
 
     def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
         self._call(self.client.log_batch, run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
     def log_artifacts(self, run_id: str, local_dir: Path, artifact_path: str | None = None) -> None:
         self._call(self.client.log_artifacts, run_id, str(local_dir), artifact_path)
+
+    def artifact_paths(self, run_id: str) -> set[str]:
+        """Top-level artifact paths of a run."""
+        return {item.path for item in self._call(self.client.list_artifacts, run_id)}
 
     def log_dict(self, run_id: str, payload: Any, artifact_file: str) -> None:
         self._call(self.client.log_dict, run_id, payload, artifact_file)
