@@ -1,0 +1,155 @@
+"""One Tune trial of `specray tune`: distil a draft on the trial's τ_kd mixture, then score it on validation.
+
+The trial runs the plain train loop (`loop.train_draft`, the loop `specray distill` runs under Ray Train) in
+the trial's own process, with one distill worker's resources. Each curve point goes to Tune as it is
+produced: the ASHA signal (`acceptance_estimate`: the probe's acceptance averaged over the objective
+τ_dec) and an estimate of the objective from it (i.i.d. block efficiency at that α). The last point is held
+back and reported together with the measured objective — the analytic `speedup_model` on the validation
+split, averaged over the objective τ_dec — because ASHA stops a trial at its last step (`max_t`).
+
+Nothing here reads the teacher shards or starts a teacher: the rows come from the driver, which read the
+cached shards once (`TrialContext.inputs`). A trial that is restarted (worker failure, `--resume`) resumes
+its distillation from the latest checkpoint in its folder, and one that had already measured its objective
+reports the saved result again without training or evaluating.
+
+The baselines (`distil_baseline`) train through the same function in a Ray task with the same resources, so
+a baseline and a trial differ only in their recipe.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from specray.config import SweepSpec
+from specray.data.shards import write_atomic
+from specray.distill.checkpoints import is_finished, read_curves
+from specray.distill.inputs import DistillInputs
+from specray.sweep.tune_space import (
+    acceptance_estimate,
+    budget_spec,
+    objective,
+    recipe_from_config,
+    speedup_estimate,
+)
+from specray.tracking import cell_metrics, metric_key
+
+VALIDATION = "validation"
+OBJECTIVE, ACCEPTANCE_ESTIMATE, MEASURED = "objective", "acceptance_estimate", "measured"
+TRIAL_RESULT, DRAFT_DIR = "trial_result.json", "draft"
+
+
+@dataclass(frozen=True)
+class TrialContext:
+    """What every trial shares, prepared once by the driver and passed through Ray's object store."""
+
+    spec: dict[str, Any]  # the resolved sweep spec (JSON form)
+    inputs: DistillInputs  # rows of every τ_kd shard, absolute model paths, probe prompts
+    validation_prompts: list[list[int]]
+    cost_ratio: float  # c, measured once: every draft has the same architecture
+    trials_dir: str  # absolute: Tune runs a trial with its own working directory
+
+
+def progress_metrics(curve: Mapping[str, Any], spec: SweepSpec, cost_ratio: float) -> dict[str, Any]:
+    """One curve point as a Tune result: step, the ASHA signal, the objective's estimate, the curve."""
+    taus = spec.tune.objective_temperatures
+    alpha = acceptance_estimate(curve, taus)
+    estimate = speedup_estimate(curve, taus, cost_ratio, spec.eval.gamma)
+    metrics: dict[str, Any] = {metric_key(k): v for k, v in curve.items() if isinstance(v, int | float)}
+    return metrics | {
+        "step": int(curve["step"]),
+        ACCEPTANCE_ESTIMATE: math.nan if alpha is None else alpha,
+        OBJECTIVE: math.nan if estimate is None else estimate,
+        MEASURED: 0,
+    }
+
+
+def _validate(spec: SweepSpec, context: TrialContext, draft: Path, name: str) -> list[dict[str, Any]]:
+    """The draft's analytic records on the validation split at each objective τ_dec (fixed c)."""
+    from specray.specdec.cells import eval_settings
+    from specray.specdec.evaluator import EvalJob, Evaluator
+
+    settings = replace(eval_settings(spec.eval), cost_ratio=context.cost_ratio)
+    target = spec.models.target
+    device = "cuda" if spec.distill.num_gpus_per_worker > 0 else "cpu"
+    evaluator = Evaluator(
+        context.inputs.target_path,
+        {VALIDATION: context.validation_prompts},
+        settings,
+        dtype=target.dtype,
+        trust_remote_code=target.trust_remote_code,
+        device=device,
+    )
+    jobs = [
+        EvalJob(name, str(draft), tau, VALIDATION, "analytic") for tau in spec.tune.objective_temperatures
+    ]
+    return [evaluator.evaluate(job) for job in jobs]
+
+
+def final_metrics(
+    spec: SweepSpec, curves: list[dict], records: list[dict[str, Any]], cost_ratio: float
+) -> dict[str, Any]:
+    """The trial's last result: its last curve point plus the measured objective and validation cells."""
+    cells = {name: value for record in records for name, value in cell_metrics(record).items()}
+    measured = objective(records, spec.tune.objective_temperatures)
+    return progress_metrics(curves[-1], spec, cost_ratio) | cells | {OBJECTIVE: measured, MEASURED: 1}
+
+
+def distil_baseline(
+    spec_json: dict[str, Any],
+    paradigm: str,
+    mixture: dict[float, float],
+    output_dir: str,
+    inputs: DistillInputs,
+) -> None:
+    """A baseline draft, trained exactly like a trial (a Ray task with one distill worker's resources)."""
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from specray.distill.loop import train_draft
+
+    hf_logging.disable_progress_bar()
+    spec = SweepSpec.model_validate(spec_json)
+    if spec.distill.num_gpus_per_worker == 0:
+        torch.set_num_threads(max(1, int(spec.distill.num_cpus_per_worker)))
+    rows = {tau: inputs.rows[tau] for tau in mixture}
+    train_draft(spec, paradigm, mixture, Path(output_dir), inputs=replace(inputs, rows=rows))
+
+
+def run_trial(config: dict[str, Any], context: TrialContext) -> None:
+    """Tune's function trainable (wrapped by `tune.with_parameters(run_trial, context=...)`)."""
+    import torch
+    from ray import tune
+    from transformers.utils import logging as hf_logging
+
+    from specray.distill.loop import train_draft
+
+    hf_logging.disable_progress_bar()
+    spec = SweepSpec.model_validate(context.spec)
+    recipe = recipe_from_config(spec, config)
+    trial_spec = budget_spec(spec, recipe)
+    folder = Path(context.trials_dir) / tune.get_context().get_trial_id()
+    saved = folder / TRIAL_RESULT
+    if saved.exists():  # measured before the driver died: report it again, redo nothing
+        tune.report(json.loads(saved.read_text()))
+        return
+    if trial_spec.distill.num_gpus_per_worker == 0:
+        torch.set_num_threads(max(1, int(trial_spec.distill.num_cpus_per_worker)))  # no oversubscription
+    draft, steps = folder / DRAFT_DIR, trial_spec.distill.steps
+
+    def report(curve: dict) -> None:
+        if curve["step"] < steps:  # the last point goes out with the objective (ASHA stops at max_t)
+            tune.report(progress_metrics(curve, trial_spec, context.cost_ratio))
+
+    if not is_finished(draft):
+        rows = {tau: context.inputs.rows[tau] for tau in recipe.mixture}
+        inputs = replace(context.inputs, rows=rows)
+        train_draft(trial_spec, recipe.paradigm, recipe.mixture, draft, report, inputs=inputs)
+    records = _validate(trial_spec, context, draft, recipe.name)
+    result = final_metrics(trial_spec, read_curves(draft), records, context.cost_ratio)
+    write_atomic(saved, lambda path: path.write_text(json.dumps(result)))
+    tune.report(result)

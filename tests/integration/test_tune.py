@@ -1,0 +1,220 @@
+"""`specray tune` on the micro zoo: real Ray Tune, real MLflow. A search end to end (no teacher during the
+search, trials and baselines in MLflow, the winner registered, Table 3), and a killed search resumed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+import specray.sweep.tune as tune_module
+import specray.teacher.pool as teacher_pool
+from specray.config import load_spec
+from specray.distill.checkpoints import FINISHED_FILE
+from specray.models.zoo import cache_dir
+from specray.sweep.tune_trial import DRAFT_DIR, TRIAL_RESULT
+from specray.tracking import BEST, PARENT, ROLE, TRIAL_ID
+from tests.conftest import REPO
+from tests.unit.test_distill_loop import make_shards, micro_spec
+
+pytestmark = pytest.mark.integration
+SPECRAY = str(Path(sys.executable).parent / "specray")
+SMOKE = REPO / "sweeps" / "smoke.yaml"
+
+
+def micro_overrides(micro_zoo, tmp_path: Path, *extra: str) -> list[str]:
+    """The smoke sweep on the micro zoo: 4 steps per trial (a probe at each), one objective τ_dec."""
+    return [
+        f"models.target={{name_or_path: {micro_zoo.target}}}",
+        f"models.draft={{name_or_path: {micro_zoo.draft}}}",
+        "teacher.max_new_tokens=12",
+        "distill.steps=4",
+        "distill.batch_size=4",
+        "distill.max_new_tokens=8",
+        "distill.warmup_steps=1",
+        "distill.report_every=1",
+        "distill.checkpoint_every=2",
+        "eval.temperatures=[0.0,1.0]",
+        "eval.max_new_tokens=8",
+        "eval.estimators=[analytic]",
+        "eval.empirical_temperatures=[]",
+        "eval.replicas=1",
+        "tune.objective_temperatures=[1.0]",
+        "tune.manual_top_k=2",
+        "tune.num_samples=3",
+        "ray.num_cpus=2",
+        f"output_dir={tmp_path}",
+        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        *extra,
+    ]
+
+
+def shard_files() -> dict[str, tuple[int, int]]:
+    root = cache_dir() / "shards"
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+
+
+def runs_by_role(uri: str, experiment: str) -> dict[str, list]:
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    grouped: dict[str, list] = {}
+    for run in runs:
+        grouped.setdefault(run.data.tags.get(ROLE, ""), []).append(run)
+    return grouped
+
+
+def test_a_search_reads_cached_shards_logs_every_trial_and_registers_the_winner(
+    micro_zoo, tmp_path, monkeypatch
+) -> None:
+    # teacher.seed=3: no shards yet, so the driver must generate them — before the search, never during it
+    spec = load_spec(
+        SMOKE, micro_overrides(micro_zoo, tmp_path, "teacher.seed=3", "tune.max_concurrent_trials=2")
+    )
+    searching, generated, snapshots = [False], [], {}
+    real_generate, real_search = teacher_pool.generate_shards, tune_module.search
+
+    def guarded_generate(*args, **kwargs):
+        assert not searching[0], "the teacher was asked for shards during the search"
+        generated.append(list(args[2]))
+        return real_generate(*args, **kwargs)
+
+    def watched_search(*args, **kwargs):
+        searching[0], snapshots["before"] = True, shard_files()
+        try:
+            return real_search(*args, **kwargs)
+        finally:
+            searching[0], snapshots["after"] = False, shard_files()
+
+    monkeypatch.setattr(teacher_pool, "generate_shards", guarded_generate)
+    monkeypatch.setattr(tune_module, "search", watched_search)
+    outcome = tune_module.run_tune(spec, show_progress=False)
+
+    assert generated == [[0.0, 1.0]]  # once, in the driver, before the search
+    assert snapshots["before"] == snapshots["after"]  # no trial wrote (or rewrote) a shard
+    assert len(outcome.trials) == 3 and {t["status"] for t in outcome.trials} <= {
+        "completed",
+        "stopped_early",
+    }
+    winner = outcome.winner
+    assert winner["objective"] == max(t["objective"] for t in outcome.trials if t["objective"] is not None)
+
+    uri = spec.tracking.uri
+    roles = runs_by_role(uri, "smoke")
+    (parent,) = roles["tune"]
+    assert parent.info.status == "FINISHED" and parent.data.tags["best_trial"] == winner["trial_id"]
+    trials = roles["trial"]
+    assert sorted(r.data.tags[TRIAL_ID] for r in trials) == sorted(t["trial_id"] for t in outcome.trials)
+    client = MlflowClient(uri)
+    for run in trials:
+        assert run.data.tags[PARENT] == parent.info.run_id
+        assert {"w_tau_kd_0", "w_tau_kd_1", "mixture", "paradigm", "distill.steps"} <= set(run.data.params)
+        assert len(client.get_metric_history(run.info.run_id, "acceptance_estimate")) >= 2
+    best = [r for r in trials if r.data.tags.get(BEST) == "true"]
+    assert [r.data.tags[TRIAL_ID] for r in best] == [winner["trial_id"]]
+    assert best[0].data.metrics["objective"] == pytest.approx(winner["objective"])
+    assert "speedup_model/in_domain/tau_dec_1" in best[0].data.metrics  # measured on the test sets too
+    baselines = sorted(r.data.tags["draft"] for r in roles["draft"])
+    assert baselines == ["offline/mix=0:1,1:1", "offline/tau_kd=0", "offline/tau_kd=1"]
+
+    name, version = outcome.registered
+    registered = client.get_model_version(name, version)
+    assert registered.run_id == best[0].info.run_id and registered.source.endswith("/draft")
+    assert registered.tags["mixture"] == winner["recipe"].mixture_tag
+
+    frame = outcome.table
+    assert list(zip(frame.test_set, frame.tau_dec, strict=True)) == [
+        ("in_domain", 1.0),
+        ("out_of_domain", 1.0),
+    ]
+    assert frame["tuned gain"].notna().all() and (outcome.report_dir / "table3.md").exists()
+    assert (outcome.report_dir / "table3.csv").exists() and (outcome.report_dir / "trials.csv").exists()
+
+
+# ---------------------------------------------------------------- resume after the driver is killed
+
+
+def tune_command(micro_zoo, tmp_path: Path, *flags: str) -> list[str]:
+    overrides = micro_overrides(micro_zoo, tmp_path, "tune.max_concurrent_trials=1")
+    return [SPECRAY, "tune", str(SMOKE), *overrides, *flags]
+
+
+def finished_trials(tmp_path: Path) -> dict[str, tuple[int, int]]:
+    """Trials that measured their objective -> (mtime of that record, mtime of the draft's marker)."""
+    found = {}
+    for record in (tmp_path / "smoke" / "tune" / "trials").glob(f"*/{TRIAL_RESULT}"):
+        marker = record.parent / DRAFT_DIR / FINISHED_FILE
+        found[record.parent.name] = (record.stat().st_mtime_ns, marker.stat().st_mtime_ns)
+    return found
+
+
+def saved_as_terminated(tmp_path: Path, trial_ids: set[str]) -> bool:
+    """Tune's own experiment state on disk records these trials as finished."""
+    states = sorted((tmp_path / "smoke" / "tune" / "search").glob("experiment_state-*.json"))
+    try:
+        trial_data = json.loads(states[-1].read_text())["trial_data"] if states else []
+    except (json.JSONDecodeError, OSError):  # caught while Tune replaces the file
+        return False
+    status = {state["trial_id"]: state["status"] for state in (json.loads(t) for t, _ in trial_data)}
+    return all(status.get(trial_id) == "TERMINATED" for trial_id in trial_ids)
+
+
+def test_a_killed_search_resumes_without_rerunning_finished_trials(micro_zoo, tmp_path) -> None:
+    make_shards(micro_spec(micro_zoo))
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    env = os.environ | {"TUNE_GLOBAL_CHECKPOINT_S": "1"}  # Tune saves its state every second
+    process = subprocess.Popen(
+        tune_command(micro_zoo, tmp_path), cwd=tmp_path, env=env, start_new_session=True, **quiet
+    )
+    deadline = time.monotonic() + 240
+    while process.poll() is None and time.monotonic() < deadline:
+        done = finished_trials(tmp_path)
+        if done and saved_as_terminated(tmp_path, set(done)):
+            break
+        time.sleep(0.5)
+    assert process.poll() is None, "the search ended before it could be interrupted"
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    before = finished_trials(tmp_path)
+    assert 1 <= len(before) < 3
+
+    resumed = subprocess.run(
+        tune_command(micro_zoo, tmp_path, "--resume"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "(resumed)" in resumed.stdout and "| in_domain | 1 |" in resumed.stdout
+    after = finished_trials(tmp_path)
+    for trial_id, mtimes in before.items():  # neither retrained nor re-evaluated
+        assert after[trial_id] == mtimes, trial_id
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    roles = runs_by_role(uri, "smoke")
+    assert len(roles["tune"]) == 1 and roles["tune"][0].info.status == "FINISHED"
+    trial_ids = [r.data.tags[TRIAL_ID] for r in roles["trial"]]
+    assert len(trial_ids) == len(set(trial_ids)) == 3  # num_samples in all, each once
+    assert set(before) <= set(trial_ids)
+    rows = (tmp_path / "smoke" / "tune" / "report" / "trials.csv").read_text().strip().splitlines()
+    assert len(rows) == 1 + 3
+    tune_state = json.loads((tmp_path / "smoke" / "tune" / "tune.json").read_text())
+    assert tune_state["cost_ratio"] > 0
+
+    again = subprocess.run(tune_command(micro_zoo, tmp_path), cwd=tmp_path, capture_output=True, text=True)
+    assert again.returncode == 2 and "already holds a search: add --resume" in again.stderr
+
+
+def test_cli_refuses_bad_tune_settings_before_starting_ray(micro_zoo, tmp_path) -> None:
+    bad = micro_overrides(micro_zoo, tmp_path, "tune.objective_temperatures=[0.5]")
+    result = subprocess.run([SPECRAY, "tune", str(SMOKE), *bad], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "tune.objective_temperatures: [0.5] not in eval.temperatures [0.0, 1.0]" in result.stderr
+    assert "Started a local Ray instance" not in result.stderr
