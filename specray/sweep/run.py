@@ -108,7 +108,7 @@ def _distill_all(
     todo = [plan for plan in plans if not is_finished(plan.output_dir)]
     for plan in plans:
         if plan not in todo:
-            curves[plan.name] = _finish_draft(plan, tracker, runs[plan.name], display)
+            curves[plan.name] = finish_draft(plan, tracker, runs[plan.name], display)
     with ThreadPoolExecutor(max_workers=_concurrent_runs(spec)) as executor:
         pending: dict[Future, DraftPlan] = {
             executor.submit(distill, spec, plan.paradigm, plan.mixture, plan.output_dir): plan
@@ -119,11 +119,11 @@ def _distill_all(
             for future in done:
                 plan = pending.pop(future)
                 future.result()  # a failed distillation stops the sweep; finished drafts stay finished
-                curves[plan.name] = _finish_draft(plan, tracker, runs[plan.name], display)
+                curves[plan.name] = finish_draft(plan, tracker, runs[plan.name], display)
     return curves
 
 
-def _finish_draft(plan: DraftPlan, tracker: Tracker, run_id: str, display: SweepDisplay) -> list[dict]:
+def finish_draft(plan: DraftPlan, tracker: Tracker, run_id: str, display: SweepDisplay) -> list[dict]:
     """Log a finished draft's curves and model dir to its run, once."""
     curves = json.loads((plan.output_dir / "curves.json").read_text())
     if "loss" not in tracker.metric_keys(run_id):

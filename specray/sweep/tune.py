@@ -252,7 +252,7 @@ def _baseline_plan(run: _Run, recipe: Recipe) -> DraftPlan:
 
 def _distil_baselines(run: _Run, plans: list[DraftPlan], role: str) -> None:
     """Distil the unfinished baseline drafts (as many at once as the cluster holds), log each to its run."""
-    from specray.sweep.run import _finish_draft
+    from specray.sweep.run import finish_draft
 
     spec = budget_spec(run.spec, baseline_recipe(run.spec, {}))
     d = spec.distill
@@ -262,7 +262,7 @@ def _distil_baselines(run: _Run, plans: list[DraftPlan], role: str) -> None:
     for plan in plans:
         run.runs[plan.name] = run.tracker.child_run(run.parent, plan.name, plan.tags | {"tune_role": role})
         if is_finished(plan.output_dir):
-            _finish_draft(plan, run.tracker, run.runs[plan.name], run.display)
+            finish_draft(plan, run.tracker, run.runs[plan.name], run.display)
         else:
             ref = task.remote(spec_json, plan.paradigm, plan.mixture, str(plan.output_dir), run.inputs)
             pending[ref] = plan
@@ -270,7 +270,7 @@ def _distil_baselines(run: _Run, plans: list[DraftPlan], role: str) -> None:
         (done,), _ = ray.wait(list(pending), num_returns=1)
         plan = pending.pop(done)
         ray.get(done)  # a failed distillation stops the search; finished drafts stay finished
-        _finish_draft(plan, run.tracker, run.runs[plan.name], run.display)
+        finish_draft(plan, run.tracker, run.runs[plan.name], run.display)
 
 
 def _single_tau_kd_baselines(run: _Run) -> dict[float, DraftPlan]:
