@@ -1,16 +1,18 @@
 """The analytic acceptance estimator (Leviathan et al., 2023, Corollary 3.6).
 
 Speculative decoding's output follows the target, so sampling continuations y ~ target at τ_dec once and
-scoring them with one teacher-forced pass of the target and of each draft gives, at every response
+scoring them with the target's and each draft's next-token distributions gives, at every response
 position t, the exact probability that a draft token there is accepted: β_t = Σ_v min(p_τ(v), q_τ(v)).
 No accept coin, no batch-1 loop: it averages over the whole distribution instead of sampling it, and the
-target pass (the expensive one) is shared by every draft.
+target's distributions (the expensive part) are shared by every draft. When the continuations were just
+sampled, the target's distributions are the logits the samples were drawn from; continuations read back
+from the disk cache get one teacher-forced target pass instead.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -27,11 +29,14 @@ from specray.ops import (
 
 @dataclass(frozen=True)
 class Continuations:
-    """Target samples for one (test set, τ_dec): prompt token ids and the sampled response ids."""
+    """Target samples for one (test set, τ_dec): prompt token ids and the sampled response ids, and,
+    when they were sampled in this process, the target's raw logits at every response position
+    (one [len(response), vocab] tensor per response; not written to the disk cache)."""
 
     tau: float
     prompts: list[list[int]]
     responses: list[list[int]]
+    target_logits: list[Tensor] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -55,30 +60,42 @@ def sample_continuations(
     pad_token_id: int = 0,
     batch_size: int = 32,
 ) -> Continuations:
-    """One target sample per prompt at τ, batched with a KV cache. The i-th prompt draws from its own
-    generator seeded by (seed, i), so the samples do not depend on the batch size."""
+    """One target sample per prompt at τ, batched with a KV cache, keeping the logits they were drawn
+    from. The i-th prompt draws from its own generator seeded by (seed, i), so the samples do not depend
+    on the batch size; prompts are batched in order of length, so a batch pads little."""
     from specray.teacher.engines import sample_batch
 
     eos = {eos_token_id} if eos_token_id is not None else set()
-    responses = []
-    for start in range(0, len(prompts), batch_size):
-        chunk = prompts[start : start + batch_size]
-        generators = [torch.Generator().manual_seed(seed * 1_000_003 + start + i) for i in range(len(chunk))]
+    responses: list[list[int]] = [[] for _ in prompts]
+    logits: list[Tensor] = [torch.empty(0) for _ in prompts]
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        generators = [torch.Generator().manual_seed(seed * 1_000_003 + i) for i in chunk]
         samples = sample_batch(
-            target, chunk, [tau] * len(chunk), generators, max_new_tokens, eos, pad_token_id
+            target,
+            [prompts[i] for i in chunk],
+            [tau] * len(chunk),
+            generators,
+            max_new_tokens,
+            eos,
+            pad_token_id,
+            keep_logits=True,
         )
-        responses += [sample.token_ids for sample in samples]
-    return Continuations(tau, prompts, responses)
+        for i, sample in zip(chunk, samples, strict=True):
+            responses[i], logits[i] = sample.token_ids, sample.logits
+    return Continuations(tau, prompts, responses, logits)
 
 
 def _teacher_forced_batches(continuations: Continuations, batch_size: int, pad_id: int):
-    """Right-padded batches of prompt + response; `index` [batch, T] gives, for response token t, the
-    position whose logits predict it (len(prompt) − 1 + t), and `valid` [batch, T] masks padding."""
-    pairs = list(zip(continuations.prompts, continuations.responses, strict=True))
+    """Right-padded batches of prompt + response (sequences in order of length, empty responses left
+    out); `index` [batch, T] gives, for response token t, the position whose logits predict it
+    (len(prompt) − 1 + t), `valid` [batch, T] masks padding and `rows` lists the sequences' indices."""
+    pairs = list(enumerate(zip(continuations.prompts, continuations.responses, strict=True)))
+    pairs = sorted((pair for pair in pairs if pair[1][1]), key=lambda pair: sum(map(len, pair[1])))
     for start in range(0, len(pairs), batch_size):
-        chunk = [(p, r) for p, r in pairs[start : start + batch_size] if r]
-        if not chunk:
-            continue
+        rows = [i for i, _ in pairs[start : start + batch_size]]
+        chunk = [pair for _, pair in pairs[start : start + batch_size]]
         length = max(len(p) + len(r) for p, r in chunk)
         span = max(len(r) for _, r in chunk)
         input_ids = torch.full((len(chunk), length), pad_id, dtype=torch.long)
@@ -91,16 +108,23 @@ def _teacher_forced_batches(continuations: Continuations, batch_size: int, pad_i
             attention[row, : len(sequence)] = 1
             index[row, : len(response)] = torch.arange(len(response)) + len(prompt) - 1
             valid[row, : len(response)] = True
-        yield input_ids, attention, index, valid
+        yield input_ids, attention, index, valid, rows
 
 
 @torch.no_grad()
 def _response_probs(model: PreTrainedModel, batch, tau: float) -> Tensor:
     """Warped next-token distributions at every response position: [batch, T, vocab]."""
-    input_ids, attention, index, _ = batch
+    input_ids, attention, index, _, _ = batch
     logits = model(input_ids=input_ids.to(model.device), attention_mask=attention.to(model.device)).logits
     gathered = logits.gather(1, index.to(model.device)[..., None].expand(-1, -1, logits.shape[-1]))
     return warp(gathered, tau).cpu()
+
+
+def _sampled_probs(logits: list[Tensor], batch, tau: float) -> Tensor:
+    """The sampling-time logits of a batch's sequences, warped and right-padded to [batch, T, vocab]."""
+    rows, span = batch[4], batch[3].shape[1]
+    padded = [torch.nn.functional.pad(logits[i], (0, 0, 0, span - len(logits[i]))) for i in rows]
+    return warp(torch.stack(padded), tau)
 
 
 class AnalyticEstimator:
@@ -111,21 +135,31 @@ class AnalyticEstimator:
     ):
         self.continuations = continuations
         self.batches = list(_teacher_forced_batches(continuations, batch_size, pad_id))
-        # the one target pass: kept as warped probabilities, [batch, T, vocab] per batch
-        self.target_probs = [_response_probs(target, batch, continuations.tau) for batch in self.batches]
+        # the target's distributions, kept as warped probabilities, [batch, T, vocab] per batch: the logits
+        # the continuations were sampled from, or else one teacher-forced pass
+        if continuations.target_logits is not None:
+            self.target_probs = [
+                _sampled_probs(continuations.target_logits, batch, continuations.tau)
+                for batch in self.batches
+            ]
+        else:
+            self.target_probs = [_response_probs(target, batch, continuations.tau) for batch in self.batches]
 
     def beta(self, draft: PreTrainedModel) -> tuple[Tensor, Tensor]:
-        """β_t for every sequence and position, [n, T_max] (0 where invalid), and the valid mask."""
-        betas, masks = [], []
+        """β_t for every sequence with a non-empty response, in the continuations' order, and position,
+        [n, T_max] (0 where invalid), and the valid mask."""
+        betas, masks, rows = [], [], []
         for batch, p in zip(self.batches, self.target_probs, strict=True):
             q = _response_probs(draft, batch, self.continuations.tau)
             betas.append(token_acceptance(p, q) * batch[3])
             masks.append(batch[3])
+            rows += batch[4]
         width = max(b.shape[1] for b in betas)
         pad = [(0, width - b.shape[1]) for b in betas]
         beta = torch.cat([torch.nn.functional.pad(b, w) for b, w in zip(betas, pad, strict=True)])
         mask = torch.cat([torch.nn.functional.pad(m, w) for m, w in zip(masks, pad, strict=True)])
-        return beta, mask
+        order = torch.tensor(rows).argsort()  # batches run in order of length; give the caller's order back
+        return beta[order], mask[order]
 
     def evaluate(self, draft: PreTrainedModel, gamma: int, c: float) -> AnalyticResult:
         beta, mask = self.beta(draft)  # [n, T]

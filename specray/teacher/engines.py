@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from specray.config import TeacherSpec
 
@@ -72,6 +72,8 @@ def request_seed(seed: int, prompt_id: str, tau: float) -> int:
 class Sample:
     token_ids: list[int]
     finish_reason: FinishReason
+    # the raw logits each token was drawn from, [len(token_ids), vocab], when asked for (keep_logits)
+    logits: torch.Tensor | None = None
 
 
 def left_pad(
@@ -111,12 +113,15 @@ def sample_batch(
     max_new_tokens: int | Sequence[int],
     eos_token_ids: Collection[int],
     pad_token_id: int,
+    keep_logits: bool = False,
 ) -> list[Sample]:
     """Sample one continuation per prompt with a KV cache; row i uses `taus[i]` and `generators[i]`.
 
     Prompts are left-padded and positions count only real tokens, so a row's logits do not depend on
     the other rows. A row stops at an EOS id (kept as its last token, reason "stop") or after its
-    `max_new_tokens` (reason "length"); finished rows are fed padding and draw no more random numbers.
+    `max_new_tokens` (reason "length"); finished rows leave the batch (their KV cache rows are dropped),
+    so the remaining steps only pay for the rows still running. `keep_logits` also returns, per row, the
+    logits each token was drawn from (the analytic estimator uses them as the target's pass).
     Runs under no_grad; put a model that is being trained in eval mode first (dropout).
     """
     import torch
@@ -126,14 +131,17 @@ def sample_batch(
     if not (len(taus) == len(generators) == len(limits) == count):
         raise ValueError("prompts_token_ids, taus, generators and max_new_tokens must have the same length")
     device = next(model.parameters()).device
-    input_ids, attention_mask = left_pad(prompts_token_ids, pad_token_id, device)  # [batch, prompt]
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # padding does not shift positions
+    with torch.no_grad():
+        cache, input_ids, attention_mask, position_ids = _prefill_shared_prefix(
+            model, prompts_token_ids, pad_token_id, device
+        )
     rows = [
         _Row(tau, generator, limit) for tau, generator, limit in zip(taus, generators, limits, strict=True)
     ]
-    cache = None
+    running = list(range(count))  # the rows still in the batch, in batch order
+    kept: list[list[torch.Tensor]] = [[] for _ in rows]
     with torch.no_grad():
-        while any(row.finish_reason is None for row in rows):
+        while running:
             out = model(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
@@ -142,12 +150,58 @@ def sample_batch(
                 use_cache=True,
                 logits_to_keep=1,  # only the last position is needed: skips the prompt's vocab projection
             )
-            cache, logits = out.past_key_values, out.logits[:, -1, :]  # [batch, vocab]
-            next_ids = [row.step(logits[i], eos_token_ids, pad_token_id) for i, row in enumerate(rows)]
-            input_ids = torch.tensor(next_ids, device=device)[:, None]  # [batch, 1]
-            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((count, 1))], dim=-1)
+            cache, logits = out.past_key_values, out.logits[:, -1, :]  # [running, vocab]
+            next_ids = []
+            for i, index in enumerate(running):
+                next_ids.append(rows[index].step(logits[i], eos_token_ids, pad_token_id))
+                if keep_logits:
+                    kept[index].append(logits[i].float().cpu())
+            still = [i for i, index in enumerate(running) if rows[index].finish_reason is None]
+            if len(still) < len(running):  # drop finished rows from the batch and the cache
+                select = torch.tensor(still, device=device, dtype=torch.long)
+                cache.batch_select_indices(select)
+                attention_mask, position_ids = attention_mask[select], position_ids[select]
+                next_ids = [next_ids[i] for i in still]
+                running = [running[i] for i in still]
+            input_ids = torch.tensor(next_ids, device=device, dtype=torch.long)[:, None]  # [running, 1]
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(running), 1))], dim=-1)
             position_ids = position_ids[:, -1:] + 1
-    return [Sample(row.tokens, row.finish_reason) for row in rows]  # type: ignore[arg-type]
+    return [
+        Sample(row.tokens, row.finish_reason, torch.stack(kept[i]) if keep_logits else None)  # type: ignore[arg-type]
+        for i, row in enumerate(rows)
+    ]
+
+
+SHARED_PREFIX_MIN = 4  # shorter common prefixes are not worth a separate forward pass
+
+
+def _prefill_shared_prefix(
+    model: PreTrainedModel, prompts: Sequence[Sequence[int]], pad_token_id: int, device: torch.device
+) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Run the prompts' common prefix (e.g. a prompt template) once and share its KV cache.
+
+    Returns (cache or None, input_ids, attention_mask, position_ids) for the first batched step: the rows
+    are laid out as [prefix | left padding | rest of the prompt], the mask covers the whole row and
+    positions count only real tokens, so every row's logits equal those of its unpadded prompt. Without a
+    common prefix of at least SHARED_PREFIX_MIN tokens this is plain left padding and no cache. Every row
+    keeps at least one token after the prefix, so its last prompt token sits in the last column.
+    """
+    import torch
+
+    shortest = min(len(p) for p in prompts)
+    shared = 0
+    while shared < shortest - 1 and len({p[shared] for p in prompts}) == 1:
+        shared += 1
+    if shared < SHARED_PREFIX_MIN or len(prompts) == 1:
+        input_ids, attention_mask = left_pad(prompts, pad_token_id, device)  # [batch, prompt]
+        return None, input_ids, attention_mask, (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    prefix = torch.tensor([list(prompts[0][:shared])], dtype=torch.long, device=device)
+    cache = model(input_ids=prefix, use_cache=True, logits_to_keep=1).past_key_values
+    cache.batch_repeat_interleave(len(prompts))
+    input_ids, rest_mask = left_pad([p[shared:] for p in prompts], pad_token_id, device)
+    attention_mask = torch.cat([rest_mask.new_ones((len(prompts), shared)), rest_mask], dim=-1)
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)[:, shared:]
+    return cache, input_ids, attention_mask, position_ids
 
 
 @dataclass

@@ -74,7 +74,31 @@ def test_one_target_pass_serves_every_draft(micro_zoo, prompts) -> None:
     target.register_forward_hook(lambda *a: calls.append(1))
     for draft in (load_model(str(micro_zoo.draft)), target):
         estimator.evaluate(draft, 3, 0.1)
-    assert len(calls) == 1  # only the second "draft" (the target itself) ran the target again
+    # the target's distributions came from sampling; only the second "draft" (the target itself) ran it
+    assert len(calls) == 1
+    calls.clear()
+    cached = Continuations(continuations.tau, continuations.prompts, continuations.responses)
+    AnalyticEstimator(target, cached, pad_id=0)  # read back from disk: no logits, one teacher-forced pass
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("tau", [0.0, 0.7, 1.3])
+def test_sampling_logits_equal_a_teacher_forced_target_pass(micro_zoo, prompts, tau) -> None:
+    """β from the logits kept while sampling (KV cache, left padding, rows leaving the batch) equals β
+    from a separate right-padded teacher-forced pass over the same continuations."""
+    target, draft = load_model(str(micro_zoo.target)), load_model(str(micro_zoo.draft))
+    many = [p + p[: i % 3] for i, p in enumerate(prompts["in_domain"] * 3)]  # 12 prompts, mixed lengths
+    continuations = sample_continuations(target, many, tau, 10, 2, seed=5, batch_size=5)
+    assert [len(r) for r in continuations.responses] == [len(x) for x in continuations.target_logits]
+    cached = Continuations(tau, many, continuations.responses)
+    fresh = AnalyticEstimator(target, continuations, pad_id=0, batch_size=4)
+    forced = AnalyticEstimator(target, cached, pad_id=0, batch_size=7)
+    for p, f in zip(fresh.target_probs, fresh.batches, strict=True):
+        assert p.shape[:2] == f[3].shape
+    (beta_fresh, mask_fresh), (beta_forced, mask_forced) = fresh.beta(draft), forced.beta(draft)
+    assert mask_fresh.sum() == sum(len(r) for r in continuations.responses)
+    assert torch.equal(mask_fresh, mask_forced)
+    assert torch.allclose(beta_fresh, beta_forced, atol=1e-5)
 
 
 def test_analytic_matches_a_hand_computed_beta() -> None:

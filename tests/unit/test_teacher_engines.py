@@ -12,6 +12,7 @@ from specray.config import TeacherSpec
 from specray.data.synthetic import synthetic_corpus
 from specray.data.templates import format_prompt
 from specray.teacher.engines import (
+    SHARED_PREFIX_MIN,
     GenerationRequest,
     TransformersEngine,
     left_pad,
@@ -135,6 +136,31 @@ def test_engine_reports_stop_with_the_real_eos(engine, prompts) -> None:
         assert result.response_text == engine.tokenizer.decode(
             result.response_token_ids, skip_special_tokens=True
         )
+
+
+@pytest.mark.parametrize("tau", [0.0, 1.0])
+def test_kept_logits_equal_an_unpadded_uncached_pass(engine, prompts, tau) -> None:
+    """Shared-prefix prefill, left padding, the KV cache and rows leaving the batch as they finish change
+    no row's logits: each equals a plain forward pass over that row's prompt + response alone."""
+    texts = [text for _, text in prompts if text.startswith("Below")]
+    prompt_ids = engine.tokenizer(texts)["input_ids"]
+    shared = next(i for i in range(min(map(len, prompt_ids))) if len({p[i] for p in prompt_ids}) > 1)
+    assert shared >= SHARED_PREFIX_MIN  # the template is run once and its cache shared
+    prompt_ids.append(prompt_ids[0][: shared + 1])  # a prompt that is the prefix plus one token
+    generators = [torch.Generator().manual_seed(i) for i in range(len(prompt_ids))]
+    common = engine.tokenizer(" the")["input_ids"][
+        -1
+    ]  # a frequent token as "EOS": rows end at different steps
+    samples = sample_batch(
+        engine.model, prompt_ids, [tau] * len(prompt_ids), generators, 8, {common}, 0, keep_logits=True
+    )
+    assert len({len(s.token_ids) for s in samples}) > 1
+    for prompt, sample in zip(prompt_ids, samples, strict=True):
+        with torch.no_grad():
+            full = engine.model(input_ids=torch.tensor([prompt + sample.token_ids])).logits[0]
+        expected = full[len(prompt) - 1 : len(prompt) - 1 + len(sample.token_ids)]
+        assert sample.logits.shape == expected.shape
+        assert torch.allclose(sample.logits, expected, atol=1e-4)
 
 
 def test_left_pad_puts_every_prompt_against_the_right_edge() -> None:
