@@ -46,6 +46,33 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
+@contextmanager
+def resumable(kept: Path, resume_flag: str | None = None) -> Iterator[None]:
+    """A long job stopped by its environment (MLflow gone, a folder that cannot be written) ends with what
+    failed, where the finished work is, and the command that resumes it; exit code 1, no traceback. Any
+    other exception is a bug and keeps its traceback."""
+    import shlex
+
+    from specray.errors import TrackingError, describe_os_error, find_cause
+
+    try:
+        yield
+    except Exception as e:
+        cause = find_cause(e, (TrackingError, OSError))
+        if cause is None or isinstance(e, USER_ERRORS):
+            raise
+        what = describe_os_error(cause) if isinstance(cause, OSError) else str(cause)
+        argv = ["specray", *sys.argv[1:]]
+        argv += [resume_flag] if resume_flag and resume_flag not in argv else []
+        typer.echo(f"error: {what}", err=True)
+        typer.echo(
+            f"Finished work is kept under {kept} and in the cache; once that is fixed, resume with:\n"
+            f"  {shlex.join(argv)}",
+            err=True,
+        )
+        raise typer.Exit(1) from None
+
+
 @app.callback()
 def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages.")) -> None:
     logging.basicConfig(
@@ -255,12 +282,14 @@ def _fmt(value: float | None, ci95: float | None = None) -> str:
 @app.command()
 def run(sweep: Path = SweepArg, overrides: list[str] = OverridesArg) -> None:
     """Run a whole sweep (zoo, teacher shards, distillation, evaluation, report); re-run to resume."""
+    from specray.sweep.plan import sweep_dir
     from specray.sweep.run import run_sweep
 
     with user_errors():
         spec = load_spec(sweep, overrides or [])
         _set_threads()
-        outcome = run_sweep(spec)
+        with resumable(sweep_dir(spec)):
+            outcome = run_sweep(spec)
     state = "resumed" if outcome.resumed else "new"
     typer.echo(
         f"sweep {spec.name}: {len(outcome.records)} cells; MLflow run {outcome.parent_run_id} ({state})"
@@ -302,13 +331,14 @@ def tune(
 ) -> None:
     """Search τ_kd mixtures with Ray Tune (Optuna TPE + ASHA) and print Table 3: the tuned mixture vs the best
     single τ_kd and the paper's manual recipe, on the test sets."""
-    from specray.sweep.tune import SearchFailed, run_tune
+    from specray.sweep.tune import SearchFailed, run_tune, tune_dir
 
     with user_errors():
         spec = load_spec(sweep, overrides or [])
         _set_threads()
         try:
-            outcome = run_tune(spec, resume=resume)
+            with resumable(tune_dir(spec), "--resume"):
+                outcome = run_tune(spec, resume=resume)
         except SearchFailed as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(1) from None

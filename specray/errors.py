@@ -19,3 +19,32 @@ class ModelError(ValueError):
 
 
 USER_ERRORS = (SpecError, DataError, ModelError)
+
+
+class TrackingError(RuntimeError):
+    """MLflow is unreachable or refused a call; the message names the tracking URI."""
+
+
+def find_cause(error: BaseException, types: tuple[type[BaseException], ...]) -> BaseException | None:
+    """The first exception of `types` in `error`'s chain, breadth first: `__cause__`, `__context__`, the
+    cause a Ray task error wraps, and the worker and controller failures a Ray Train error carries."""
+    queue, seen = [error], set()
+    while queue:
+        current = queue.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, types):
+            return current
+        linked = [current.__cause__, current.__context__, getattr(current, "cause", None)]
+        linked.append(getattr(current, "controller_failure", None))
+        linked += list((getattr(current, "worker_failures", None) or {}).values())
+        queue += [e for e in linked if isinstance(e, BaseException)]
+    return None
+
+
+def describe_os_error(error: OSError) -> str:
+    """`[Errno 30] Read-only file system: '/out/x'` -> `Read-only file system: /out/x`."""
+    if error.strerror and error.filename:
+        return f"{error.strerror}: {error.filename}"
+    return str(error) or type(error).__name__

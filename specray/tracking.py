@@ -30,7 +30,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from specray.config import SweepSpec, dump_spec
-from specray.errors import SpecError
+from specray.errors import SpecError, TrackingError
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,6 @@ CELL_METRICS = {
 ROLE, SWEEP_KEY, PARENT = "specray.role", "specray.sweep_key", "mlflow.parentRunId"
 BEST, TRIAL_ID = "specray.best", "trial_id"
 MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param value
-
-
-class TrackingError(RuntimeError):
-    """MLflow is unreachable or refused a call; the message names the tracking URI."""
 
 
 def metric_key(name: str) -> str:
@@ -112,6 +108,9 @@ class Tracker:
         try:
             return fn(*args, **kwargs)
         except MlflowException as e:
+            reason = _connection_failure(e.message)
+            if reason:
+                raise TrackingError(f"MLflow at {self.uri} stopped answering ({reason})") from e
             raise TrackingError(f"MLflow at {self.uri}: {e.message.splitlines()[0]}") from e
         except OSError as e:  # connection refused, DNS, unwritable sqlite file
             raise TrackingError(f"MLflow at {self.uri} is unreachable ({e})") from e
@@ -255,10 +254,40 @@ class Tracker:
 
 def open_tracker(uri: str, experiment: str) -> Tracker:
     """A Tracker, or a SpecError naming the URI when MLflow cannot be reached before any work starts."""
+    _probe_server(uri)
     try:
         return Tracker(uri, experiment)
     except TrackingError as e:
         raise SpecError(f"tracking.uri: {e}") from None
+
+
+def _probe_server(uri: str, timeout_s: float = 10.0) -> None:
+    """One quick request to an MLflow server before any work starts. MLflow's own client retries a refused
+    connection for minutes (MLFLOW_HTTP_REQUEST_MAX_RETRIES, which rides out a short outage mid-run);
+    at start a server that is not there should be reported at once."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    import requests
+
+    try:
+        requests.get(f"{uri.rstrip('/')}/health", timeout=timeout_s)  # any answer means a server is there
+    except requests.RequestException as e:
+        reason = f"timed out after {timeout_s:g}s" if isinstance(e, requests.Timeout) else None
+        reason = reason or _connection_failure(str(e)) or type(e).__name__
+        raise SpecError(
+            f"tracking.uri: no MLflow server answers at {uri} ({reason}); start it "
+            f"(e.g. `mlflow server --host 127.0.0.1 --port PORT`) or use tracking.uri=sqlite:///mlflow.db"
+        ) from None
+
+
+def _connection_failure(text: str) -> str | None:
+    """`... NewConnectionError(...: [Errno 111] Connection refused')) ...` -> `Connection refused`."""
+    import re
+
+    found = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", text)
+    if found:
+        return found.group(1).strip()
+    return "read timed out" if "Read timed out" in text else None
 
 
 def _now_ms() -> int:

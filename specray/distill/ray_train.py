@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import threading
 import time
@@ -57,27 +56,25 @@ from specray.distill.checkpoints import (
 from specray.distill.inputs import prepare_inputs
 from specray.distill.loop import DistillResult, finished_info, run_training
 from specray.errors import USER_ERRORS, SpecError
+from specray.faults import Faults
 
-__all__ = ["CRASH_ENV", "RaySession", "distill", "is_finished"]
+__all__ = ["RaySession", "distill", "is_finished"]
 
 log = logging.getLogger(__name__)
 
 MAX_FAILURES = 3  # worker-group restarts before the run fails (a deterministic bug must not loop forever)
-# Test hook: rank 0 dies (os._exit) once, at the first report at or after this step.
-CRASH_ENV = "SPECRAY_TEST_CRASH_AFTER_STEP"
-CRASH_MARKER = "crashed-once"
 RUN_NAME = "ray_train"
 
 
 class RaySession:
     """The loop's Session inside a Ray Train worker."""
 
-    def __init__(self, crash_after_step: int | None = None, crash_marker: Path | None = None) -> None:
+    def __init__(self, faults: Faults | None = None, work: Path | None = None) -> None:
         context = ray.train.get_context()
         self.rank, self.world_size = context.get_world_rank(), context.get_world_size()
         self.device = ray.train.torch.get_device()
         self.scratch_dir = None  # system temp; the checkpoint is copied to storage by `report`
-        self.crash_after_step, self.crash_marker = crash_after_step, crash_marker
+        self.faults, self.work = faults or Faults(), work
 
     def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
         return ray.train.torch.prepare_model(model)  # DDP when world_size > 1
@@ -105,22 +102,17 @@ class RaySession:
         finally:
             if checkpoint is not None:
                 shutil.rmtree(checkpoint, ignore_errors=True)
-        self._maybe_crash(step)
-
-    def _maybe_crash(self, step: int) -> None:
-        """The test hook (CRASH_ENV): kill this worker process like a hardware fault would, once."""
-        if self.crash_after_step is None or self.rank != 0 or step < self.crash_after_step:
-            return
-        if self.crash_marker is not None and not self.crash_marker.exists():
+        if self.rank == 0 and self.faults.due("train.step", step):  # fault injection (specray/faults.py)
             self._wait_for_registered_checkpoint()
-            self.crash_marker.touch()
-            log.warning("test hook %s: rank 0 exits after step %d", CRASH_ENV, step)
-            os._exit(1)
+            self.faults.fire("train.step")
 
     def _wait_for_registered_checkpoint(self, timeout_s: float = 120.0) -> None:
         """Let the controller register the last reported checkpoint first (it does so asynchronously; on a
-        loaded machine a crash right after `report` can beat it), so the test always resumes from it."""
-        snapshot = self.crash_marker.parent / RUN_NAME / "checkpoint_manager_snapshot.json"
+        loaded machine a kill right after `report` can beat it), so an injected fault always resumes from
+        the checkpoint it follows."""
+        if self.work is None:
+            return
+        snapshot = self.work / RUN_NAME / "checkpoint_manager_snapshot.json"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if snapshot.exists() and json.loads(snapshot.read_text() or "{}").get("latest_checkpoint_result"):
@@ -136,7 +128,7 @@ def _train_worker(config: dict[str, Any]) -> None:
     spec = SweepSpec.model_validate(config["spec"])
     if spec.distill.num_gpus_per_worker == 0:
         torch.set_num_threads(max(1, int(spec.distill.num_cpus_per_worker)))  # no oversubscription
-    session = RaySession(config["crash_after_step"], Path(config["work"]) / CRASH_MARKER)
+    session = RaySession(config["faults"], Path(config["work"]))
     run_training(spec, config["paradigm"], config["mixture"], config["inputs"], session)
 
 
@@ -259,7 +251,7 @@ def distill(
         "mixture": weights,
         "inputs": inputs,
     }
-    config |= {"work": str(work), "crash_after_step": int(os.environ.get(CRASH_ENV) or 0) or None}
+    config |= {"work": str(work), "faults": Faults.from_env()}
     with ray_session(spec.ray):
         if spec.ray.address is None:
             _check_resources(spec.distill)

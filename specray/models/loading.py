@@ -9,7 +9,13 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from specray.config import ModelRef, ModelsSpec, ZooSpec
 from specray.errors import ModelError
@@ -47,13 +53,30 @@ def load_tokenizer(path: str, trust_remote_code: bool = False) -> PreTrainedToke
     return tokenizer
 
 
+def check_model_dir(path: str) -> None:
+    """What `load_model` needs from a local dir, checked without loading weights: the dir, a readable
+    config.json and safetensors weights. Hub names are left to `load_model`."""
+    _require_dir(path)
+    if not _looks_local(path):
+        return
+    try:
+        AutoConfig.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise ModelError(f"{path}: cannot read the model config ({_first_line(e)})") from None
+    _require_safetensors(path)
+
+
+def _require_safetensors(path: str) -> None:
+    if _looks_local(path) and not any(Path(path).glob("*.safetensors")):
+        raise ModelError(f"{path}: no *.safetensors weights (specray loads safetensors only)")
+
+
 def load_model(
     path: str, dtype: str = "auto", trust_remote_code: bool = False, device: str | torch.device = "cpu"
 ) -> PreTrainedModel:
     """A causal LM in eval mode; `path` is a local HF model dir or a hub name."""
     _require_dir(path)
-    if _looks_local(path) and not any(Path(path).glob("*.safetensors")):
-        raise ModelError(f"{path}: no *.safetensors weights (specray loads safetensors only)")
+    _require_safetensors(path)
     try:
         model = AutoModelForCausalLM.from_pretrained(
             path, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code, use_safetensors=True

@@ -17,6 +17,7 @@ import ray
 from ray.exceptions import RayActorError
 from tqdm.auto import tqdm
 
+from specray.faults import Faults
 from specray.specdec.evaluator import EvalJob, EvalSettings, Evaluator
 
 log = logging.getLogger(__name__)
@@ -26,14 +27,26 @@ log = logging.getLogger(__name__)
 class EvalWorker:
     """Thin actor: load the target once, evaluate cells, close."""
 
-    def __init__(self, target_path: str, prompts: dict, settings: EvalSettings, threads: int, **model_kwargs):
+    def __init__(
+        self,
+        target_path: str,
+        prompts: dict,
+        settings: EvalSettings,
+        threads: int,
+        faults: Faults | None = None,
+        **model_kwargs,
+    ):
         import torch
 
         torch.set_num_threads(threads)
         self.evaluator = Evaluator(target_path, prompts, settings, **model_kwargs)
+        self.faults, self.cells = faults or Faults(), 0
 
     def evaluate(self, job: EvalJob) -> dict[str, Any]:
-        return self.evaluator.evaluate(job)
+        record = self.evaluator.evaluate(job)
+        self.cells += 1
+        self.faults.check("eval.cell", self.cells)  # fault injection (specray/faults.py)
+        return record
 
     def close(self) -> None:
         self.evaluator = None
@@ -54,7 +67,7 @@ class EvalPool:
         **model_kwargs: Any,
     ):
         self._options = {"num_cpus": num_cpus, "num_gpus": num_gpus}
-        self._args = (target_path, prompts, settings, max(1, int(num_cpus)))
+        self._args = (target_path, prompts, settings, max(1, int(num_cpus)), Faults.from_env())
         self._model_kwargs = model_kwargs
         self.max_retries = max_retries
         self.actors = [self._new_actor() for _ in range(replicas)]

@@ -47,7 +47,7 @@ class SweepOutcome:
 def run_sweep(spec: SweepSpec, show_progress: bool = True) -> SweepOutcome:
     """Run (or resume) the whole sweep; returns where the report is and what was measured."""
     out = sweep_dir(spec)
-    out.mkdir(parents=True, exist_ok=True)
+    preflight(spec)
     tracker = open_tracker(spec.tracking.uri, spec.experiment)  # unreachable MLflow fails before any work
     parent, resumed = tracker.parent_run(spec)
     plans = plan_drafts(spec)
@@ -82,6 +82,40 @@ def run_sweep(spec: SweepSpec, show_progress: bool = True) -> SweepOutcome:
     for run_id in [*runs.values(), parent]:
         tracker.finish(run_id)
     return SweepOutcome(parent, resumed, report, records, display.summary)
+
+
+def preflight(spec: SweepSpec) -> None:
+    """Everything that can be checked in seconds, before MLflow runs are created or Ray starts: the output
+    and cache folders are writable, the data sources load into the configured splits, and models given by
+    name or path have a tokenizer, safetensors weights and one shared vocabulary (zoo entries are built
+    later, and share one tokenizer by construction)."""
+    from specray.data.dataset import build_splits
+    from specray.models.loading import check_model_dir, check_same_vocabulary
+    from specray.models.zoo import cache_dir
+
+    check_writable(sweep_dir(spec), "output_dir", "choose another with output_dir=PATH")
+    check_writable(cache_dir(), "the cache folder", "set SPECRAY_CACHE to a writable folder")
+    build_splits(spec.data)
+    refs = {"target": spec.models.target, "draft": spec.models.draft}
+    paths = {name: ref.name_or_path for name, ref in refs.items() if ref.zoo is None}
+    tokenizers = {name: load_tokenizer(path, refs[name].trust_remote_code) for name, path in paths.items()}
+    for path in paths.values():
+        check_model_dir(path)
+    if len(tokenizers) == 2:
+        check_same_vocabulary(tokenizers["target"], tokenizers["draft"], paths["target"], paths["draft"])
+
+
+def check_writable(folder: Path, what: str, fix: str) -> None:
+    """Create `folder` if needed and write (then remove) a probe file in it; a SpecError if that fails."""
+    from specray.errors import SpecError, describe_os_error
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".specray-write-check-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise SpecError(f"{what}: cannot write to {folder} ({describe_os_error(e)}); {fix}") from None
 
 
 # ---------------------------------------------------------------- distillation

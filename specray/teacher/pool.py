@@ -53,6 +53,7 @@ from specray.data.shards import (
 )
 from specray.data.templates import format_prompt
 from specray.errors import USER_ERRORS, DataError, SpecError
+from specray.faults import Faults
 from specray.teacher.engines import GenerationRequest, GenerationResult, make_engine
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,13 @@ class TeacherActor:
     """One replica: loads its engine once; CPU replicas use as many torch threads as CPUs reserved."""
 
     def __init__(
-        self, spec: TeacherSpec, model_path: str, dtype: str, trust_remote_code: bool, threads: int | None
+        self,
+        spec: TeacherSpec,
+        model_path: str,
+        dtype: str,
+        trust_remote_code: bool,
+        threads: int | None,
+        faults: Faults | None = None,
     ) -> None:
         import torch
         from transformers.utils import logging as hf_logging
@@ -75,6 +82,7 @@ class TeacherActor:
             torch.set_num_threads(threads)  # N replicas x T threads must not oversubscribe the cores
         hf_logging.disable_progress_bar()
         self.error: Exception | None = None
+        self.faults, self.batches = faults or Faults(), 0
         try:
             self.engine = make_engine(spec, model_path, dtype, trust_remote_code)
         except USER_ERRORS as e:
@@ -90,7 +98,10 @@ class TeacherActor:
         return {"pid": os.getpid(), "threads": torch.get_num_threads()}
 
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
-        return self.engine.generate(requests)
+        results = self.engine.generate(requests)
+        self.batches += 1
+        self.faults.check("teacher.batch", self.batches)  # fault injection (specray/faults.py)
+        return results
 
     def close(self) -> None:
         if self.error is None:
@@ -167,12 +178,13 @@ def make_teacher_pool(
 ) -> TeacherPool:
     """Start `spec.replicas` teacher actors (Ray must be initialised) and wait until each has loaded."""
     threads = max(1, int(spec.num_cpus)) if spec.num_gpus == 0 else None
+    faults = Faults.from_env()
     actor_class = ray.remote(TeacherActor)
     actors, groups = [], []
     for _ in range(spec.replicas):
         options, group = _replica_options(spec)
         actors.append(
-            actor_class.options(**options).remote(spec, model_path, dtype, trust_remote_code, threads)
+            actor_class.options(**options).remote(spec, model_path, dtype, trust_remote_code, threads, faults)
         )
         groups += [group] if group is not None else []
     pool = TeacherPool(actors, spec.batch_size, groups)

@@ -15,7 +15,8 @@ import torch
 
 from specray.distill import ray_train
 from specray.distill.checkpoints import FINISHED_FILE, is_finished, work_dir
-from specray.distill.ray_train import CRASH_ENV, distill
+from specray.distill.ray_train import distill
+from specray.faults import FAULTS_DIR_ENV, FAULTS_ENV
 from specray.models.loading import load_model
 from tests.conftest import REPO
 from tests.unit.test_distill_loop import losses, make_shards, micro_spec
@@ -35,6 +36,12 @@ def local_ray():
         yield
     finally:
         ray.shutdown()
+
+
+def arm_train_fault(monkeypatch, tmp_path: Path) -> None:
+    """Rank 0 SIGKILLs itself right after reporting step 3 (specray/faults.py), once."""
+    monkeypatch.setenv(FAULTS_ENV, "train.step=3")
+    monkeypatch.setenv(FAULTS_DIR_ENV, str(tmp_path / "faults"))
 
 
 def ddp_spec(micro_zoo, workers: int):
@@ -65,9 +72,10 @@ def test_two_ddp_workers_train_like_one_on_the_same_global_batch(micro_zoo, two_
 def test_a_killed_worker_resumes_from_the_last_checkpoint_and_ends_at_the_step_count(
     micro_zoo, two_workers, tmp_path, monkeypatch
 ) -> None:
-    monkeypatch.setenv(CRASH_ENV, "3")  # rank 0 dies after step 3; the last checkpoint is step 2
+    arm_train_fault(monkeypatch, tmp_path)  # rank 0 dies after step 3; the last checkpoint is step 2
     reported: list[dict] = []
     result = distill(ddp_spec(micro_zoo, 2), "online", MIXTURE, tmp_path / "draft", reported.append)
+    assert (tmp_path / "faults" / "train.step").exists()  # the worker really was killed
     finished = json.loads((result.output_dir / FINISHED_FILE).read_text())
     assert finished["resumed_from"] == [2] and finished["steps"] == 6
     assert [c["step"] for c in result.curves] == list(range(7))
@@ -81,7 +89,7 @@ def test_a_run_that_dies_leaves_no_finished_draft_and_a_later_call_resumes_it(
 ) -> None:
     # rank 0 dies after step 3; the checkpoint of step 2 was registered by then (a report returns only
     # once the controller has taken the previous one)
-    monkeypatch.setenv(CRASH_ENV, "3")
+    arm_train_fault(monkeypatch, tmp_path)
     monkeypatch.setattr(ray_train, "MAX_FAILURES", 0)
     spec = micro_spec(micro_zoo, "distill.report_every=1")
     make_shards(spec)
@@ -91,7 +99,7 @@ def test_a_run_that_dies_leaves_no_finished_draft_and_a_later_call_resumes_it(
     assert not is_finished(output) and not output.exists()
     assert list(work_dir(output).rglob("checkpoint_*"))  # kept: a later call resumes from it
 
-    monkeypatch.delenv(CRASH_ENV)
+    monkeypatch.delenv(FAULTS_ENV)
     result = distill(spec, "offline", {1.0: 1.0}, output)  # e.g. after the driver itself died
     assert is_finished(output) and json.loads((output / FINISHED_FILE).read_text())["resumed_from"] == [2]
     assert [c["step"] for c in result.curves] == [0, 1, 2, 3, 4] and not work_dir(output).exists()
@@ -99,7 +107,7 @@ def test_a_run_that_dies_leaves_no_finished_draft_and_a_later_call_resumes_it(
 
 def specray(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ)
-    env.pop(CRASH_ENV, None)
+    env.pop(FAULTS_ENV, None)
     return subprocess.run(
         [SPECRAY, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
     )

@@ -6,12 +6,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import product
@@ -33,6 +29,8 @@ from specray.tracking import (
     cell_key,
 )
 from tests.conftest import REPO
+from tests.servers import QUIET
+from tests.servers import mlflow_server as start_mlflow_server
 
 pytestmark = pytest.mark.integration
 BIN = Path(sys.executable).parent
@@ -40,8 +38,6 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SCREENSHOT_COPY = REPO / "outputs" / "test-artifacts" / "mlflow_ui.png"
 TEST_SETS = ("in_domain", "out_of_domain")
 DRAFTS = ["non-distill", "offline/tau_kd=0", "offline/tau_kd=1", "online/tau_kd=0", "online/tau_kd=1"]
-# no phoning home from the server or the clients (the test machine may be offline)
-QUIET = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
 
 
 @dataclass(frozen=True)
@@ -51,55 +47,14 @@ class TrackedSweep:
     folder: Path  # the sweep's output_dir; the server's artifact store is folder / "artifacts"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_healthy(url: str, server: subprocess.Popen, log: Path, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:  # not listening yet
-            pass
-        if server.poll() is not None or time.monotonic() > deadline:
-            pytest.fail(f"mlflow server did not come up at {url}:\n{log.read_text()[-3000:]}")
-        time.sleep(0.5)
-
-
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """`mlflow server` on a free loopback port; stopped (its whole process group) afterwards."""
-    folder = tmp_path_factory.mktemp("mlflow-server")
-    url = f"http://127.0.0.1:{_free_port()}"
-    command = [
-        str(BIN / "mlflow"),
-        "server",
-        "--host=127.0.0.1",
-        f"--port={url.rsplit(':', 1)[1]}",
-        f"--backend-store-uri=sqlite:///{folder / 'mlflow.db'}",
-        f"--artifacts-destination={folder / 'artifacts'}",  # uploads go through the server, as on a cluster
-        "--workers=1",
-    ]
-    log = folder / "server.log"
-    with log.open("w") as out:
-        server = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **QUIET}
-        )
+    server = start_mlflow_server(tmp_path_factory.mktemp("mlflow-server"))
     try:
-        _wait_healthy(url, server, log)
-        yield url, folder
+        yield server.url, server.folder
     finally:
-        os.killpg(server.pid, signal.SIGTERM)  # the server's uvicorn workers are in its group
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        server.stop()
 
 
 @pytest.fixture(scope="module")
