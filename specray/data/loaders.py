@@ -9,6 +9,7 @@ raise `DataError` with a single-line message that names the file or source.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import logging
 import tempfile
@@ -228,6 +229,8 @@ def _read_local(source: str, builder: str) -> datasets.Dataset:
         raise DataError(f"{source}: file not found" if not path.exists() else f"{source}: not a file")
     if path.stat().st_size == 0:
         raise DataError(f"{source}: the file is empty (0 rows read)")
+    if builder == "json":
+        _check_utf8(source, path)
     try:
         # A throwaway cache: a local file is cheap to re-parse, and `datasets` would otherwise leave an Arrow
         # copy in the user cache and could serve a stale one after an edit within the same mtime tick.
@@ -237,6 +240,26 @@ def _read_local(source: str, builder: str) -> datasets.Dataset:
             )
     except _READ_ERRORS as error:
         raise DataError(f"{source}: {_describe_read_error(path, builder, error)}") from error
+
+
+def _check_utf8(source: str, path: Path, chunk_bytes: int = 1 << 20) -> None:
+    """pyarrow's JSON reader passes some invalid UTF-8 through (a lone Latin-1 byte inside a string) and
+    fails only when the row is read; check the encoding up front, in chunks."""
+    decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
+    with path.open("rb") as handle:
+        while True:
+            chunk = handle.read(chunk_bytes)
+            try:
+                decoder.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as bad:
+                byte, position = bad.object[bad.start], offset + bad.start  # ± a chunk boundary
+                raise DataError(
+                    f"{source}: not valid UTF-8 text (byte {byte:#04x} at offset {position}); "
+                    "save it as UTF-8"
+                ) from bad
+            if not chunk:
+                return
+            offset += len(chunk)
 
 
 def _describe_read_error(path: Path, builder: str, error: BaseException) -> str:

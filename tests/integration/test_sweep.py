@@ -6,36 +6,27 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
-from specray.distill.checkpoints import FINISHED_FILE
 from specray.tracking import PARENT, ROLE
-from tests.conftest import REPO
+from tests.sweeps import (
+    ALL_DRAFTS,
+    SPECRAY,
+    assert_cells_once,
+    assert_tracked_once,
+    finished_drafts,
+    smoke_command,
+)
 
 pytestmark = pytest.mark.integration
-SPECRAY = str(Path(sys.executable).parent / "specray")
 
 
 def _command(tmp_path: Path) -> list[str]:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    return [
-        SPECRAY,
-        "run",
-        str(REPO / "sweeps" / "smoke.yaml"),
-        f"tracking.uri={uri}",
-        f"output_dir={tmp_path}",
-    ]
-
-
-def _finished_drafts(tmp_path: Path) -> dict[str, float]:
-    """Finished draft folder -> modification time of its completion marker."""
-    markers = (tmp_path / "smoke" / "drafts").glob(f"*/{FINISHED_FILE}")
-    return {marker.parent.name: marker.stat().st_mtime for marker in markers}
+    return smoke_command(tmp_path, f"sqlite:///{tmp_path / 'mlflow.db'}")
 
 
 def _kill_after_first_draft(tmp_path: Path) -> dict[str, float]:
@@ -43,12 +34,12 @@ def _kill_after_first_draft(tmp_path: Path) -> dict[str, float]:
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     process = subprocess.Popen(_command(tmp_path), cwd=tmp_path, start_new_session=True, **quiet)
     deadline = time.monotonic() + 400
-    while not _finished_drafts(tmp_path) and time.monotonic() < deadline and process.poll() is None:
+    while not finished_drafts(tmp_path) and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.5)
     assert process.poll() is None, "the sweep ended before it could be interrupted"
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-    return _finished_drafts(tmp_path)
+    return finished_drafts(tmp_path)
 
 
 def test_killed_sweep_resumes_without_redoing_finished_work(tmp_path: Path) -> None:
@@ -60,29 +51,19 @@ def test_killed_sweep_resumes_without_redoing_finished_work(tmp_path: Path) -> N
     assert "(resumed)" in result.stdout
     assert time.monotonic() - started < 180  # the smoke sweep's budget, here for the remaining work
 
-    after = _finished_drafts(tmp_path)
+    after = finished_drafts(tmp_path)
     assert len(after) == 4
     for name, mtime in before.items():  # finished distillations were not redone
         assert after[name] == mtime, name
 
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert_tracked_once(uri, ALL_DRAFTS)
+    assert_cells_once(tmp_path, ALL_DRAFTS)
+    client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("smoke")
     runs = client.search_runs([experiment.experiment_id])
     parents = [r for r in runs if r.data.tags.get(ROLE) == "sweep"]
-    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     children = [r for r in runs if r.data.tags.get(PARENT) == parents[0].info.run_id]
-    drafts = ["non-distill", "offline/tau_kd=0", "offline/tau_kd=1", "online/tau_kd=0", "online/tau_kd=1"]
-    assert sorted(r.data.tags["draft"] for r in children) == drafts
-    # every cell exactly once: 2 τ_dec × 2 test sets × 3 analytic metrics + 1 τ_dec × 2 sets × 4 empirical
-    for child in children:
-        cell_keys = [k for k in child.data.metrics if "/tau_dec_" in k and k.count("/") == 2]
-        assert len(cell_keys) == 2 * 2 * 3 + 1 * 2 * 4, child.data.tags["draft"]
-        for key in cell_keys:
-            assert len(client.get_metric_history(child.info.run_id, key)) == 1, (
-                child.data.tags["draft"],
-                key,
-            )
-        assert {"paradigm", "tau_kd", "mixture"} <= set(child.data.tags)
     distilled = [c for c in children if c.data.tags["draft"] != "non-distill"]
     assert all(len(client.get_metric_history(c.info.run_id, "loss")) >= 1 for c in distilled)
 
@@ -91,7 +72,6 @@ def test_killed_sweep_resumes_without_redoing_finished_work(tmp_path: Path) -> N
     artifacts = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
     assert {"report", "records", "spec.yaml"} <= artifacts
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     args = ["report", parents[0].info.run_id, "--tracking-uri", uri, "--output", str(tmp_path / "rebuilt")]
     rebuilt = subprocess.run([SPECRAY, *args], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]

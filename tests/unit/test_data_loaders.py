@@ -121,6 +121,14 @@ def test_non_utf8_file(tmp_path):
     assert "\n" not in str(info.value) and info.value.__cause__ is not None
 
 
+def test_a_lone_latin1_byte_inside_a_string_is_an_encoding_error(tmp_path):
+    """pyarrow reads this file and fails only when the row is used; the loader checks the encoding first."""
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b'{"instruction": "caf\xe9", "output": "x"}\n')
+    with pytest.raises(DataError, match=r"latin1\.jsonl: not valid UTF-8 text \(byte 0xe9 at offset 20\)"):
+        load_alpaca(str(path))
+
+
 def test_invalid_json(tmp_path):
     for name, text in [("broken.jsonl", '{"instruction": "a", "output": \n'), ("broken.json", '[{"a": 1},')]:
         path = tmp_path / name

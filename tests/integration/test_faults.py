@@ -1,0 +1,215 @@
+"""Faults on the smoke sweep, through the real CLI with real Ray and MLflow (docs/RELIABILITY.md lists them).
+
+- killed teacher, eval and Ray Train worker processes (SIGKILL, injected by specray/faults.py): the sweep
+  completes, every shard row, cell and child run exactly once; HF_TOKEN appears nowhere it left behind;
+- a read-only output folder, at start (refused before any work) and in the middle (a clear error naming
+  the file, then a resume to completion);
+- an MLflow server that is not there at start (refused at once) or dies in the middle (a clear error,
+  then a resume to completion once it is back).
+The killed driver is in test_sweep.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from specray.config import load_spec
+from specray.data.shards import MANIFEST_FILE, SHARD_FILE, read_shard, shard_dir, train_shard_keys
+from specray.distill.checkpoints import FINISHED_FILE
+from specray.faults import FAULTS_DIR_ENV, FAULTS_ENV
+from tests.servers import QUIET, free_port, mlflow_server
+from tests.sweeps import (
+    ALL_DRAFTS,
+    SMOKE,
+    assert_cells_once,
+    assert_tracked_once,
+    finished_drafts,
+    run_cli,
+    smoke_command,
+)
+
+pytestmark = pytest.mark.integration
+SECRET = "hf_specrayFAKEsecret0123456789abcdefXYZ"  # must never be written anywhere
+OFFLINE_DRAFTS = ["non-distill", "offline/tau_kd=0", "offline/tau_kd=1"]
+OFFLINE = ("distill.paradigms=[offline]",)  # fewer drafts where the fault is not in distillation
+
+
+def _files_containing(folder: Path, needle: bytes) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.is_file() and not p.is_symlink() and needle in p.read_bytes()]
+
+
+def _ray_session_logs(since: float) -> Path | None:
+    """The logs of the newest local Ray session, if it started after `since`."""
+    latest = Path("/tmp/ray/session_latest")
+    if not latest.exists() or latest.resolve().stat().st_mtime < since:
+        return None
+    return latest.resolve() / "logs"
+
+
+def _one_error_and_resume_hint(result: subprocess.CompletedProcess, *needles: str) -> None:
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+    assert "resume with:" in result.stderr and "specray run" in result.stderr.split("resume with:")[1]
+
+
+def test_killed_teacher_eval_and_train_processes_do_not_stop_the_sweep(tmp_path: Path) -> None:
+    faults = tmp_path / "faults"
+    overrides = ["teacher.seed=101"]  # shards of their own: the teacher really generates in this test
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {
+        FAULTS_ENV: "teacher.batch=2,eval.cell=3,train.step=4",
+        FAULTS_DIR_ENV: str(faults),
+        "HF_TOKEN": SECRET,
+    }
+    started = time.time()
+    result = run_cli(smoke_command(tmp_path, uri, *overrides), tmp_path, **env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(p.name for p in faults.iterdir()) == ["eval.cell", "teacher.batch", "train.step"]
+
+    # every teacher row exactly once, in complete shards (no part or temp file left)
+    spec = load_spec(SMOKE, [f"output_dir={tmp_path}", *overrides])
+    for key in train_shard_keys(spec).values():
+        ids = read_shard(key).column("prompt_id").to_pylist()
+        assert len(ids) == len(set(ids)) == spec.data.train_size
+        assert sorted(p.name for p in shard_dir(key).iterdir()) == [MANIFEST_FILE, SHARD_FILE]
+    # the killed trainer resumed from its step-4 checkpoint; every draft finished once
+    drafts = finished_drafts(tmp_path)
+    assert len(drafts) == 4
+    resumed = [
+        json.loads((tmp_path / "smoke" / "drafts" / name / FINISHED_FILE).read_text())["resumed_from"]
+        for name in drafts
+    ]
+    assert sorted(resumed) == [[], [], [], [4]]
+    assert_cells_once(tmp_path, ALL_DRAFTS)
+    assert_tracked_once(uri, ALL_DRAFTS)
+
+    # the token was in the environment of every process; it is in nothing they wrote
+    needle = SECRET.encode()
+    assert SECRET not in result.stdout + result.stderr
+    assert _files_containing(tmp_path, needle) == []  # outputs, mlflow.db, artifacts (./mlruns)
+    cache = Path(os.environ["SPECRAY_CACHE"])
+    assert _files_containing(cache, needle) == []
+    logs = _ray_session_logs(started)
+    assert logs is not None and _files_containing(logs, needle) == []
+
+
+# ---------------------------------------------------------------- a read-only output folder
+
+
+def _read_only_wrapper(folder: Path) -> list[str]:
+    """A command prefix under which `folder` is read-only. Root ignores permission bits, so as root the
+    command runs in its own user + mount namespace with `folder` bind-mounted read-only."""
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        return []
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("running as root without user namespaces (unshare -rm): cannot make a folder read-only")
+    script = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+    return ["unshare", "-rm", "sh", "-c", script, str(folder)]
+
+
+def test_read_only_output_dir_is_refused_before_any_work(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    wrapper = _read_only_wrapper(out)
+    result = run_cli([*wrapper, *smoke_command(out, f"sqlite:///{tmp_path / 'mlflow.db'}")], tmp_path)
+    out.chmod(0o755)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"error: output_dir: cannot write to {out / 'smoke'} (")
+    assert "output_dir=PATH" in result.stderr
+    assert not (tmp_path / "mlflow.db").exists()  # refused before MLflow (or Ray) was touched
+
+
+def test_output_dir_turning_read_only_mid_run_stops_cleanly_and_resumes(tmp_path: Path) -> None:
+    out, uri = tmp_path / "out", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    out.mkdir()
+    command = smoke_command(out, uri, *OFFLINE)
+    marker = f"{out}/smoke/drafts/*/{FINISHED_FILE}"
+    if os.geteuid() == 0:
+        _read_only_wrapper(out)  # skips without user namespaces
+        # in a namespace of its own: run the sweep, and once a draft is finished remount `out` read-only
+        script = (
+            'mount --bind "$0" "$0" && { "$@" & pid=$!; '
+            f"while ! ls {marker} >/dev/null 2>&1 && kill -0 $pid 2>/dev/null; do sleep 0.5; done; "
+            'mount -o remount,bind,ro "$0"; wait $pid; }'
+        )
+        stopped = run_cli(["unshare", "-rm", "sh", "-c", script, str(out), *command], tmp_path)
+    else:
+        process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        while not finished_drafts(out) and process.poll() is None:
+            time.sleep(0.5)
+        for folder in [out, *(p for p in out.rglob("*") if p.is_dir())]:
+            folder.chmod(0o555)
+        stdout, stderr = process.communicate(timeout=600)
+        stopped = subprocess.CompletedProcess(command, process.returncode, stdout.decode(), stderr.decode())
+        for folder in [out, *(p for p in out.rglob("*") if p.is_dir())]:
+            folder.chmod(0o755)
+    _one_error_and_resume_hint(stopped, str(out))
+    assert any(word in stopped.stderr for word in ("Read-only file system", "Permission denied"))
+
+    resumed = run_cli(command, tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "(resumed)" in resumed.stdout
+    assert_cells_once(out, OFFLINE_DRAFTS)
+    assert_tracked_once(uri, OFFLINE_DRAFTS)
+    assert not list(out.rglob(".specray-write-check-*"))
+
+
+# ---------------------------------------------------------------- MLflow unreachable
+
+
+def test_unreachable_tracking_server_is_refused_before_any_work(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    result = run_cli(smoke_command(tmp_path, url), tmp_path, timeout=120, **QUIET)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines() == [
+        f"error: tracking.uri: no MLflow server answers at {url} (Connection refused); start it "
+        "(e.g. `mlflow server --host 127.0.0.1 --port PORT`) or use tracking.uri=sqlite:///mlflow.db"
+    ]
+    assert not (tmp_path / "smoke" / "drafts").exists()
+
+
+def test_tracking_server_dying_mid_run_stops_cleanly_and_resumes_once_it_is_back(tmp_path: Path) -> None:
+    server = mlflow_server(tmp_path / "server")
+    out = tmp_path / "out"
+    command = smoke_command(out, server.url, *OFFLINE)
+    # MLflow's client retries a refused connection for minutes by default (riding out short outages);
+    # here the outage is permanent, so fail on the first refusal
+    fail_fast = {**QUIET, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+    try:
+        process = subprocess.Popen(
+            command,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, **fail_fast},
+        )
+        while not finished_drafts(out) and process.poll() is None:
+            time.sleep(0.5)
+        server.stop(signal.SIGKILL)
+        stdout, stderr = process.communicate(timeout=600)
+        stopped = subprocess.CompletedProcess(command, process.returncode, stdout.decode(), stderr.decode())
+        _one_error_and_resume_hint(stopped, f"MLflow at {server.url} stopped answering (Connection refused)")
+
+        server.start()  # same port, same store
+        resumed = run_cli(command, tmp_path, **QUIET)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        assert "(resumed)" in resumed.stdout
+        assert_cells_once(out, OFFLINE_DRAFTS)
+        assert_tracked_once(server.url, OFFLINE_DRAFTS)
+    finally:
+        server.stop()
+        shutil.rmtree(tmp_path / "server" / "artifacts", ignore_errors=True)
