@@ -84,3 +84,20 @@ class MlflowServer:
 def mlflow_server(folder: Path) -> MlflowServer:
     folder.mkdir(parents=True, exist_ok=True)
     return MlflowServer(folder, free_port()).start()
+
+
+def listening_addresses(port: int) -> set[str]:
+    """The local addresses that TCP sockets in LISTEN state on `port` are bound to (IPv4 and IPv6)."""
+    import ipaddress
+
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            address, hex_port = fields[1].split(":")
+            if fields[3] != "0A" or int(hex_port, 16) != port:  # 0A = LISTEN
+                continue
+            raw = bytes.fromhex(address)  # 32-bit words in host (little-endian) order
+            words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+            found.add(str(ipaddress.ip_address(words)))
+    return found

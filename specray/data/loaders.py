@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import json
 import logging
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
@@ -279,6 +280,9 @@ def _describe_read_error(path: Path, builder: str, error: BaseException) -> str:
         return f"not valid UTF-8 text (byte {byte:#04x} at offset {bad.start}); save it as UTF-8"
     if not text.strip():
         return "the file holds only whitespace (0 rows read)"
+    with contextlib.suppress(ValueError):
+        if json.loads(text) in ([], {}):
+            return "the file holds an empty JSON list or object (0 rows read)"
     return f"not valid JSON or JSON Lines ({_one_line(cause)})"
 
 

@@ -91,6 +91,7 @@ def _wrong_schema(path: Path) -> None:
 
 
 ROWS_WITHOUT_OUTPUT = json.dumps([{"instruction": f"task {i}", "input": ""} for i in range(50)]).encode()
+ROWS_WITH_EMPTY_OUTPUT = json.dumps([{"instruction": f"task {i}", "output": " "} for i in range(50)]).encode()
 
 CASES = {
     "malformed-yaml": Case(_spec_file("name: x\nteacher: [1, 2\n"), lambda t: [str(t / "bad.yaml"), "YAML"]),
@@ -106,9 +107,12 @@ CASES = {
         _run("data.train={kind: alpaca, path: /nonexistent/train.json}"),
         lambda t: ["/nonexistent/train.json"],
     ),
-    "empty-dataset": Case(_data_file("empty.json", b"[]"), lambda t: [str(t / "empty.json")]),
+    "empty-dataset": Case(_data_file("empty.json", b"[]"), lambda t: [str(t / "empty.json"), "0 rows"]),
     "all-rows-invalid": Case(
-        _data_file("no-output.json", ROWS_WITHOUT_OUTPUT), lambda t: [str(t / "no-output.json")]
+        _data_file("blank.json", ROWS_WITH_EMPTY_OUTPUT), lambda t: [str(t / "blank.json"), "no usable rows"]
+    ),
+    "missing-column": Case(
+        _data_file("no-output.json", ROWS_WITHOUT_OUTPUT), lambda t: [str(t / "no-output.json"), "output"]
     ),
     "non-utf8-data": Case(
         _data_file("latin1.jsonl", b'{"instruction": "caf\xe9", "output": "x"}\n'),
@@ -141,6 +145,7 @@ def test_bad_input_is_one_clear_error_before_any_work(case: str, micro_zoo, tmp_
     assert len(errors) == 1, result.stderr[-3000:]
     for needle in CASES[case].expect(tmp_path):
         assert needle in errors[0], errors[0]
+    print(f"\n{case}: {errors[0]}")  # shown with pytest -s (docs/RELIABILITY.md quotes these)
     assert not (tmp_path / "mlflow.db").exists()  # refused before MLflow (and Ray) were touched
     assert not (tmp_path / "out" / "smoke" / "drafts").exists()
 

@@ -62,6 +62,7 @@ def _one_error_and_resume_hint(result: subprocess.CompletedProcess, *needles: st
     for needle in needles:
         assert needle in errors[0], errors[0]
     assert "resume with:" in result.stderr and "specray run" in result.stderr.split("resume with:")[1]
+    print(result.stderr[result.stderr.index("error: ") :])  # shown with pytest -s (docs/RELIABILITY.md)
 
 
 def test_killed_teacher_eval_and_train_processes_do_not_stop_the_sweep(tmp_path: Path) -> None:

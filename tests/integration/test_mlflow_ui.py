@@ -29,7 +29,7 @@ from specray.tracking import (
     cell_key,
 )
 from tests.conftest import REPO
-from tests.servers import QUIET
+from tests.servers import QUIET, listening_addresses
 from tests.servers import mlflow_server as start_mlflow_server
 
 pytestmark = pytest.mark.integration
@@ -69,6 +69,11 @@ def tracked_sweep(mlflow_server: tuple[str, Path], tmp_path_factory: pytest.Temp
     assert result.returncode == 0, result.stderr[-3000:]
     experiment = MlflowClient(url).get_experiment_by_name("smoke")
     return TrackedSweep(url, experiment.experiment_id, server_folder)
+
+
+def test_the_server_listens_on_loopback_only(mlflow_server: tuple[str, Path]) -> None:
+    port = int(mlflow_server[0].rsplit(":", 1)[1])
+    assert listening_addresses(port) == {"127.0.0.1"}
 
 
 def test_runs_read_back_from_the_server(tracked_sweep: TrackedSweep, tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from mlflow.tracking import MlflowClient
 
 from specray.tracking import PARENT, ROLE
 from tests.conftest import REPO
+from tests.servers import listening_addresses
 
 pytestmark = pytest.mark.integration
 BIN = Path(sys.executable).parent
@@ -217,6 +218,13 @@ def test_jobs_stop_ends_a_running_job(ray_head: RayHead, tmp_path: Path) -> None
     assert stopped.returncode == 0 and "stop requested; now STOPPED" in stopped.stdout, stopped.stderr
     followed = _specray(ray_head, "jobs", "logs", job_id, "--follow")
     assert followed.returncode == 1 and f"job {job_id} STOPPED" in followed.stderr
+
+
+def test_the_dashboard_listens_on_loopback_only(ray_head: RayHead) -> None:
+    """The dashboard (Jobs API) serves HTTP; started with --dashboard-host=127.0.0.1 it is not reachable
+    from other machines. (Ray's internal gRPC ports bind every interface and rely on token auth.)"""
+    port = int(ray_head.address.rsplit(":", 1)[1])
+    assert listening_addresses(port) == {"127.0.0.1"}
 
 
 def test_errors_are_one_line(ray_head: RayHead) -> None:
