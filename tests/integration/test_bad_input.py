@@ -186,4 +186,5 @@ def test_a_corrupt_teacher_shard_is_refused_naming_the_file(micro_zoo, tmp_path:
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and str(shard) in errors[0], result.stderr[-3000:]
+    print(f"\ncorrupt shard: {errors[0]}")
     assert not (tmp_path / "draft").exists()
