@@ -129,20 +129,7 @@ class Tracker:
 
     def parent_run(self, spec: SweepSpec) -> tuple[str, bool]:
         """The parent run; an unfinished one with the same sweep key is resumed. -> (run id, resumed)."""
-        key = sweep_key(spec)
-        for run in self._find(f"tags.`{ROLE}` = 'sweep' AND tags.`{SWEEP_KEY}` = '{key}'"):
-            if run.info.status != RunStatus.to_string(RunStatus.FINISHED):
-                self._call(self.client.update_run, run.info.run_id, status="RUNNING")
-                return run.info.run_id, True
-        tags = {ROLE: "sweep", SWEEP_KEY: key}
-        run = self._call(
-            self.client.create_run, self.experiment_id, tags=tags, run_name=f"{spec.name}-{key[:6]}"
-        )
-        params = [Param(k, v) for k, v in flatten(spec.model_dump(mode="json")).items()]
-        for start in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
-            self._call(self.client.log_batch, run.info.run_id, params=params[start : start + 100])
-        self._call(self.client.log_text, run.info.run_id, dump_spec(spec), "spec.yaml")
-        return run.info.run_id, False
+        return self._parent(spec, "sweep", f"{spec.name}-", resume=True)
 
     def child_run(self, parent_id: str, draft: str, tags: Mapping[str, str]) -> str:
         """The draft's run under the parent, created once."""
@@ -156,16 +143,21 @@ class Tracker:
 
     def tune_parent_run(self, spec: SweepSpec, resume: bool) -> tuple[str, bool]:
         """The parent run of a Tune search: with `resume`, the unfinished one of this spec if there is one
-        (-> its id, True); otherwise a new one with the resolved spec as params and `spec.yaml`."""
+        (-> its id, True); otherwise a new one."""
+        return self._parent(spec, "tune", f"{spec.name}-tune-", resume)
+
+    def _parent(self, spec: SweepSpec, role: str, name_prefix: str, resume: bool) -> tuple[str, bool]:
+        """With `resume`, the newest unfinished run of this role and sweep key, set RUNNING again; else a new
+        run with the resolved spec as params and as `spec.yaml`. -> (run id, resumed)."""
         key = sweep_key(spec)
         if resume:
-            for run in self._find(f"tags.`{ROLE}` = 'tune' AND tags.`{SWEEP_KEY}` = '{key}'"):
+            for run in self._find(f"tags.`{ROLE}` = '{role}' AND tags.`{SWEEP_KEY}` = '{key}'"):
                 if run.info.status != RunStatus.to_string(RunStatus.FINISHED):
                     self._call(self.client.update_run, run.info.run_id, status="RUNNING")
                     return run.info.run_id, True
-        tags = {ROLE: "tune", SWEEP_KEY: key}
+        tags = {ROLE: role, SWEEP_KEY: key}
         run = self._call(
-            self.client.create_run, self.experiment_id, tags=tags, run_name=f"{spec.name}-tune-{key[:6]}"
+            self.client.create_run, self.experiment_id, tags=tags, run_name=f"{name_prefix}{key[:6]}"
         )
         self.log_params(run.info.run_id, flatten(spec.model_dump(mode="json")))
         self._call(self.client.log_text, run.info.run_id, dump_spec(spec), "spec.yaml")
