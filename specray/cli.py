@@ -49,27 +49,33 @@ def user_errors() -> Iterator[None]:
 @contextmanager
 def resumable(kept: Path, resume_flag: str | None = None) -> Iterator[None]:
     """A long job stopped by its environment (MLflow gone, a folder that cannot be written) ends with what
-    failed, where the finished work is, and the command that resumes it; exit code 1, no traceback. Any
-    other exception is a bug and keeps its traceback."""
+    failed, where the finished work is, and the command that resumes it; exit code 1, no traceback. Ctrl-C
+    says the same (exit code 130). Any other exception is a bug and keeps its traceback."""
     import shlex
 
     from specray.errors import TrackingError, describe_os_error, find_cause
 
+    def resume_hint(when: str) -> None:
+        argv = ["specray", *sys.argv[1:]]
+        argv += [resume_flag] if resume_flag and resume_flag not in argv else []
+        typer.echo(
+            f"Finished work is kept under {kept} and in the cache; {when}resume with:\n  {shlex.join(argv)}",
+            err=True,
+        )
+
     try:
         yield
+    except KeyboardInterrupt:
+        typer.echo("\ninterrupted", err=True)
+        resume_hint("")
+        raise typer.Exit(130) from None
     except Exception as e:
         cause = find_cause(e, (TrackingError, OSError))
         if cause is None or isinstance(e, USER_ERRORS):
             raise
         what = describe_os_error(cause) if isinstance(cause, OSError) else str(cause)
-        argv = ["specray", *sys.argv[1:]]
-        argv += [resume_flag] if resume_flag and resume_flag not in argv else []
         typer.echo(f"error: {what}", err=True)
-        typer.echo(
-            f"Finished work is kept under {kept} and in the cache; once that is fixed, resume with:\n"
-            f"  {shlex.join(argv)}",
-            err=True,
-        )
+        resume_hint("once that is fixed, ")
         raise typer.Exit(1) from None
 
 

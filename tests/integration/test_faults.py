@@ -214,3 +214,24 @@ def test_tracking_server_dying_mid_run_stops_cleanly_and_resumes_once_it_is_back
     finally:
         server.stop()
         shutil.rmtree(tmp_path / "server" / "artifacts", ignore_errors=True)
+
+
+# ---------------------------------------------------------------- Ctrl-C
+
+
+def test_ctrl_c_mid_run_says_where_the_work_is_and_how_to_resume(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    command = smoke_command(out, f"sqlite:///{tmp_path / 'mlflow.db'}", *OFFLINE)
+    # a terminal's Ctrl-C: SIGINT to the whole foreground process group (the driver and the Ray it started)
+    process = subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    drafts = out / "smoke" / "drafts"
+    while process.poll() is None and not (drafts.is_dir() and any(drafts.glob(".*.work"))):
+        time.sleep(0.5)  # distillation has started
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=300)
+    text = stderr.decode()
+    assert process.returncode == 130, text[-3000:]
+    assert "Traceback" not in text and "\ninterrupted\n" in text
+    assert f"Finished work is kept under {out / 'smoke'}" in text and "resume with:\n  specray run " in text
