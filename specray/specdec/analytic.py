@@ -12,7 +12,7 @@ from the disk cache get one teacher-forced target pass instead.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
@@ -133,7 +133,7 @@ class AnalyticEstimator:
     def __init__(
         self, target: PreTrainedModel, continuations: Continuations, pad_id: int, batch_size: int = 16
     ):
-        self.continuations = continuations
+        self.continuations = replace(continuations, target_logits=None)  # kept below as probabilities only
         self.batches = list(_teacher_forced_batches(continuations, batch_size, pad_id))
         # the target's distributions, kept as warped probabilities, [batch, T, vocab] per batch: the logits
         # the continuations were sampled from, or else one teacher-forced pass
