@@ -55,7 +55,7 @@ from specray.distill.checkpoints import (
 )
 from specray.distill.inputs import prepare_inputs
 from specray.distill.loop import DistillResult, finished_info, run_training
-from specray.errors import USER_ERRORS, SpecError
+from specray.errors import USER_ERRORS, SpecError, find_cause
 from specray.faults import Faults
 
 __all__ = ["RaySession", "distill", "is_finished"]
@@ -218,11 +218,7 @@ def _call_report(report: Callable[[dict], None], curve: dict) -> None:
 
 def _user_error(error: BaseException) -> BaseException:
     """A user error raised in a worker (bad data, model) is re-raised as itself: one clear line."""
-    for failure in getattr(error, "worker_failures", {}).values():
-        cause = getattr(failure, "cause", failure)
-        if isinstance(cause, USER_ERRORS):
-            return cause
-    return error
+    return find_cause(error, USER_ERRORS) or error
 
 
 def distill(
