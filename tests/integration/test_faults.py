@@ -145,7 +145,9 @@ def test_output_dir_turning_read_only_mid_run_stops_cleanly_and_resumes(tmp_path
         script = (
             'mount --bind "$0" "$0" && { "$@" & pid=$!; '
             f"while ! ls {marker} >/dev/null 2>&1 && kill -0 $pid 2>/dev/null; do sleep 0.5; done; "
-            'mount -o remount,bind,ro "$0"; wait $pid; }'
+            # a remount fails (EBUSY) while a file in `out` is open for writing: retry until one succeeds
+            'until mount -o remount,bind,ro "$0" 2>/dev/null; do kill -0 $pid 2>/dev/null || break; '
+            "sleep 0.1; done; wait $pid; }"
         )
         stopped = run_cli(["unshare", "-rm", "sh", "-c", script, str(out), *command], tmp_path)
     else:
