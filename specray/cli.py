@@ -180,7 +180,7 @@ def distill(
     output: Path | None = typer.Option(None, "--output", help="Draft dir [OUTPUT_DIR/NAME/drafts/…]."),
 ) -> None:
     """Distil the sweep's draft on teacher shards with Ray Train; print progress and acceptance per τ_dec."""
-    from specray.distill.inputs import draft_name, parse_mixture
+    from specray.distill.inputs import draft_folder_name, draft_name, parse_mixture
     from specray.distill.ray_train import distill as run_distill
     from specray.errors import SpecError
 
@@ -190,7 +190,7 @@ def distill(
             raise SpecError("give exactly one of --tau-kd TAU or --mixture TAU:WEIGHT,...")
         weights = {tau_kd: 1.0} if tau_kd is not None else parse_mixture(mixture or "")
         name = draft_name(paradigm, weights)
-        target = output or Path(spec.output_dir) / spec.name / "drafts" / name.replace("/", "__")  # as `run`
+        target = output or Path(spec.output_dir) / spec.name / "drafts" / draft_folder_name(name)  # as `run`
         typer.echo(f"distilling {name} for {spec.distill.steps} steps -> {target}")
         result = run_distill(spec, paradigm, weights, target, report=_print_curve)
     typer.echo(f"draft written to {result.output_dir}")
@@ -223,28 +223,37 @@ def evaluate(
 
     from specray.cluster.runtime import ray_session
     from specray.models.loading import load_tokenizer, resolve_model_path
-    from specray.specdec.cells import check_drafts, encode_test_prompts, eval_settings, plan_jobs
+    from specray.specdec.cells import (
+        DraftRef,
+        check_drafts,
+        encode_test_prompts,
+        eval_settings,
+        passes,
+        plan_jobs,
+    )
     from specray.specdec.workers import EvalPool
 
     with user_errors():
         spec = load_spec(sweep, overrides or [])
         target_path = resolve_model_path(spec.models.target, spec.models.zoo)
-        paths = drafts or [resolve_model_path(spec.models.draft, spec.models.zoo)]
+        draft_path = resolve_model_path(spec.models.draft, spec.models.zoo)
+        paths = drafts or [draft_path]
         named = {("non-distill" if not drafts else path): path for path in paths}
         check_drafts(target_path, named)
         prompts = encode_test_prompts(spec, load_tokenizer(target_path))
-    target = spec.models.target
-    pool_args = (target_path, prompts, eval_settings(spec.eval), spec.eval.replicas, spec.eval.num_cpus)
+    target, e = spec.models.target, spec.eval
+    model = {"dtype": target.dtype, "trust_remote_code": target.trust_remote_code}
+    jobs = plan_jobs(e, [DraftRef(name, path) for name, path in named.items()])
     with (
         ray_session(spec.ray),
-        EvalPool(
-            *pool_args, spec.eval.num_gpus, dtype=target.dtype, trust_remote_code=target.trust_remote_code
-        ) as pool,
+        EvalPool(target_path, prompts, eval_settings(e), e.replicas, e.num_cpus, e.num_gpus, **model) as pool,
     ):
-        records = pool.run(plan_jobs(spec.eval, named))
-    _print_eval_table(records)
+        if pool.cost_ratio is None:  # one c for every draft: they share the student's architecture
+            typer.echo(pool.measure_cost_ratio(draft_path).describe())
+        records = pool.run(passes(jobs, e.drafts_per_pass))
+    _print_eval_table([record.flat() for record in records])
     if output:
-        output.write_text(json.dumps(records, indent=2))
+        output.write_text(json.dumps([record.to_json() for record in records], indent=2))
         typer.echo(f"wrote {len(records)} records to {output}")
 
 
@@ -252,11 +261,12 @@ def _print_eval_table(records: list[dict]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    groups: dict[tuple[str, str], dict[float, dict]] = {}
+    groups: dict[tuple[str, str, int], dict[float, dict]] = {}
     for r in records:
-        groups.setdefault((r["draft"], r["test_set"]), {}).setdefault(r["tau_dec"], {})[r["estimator"]] = r
-    for (draft, test_set), by_tau in groups.items():
-        table = Table(title=f"{draft} on {test_set} (γ={records[0]['gamma']})")
+        cell = groups.setdefault((r["draft"], r["test_set"], r["gamma"]), {}).setdefault(r["tau_dec"], {})
+        cell[r["estimator"]] = r
+    for (draft, test_set, gamma), by_tau in groups.items():
+        table = Table(title=f"{draft} on {test_set} (γ={gamma})")
         for column in (
             "τ_dec",
             "acceptance_rate",
@@ -286,20 +296,33 @@ def _fmt(value: float | None, ci95: float | None = None) -> str:
 
 
 @app.command()
-def run(sweep: Path = SweepArg, overrides: list[str] = OverridesArg) -> None:
-    """Run a whole sweep (zoo, teacher shards, distillation, evaluation, report); re-run to resume."""
+def run(
+    sweep: Path = SweepArg,
+    overrides: list[str] = OverridesArg,
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print what would be reused and computed; run nothing."
+    ),
+) -> None:
+    """Run a whole sweep (zoo, teacher shards, distillation, evaluation, report); re-run to resume.
+
+    Every result is cached under a key of the settings that made it: the run first prints, per stage, what
+    it reuses and what it will compute and why."""
     from specray.sweep.plan import sweep_dir
-    from specray.sweep.run import run_sweep
+    from specray.sweep.run import plan_sweep, run_sweep
 
     with user_errors():
         spec = load_spec(sweep, overrides or [])
+        if dry_run:
+            _print_plan(plan_sweep(spec), spec.name)
+            return
         _set_threads()
         with resumable(sweep_dir(spec)):
-            outcome = run_sweep(spec)
+            outcome = run_sweep(spec, on_plan=lambda work: _print_plan(work, spec.name))
     state = "resumed" if outcome.resumed else "new"
     typer.echo(
         f"sweep {spec.name}: {len(outcome.records)} cells; MLflow run {outcome.parent_run_id} ({state})"
     )
+    typer.echo(f"  {outcome.cost_ratio.describe()}")
     for stage, figures in outcome.stages.items():
         typer.echo(
             f"  {stage:15s} {figures['seconds']:8.1f}s   peak memory in use {figures['peak_gib']:.2f} GiB"
@@ -325,7 +348,8 @@ def report(
     folder = output or Path("reports") / run_id
     title = f"specray sweep: {records['name']} (MLflow run {run_id})"
     parts = (records["cells"], records["drafts"], records["curves"], records["lengths"])
-    path = build_report(*parts, folder, title=title)
+    extra = {"cost_ratio": records.get("cost_ratio"), "projected_cost_ratio": records["projected_cost_ratio"]}
+    path = build_report(*parts, folder, title=title, **extra)
     typer.echo(f"report: {path}")
 
 
@@ -350,11 +374,11 @@ def tune(
             raise typer.Exit(1) from None
     typer.echo(outcome.markdown)
     state = "resumed" if outcome.resumed else "new"
-    completed = sum(trial["status"] == "completed" for trial in outcome.trials)
+    completed = sum(trial.status == "completed" for trial in outcome.trials)
     trials = f"{len(outcome.trials)} trials, {completed} completed"
     typer.echo(f"{trials}; MLflow run {outcome.parent_run_id} ({state})")
     name, version = outcome.registered
-    typer.echo(f"winner: trial {outcome.winner['trial_id']}, registered as {name} version {version}")
+    typer.echo(f"winner: trial {outcome.winner.trial_id}, registered as {name} version {version}")
     for stage, figures in outcome.stages.items():
         seconds, peak = figures["seconds"], figures["peak_gib"]
         typer.echo(f"  {stage:18s} {seconds:8.1f}s   peak memory in use {peak:.2f} GiB")
@@ -487,6 +511,12 @@ def jobs_stop(
         requested = jobs.stop(client, job_id)
         info = jobs.wait(client, job_id, timeout_s=60) if wait and requested else jobs.details(client, job_id)
     typer.echo(f"job {job_id}: {'stop requested' if requested else 'was not running'}; now {info.status}")
+
+
+def _print_plan(work, name: str) -> None:
+    typer.echo(f"plan for sweep {name} (what is reused, what will be computed, and why):")
+    for line in work.lines():
+        typer.echo(f"  {line}")
 
 
 def _set_threads() -> None:

@@ -120,7 +120,9 @@ class SourceSpec(_Frozen):
     kind: SourceKind
     path: str | None = None
     split: str = "train"
-    families: list[str] | None = Field(default=None, description="synthetic task families (None = in-domain)")
+    families: list[str] | None = Field(
+        default=None, min_length=1, description="synthetic task families (None = in-domain)"
+    )
     size: int = Field(default=4000, ge=1, description="synthetic examples to generate")
     seed: int = 0
     columns: dict[str, str] | None = Field(default=None, description="parquet: Alpaca field -> column name")
@@ -131,6 +133,12 @@ class SourceSpec(_Frozen):
             raise ValueError("a synthetic source takes no 'path'")
         if self.kind != "synthetic" and not self.path:
             raise ValueError(f"a {self.kind} source needs 'path' (a local file or dataset name)")
+        if self.kind == "synthetic" and self.families:
+            from specray.data.synthetic import FAMILIES
+
+            unknown = sorted(set(self.families) - set(FAMILIES))
+            if unknown:
+                raise ValueError(f"unknown synthetic families {unknown} (allowed: {', '.join(FAMILIES)})")
         return self
 
 
@@ -225,7 +233,9 @@ class DistillSpec(_Frozen):
 
 class EvalSpec(_Frozen):
     temperatures: list[Temperature] = Field(min_length=1, description="the τ_dec grid")
-    gamma: int = Field(default=4, ge=1, le=64, description="draft tokens per block")
+    gamma: list[Annotated[int, Field(ge=1, le=64)]] = Field(
+        default=[4], min_length=1, description="γ: draft tokens per block; one value or a list (a grid axis)"
+    )
     repeats: int = Field(default=5, ge=1, description="R: decodes per prompt (empirical)")
     max_new_tokens: int = Field(default=128, ge=1)
     estimators: list[Estimator] = Field(default=["analytic"], min_length=1)
@@ -237,6 +247,12 @@ class EvalSpec(_Frozen):
     )
     test_sets: list[TestSet] = Field(default=["in_domain", "out_of_domain"], min_length=1)
     draft_cost_ratio: float | None = Field(default=None, ge=0.0, description="c; None = measure it")
+    projected_cost_ratio: float | None = Field(
+        default=None, gt=0.0, description="also report speedup_model at this c (e.g. a target pair's)"
+    )
+    drafts_per_pass: int = Field(
+        default=8, ge=1, description="drafts an eval actor holds while streaming one target pass"
+    )
     replicas: int = Field(default=1, ge=1)
     num_cpus: float = Field(default=1.0, ge=0)
     num_gpus: float = Field(default=0.0, ge=0)
@@ -246,6 +262,16 @@ class EvalSpec(_Frozen):
     @classmethod
     def _sorted_unique(cls, v: list[float]) -> list[float]:
         return _unique_sorted(v, "temperatures")
+
+    @field_validator("gamma", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, int) and not isinstance(v, bool) else v
+
+    @field_validator("gamma")
+    @classmethod
+    def _gammas_sorted_unique(cls, v: list[int]) -> list[int]:
+        return _unique_sorted(v, "gamma")
 
 
 class TuneSpec(_Frozen):

@@ -17,13 +17,12 @@ in the Model Registry with its mixture in the version's tags.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
@@ -31,6 +30,9 @@ from mlflow.tracking import MlflowClient
 
 from specray.config import SweepSpec, dump_spec
 from specray.errors import SpecError, TrackingError
+
+if TYPE_CHECKING:
+    from specray.specdec.records import CellRecord
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,7 @@ CELL_METRICS = {
     },
 }
 ROLE, SWEEP_KEY, PARENT = "specray.role", "specray.sweep_key", "mlflow.parentRunId"
+DRAFT_KEY = "specray.draft_key"
 BEST, TRIAL_ID = "specray.best", "trial_id"
 MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param value
 
@@ -65,24 +68,30 @@ def metric_key(name: str) -> str:
     return name.replace("=", "_")
 
 
-def cell_key(metric: str, test_set: str, tau_dec: float) -> str:
-    return f"{metric}/{test_set}/tau_dec_{tau_dec:g}"
+def cell_key(metric: str, test_set: str, tau_dec: float, gamma: int | None = None) -> str:
+    """`speedup_model/in_domain/tau_dec_0.6`, with `/gamma_4` appended when the sweep has several γ."""
+    key = f"{metric}/{test_set}/tau_dec_{tau_dec:g}"
+    return key if gamma is None else f"{key}/gamma_{gamma}"
 
 
-def cell_metrics(record: Mapping[str, Any]) -> dict[str, float]:
+def cell_metrics(record: CellRecord, with_gamma: bool = False) -> dict[str, float]:
     """The metrics one evaluation record contributes to its draft's run."""
-    names = CELL_METRICS[record["estimator"]]
+    names = CELL_METRICS[record.estimator]
+    gamma = record.gamma if with_gamma else None
+    values = record.metrics
     return {
-        cell_key(metric, record["test_set"], record["tau_dec"]): float(record[field])
+        cell_key(metric, record.test_set, record.tau_dec, gamma): float(values[field])
         for field, metric in names.items()
-        if record.get(field) is not None and math.isfinite(float(record[field]))
+        if values.get(field) is not None and math.isfinite(float(values[field]))
     }
 
 
-def sweep_key(spec: SweepSpec) -> str:
-    """Identity of a sweep's work: the resolved spec minus where it is tracked."""
-    payload = spec.model_dump(mode="json", exclude={"tracking", "ray"})
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+def sweep_key(spec: SweepSpec, with_tune: bool = False) -> str:
+    """Identity of a sweep's work: every setting that changes a result, the grid or the report (with
+    `with_tune`, the search too); not where it is tracked or how it runs (`specray.keys.spec_key`)."""
+    from specray.keys import spec_key
+
+    return spec_key(spec, with_tune)
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, str]:
@@ -131,12 +140,12 @@ class Tracker:
         """The parent run; an unfinished one with the same sweep key is resumed. -> (run id, resumed)."""
         return self._parent(spec, "sweep", f"{spec.name}-", resume=True)
 
-    def child_run(self, parent_id: str, draft: str, tags: Mapping[str, str]) -> str:
-        """The draft's run under the parent, created once."""
-        existing = self._find(f"tags.`{PARENT}` = '{parent_id}' AND tags.draft = '{draft}'")
+    def child_run(self, parent_id: str, draft: str, draft_key: str, tags: Mapping[str, str]) -> str:
+        """The draft's run under the parent, identified by its draft key, created once."""
+        existing = self._find(f"tags.`{PARENT}` = '{parent_id}' AND tags.`{DRAFT_KEY}` = '{draft_key}'")
         if existing:
             return existing[0].info.run_id
-        all_tags = {PARENT: parent_id, ROLE: "draft", "draft": draft, **tags}
+        all_tags = {PARENT: parent_id, ROLE: "draft", "draft": draft, DRAFT_KEY: draft_key, **tags}
         return self._call(
             self.client.create_run, self.experiment_id, tags=all_tags, run_name=draft
         ).info.run_id
@@ -149,7 +158,7 @@ class Tracker:
     def _parent(self, spec: SweepSpec, role: str, name_prefix: str, resume: bool) -> tuple[str, bool]:
         """With `resume`, the newest unfinished run of this role and sweep key, set RUNNING again; else a new
         run with the resolved spec as params and as `spec.yaml`. -> (run id, resumed)."""
-        key = sweep_key(spec)
+        key = sweep_key(spec, with_tune=role == "tune")
         if resume:
             for run in self._find(f"tags.`{ROLE}` = '{role}' AND tags.`{SWEEP_KEY}` = '{key}'"):
                 if run.info.status != RunStatus.to_string(RunStatus.FINISHED):
@@ -240,9 +249,6 @@ class Tracker:
     def run(self, run_id: str):
         return self._call(self.client.get_run, run_id)
 
-    def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
-        return [(m.step, m.value) for m in self._call(self.client.get_metric_history, run_id, key)]
-
 
 def open_tracker(uri: str, experiment: str) -> Tracker:
     """A Tracker, or a SpecError naming the URI when MLflow cannot be reached before any work starts."""
@@ -303,4 +309,6 @@ def fetch_sweep_records(uri: str, run_id: str, destination: Path) -> dict[str, A
         k: {float(t): v for t, v in by.items()} for k, by in records.get("lengths", {}).items()
     }
     records["name"] = run.data.params.get("name", run_id)
+    projected = run.data.params.get("eval.projected_cost_ratio", "null")
+    records["projected_cost_ratio"] = None if projected in ("null", "None") else float(projected)
     return records

@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,9 +30,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from specray.errors import DataError
+from specray.files import write_atomic, write_json
 
 if TYPE_CHECKING:
-    from specray.config import ModelsSpec, SweepSpec
+    from specray.config import ModelsSpec, SweepSpec, TeacherSpec
     from specray.data.examples import Example
 
 SHARD_FORMAT = 1  # bump when the schema or the sampling recipe changes, so old shards are not reused
@@ -85,25 +85,12 @@ def shard_dir(key: ShardKey, root: Path | None = None) -> Path:
 # ---------------------------------------------------------------- atomic writes
 
 
-def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """Call `write(tmp)` on a temporary path beside `path`, fsync it, then rename it to `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:8]}.tmp"
-    try:
-        write(tmp)
-        with open(tmp, "rb+") as f:  # the data must be on disk before the name points at it
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def _write_table(path: Path, table: pa.Table) -> None:
     write_atomic(path, lambda tmp: pq.write_table(table, tmp))
 
 
 def _write_json(path: Path, payload: Mapping[str, Any]) -> None:
-    write_atomic(path, lambda tmp: tmp.write_text(json.dumps(payload, indent=2, sort_keys=True)))
+    write_json(path, payload, indent=2)
 
 
 def rows_to_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
@@ -241,16 +228,19 @@ def finalize_shard(
 
 
 def teacher_id(models: ModelsSpec) -> str:
-    """Stable name of the teacher (the target): `zoo/<zoo key>/target` or the HF name or path.
+    """Stable name of the teacher (the target): `zoo/<zoo key>/target` or the HF name or path."""
+    from specray.keys import model_id
 
-    A zoo teacher is named by its recipe hash, not its folder, so moving the cache keeps shard keys.
-    """
-    if models.target.zoo is not None:
-        from specray.models.zoo import zoo_key
+    return model_id(models.target, models)
 
-        return f"zoo/{zoo_key(models.zoo)}/{models.target.zoo}"
-    assert models.target.name_or_path is not None  # guaranteed by ModelRef's validator
-    return models.target.name_or_path
+
+def engine_id(teacher: TeacherSpec) -> str:
+    """The engine as the shard key sees it: its name, plus what changes its numbers beyond the model's
+    dtype (vLLM's own dtype and context length; a GPU for the transformers engine). Plain `transformers`
+    on CPU stays as it always was, so existing CPU shards keep their keys."""
+    if teacher.engine == "vllm":
+        return f"vllm(dtype={teacher.vllm.dtype},max_model_len={teacher.vllm.max_model_len})"
+    return "transformers" if teacher.num_gpus == 0 else "transformers(cuda)"
 
 
 def shard_key(
@@ -261,7 +251,7 @@ def shard_key(
 
     return ShardKey(
         teacher=teacher_id(spec.models),
-        engine=spec.teacher.engine,
+        engine=engine_id(spec.teacher),
         dtype=spec.models.target.dtype,
         dataset=fingerprint(examples),
         template=spec.data.template,

@@ -14,7 +14,6 @@ published.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -27,7 +26,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from specray.config import SweepSpec, dump_spec
-from specray.data.shards import write_atomic
+from specray.files import write_atomic
 
 TRAINER_STATE, CURVES_FILE, SPEC_FILE, FINISHED_FILE = (
     "trainer_state.pt",
@@ -38,11 +37,22 @@ TRAINER_STATE, CURVES_FILE, SPEC_FILE, FINISHED_FILE = (
 FINGERPRINT_FILE = "fingerprint.txt"
 
 
+def draft_inputs(spec: SweepSpec, paradigm: str, mixture: Mapping[float, float]) -> dict[str, Any]:
+    """What the draft's weights depend on (`specray.keys.draft_key_inputs`, with the shard keys it reads)."""
+    from specray.data.shards import train_shard_keys
+    from specray.keys import draft_key_inputs
+
+    shard_keys = train_shard_keys(spec)
+    digests = {float(tau): shard_keys[float(tau)].digest for tau in mixture if float(tau) in shard_keys}
+    return draft_key_inputs(spec, paradigm, {float(t): w for t, w in mixture.items()}, digests)
+
+
 def fingerprint(spec: SweepSpec, paradigm: str, mixture: Mapping[float, float]) -> str:
-    """What a run's checkpoints depend on: everything but tracking/ray/tune/output settings."""
-    parts = spec.model_dump(mode="json", include={"models", "data", "teacher", "distill", "eval"})
-    payload = json.dumps([parts, paradigm, sorted(mixture.items())], sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()[:20]
+    """The draft key: checkpoints of a run resume only into a run with the same key, and a published
+    draft is reused only under it."""
+    from specray.keys import digest
+
+    return digest(draft_inputs(spec, paradigm, mixture))
 
 
 def work_dir(output_dir: Path) -> Path:
@@ -102,9 +112,13 @@ def publish(checkpoint: Path, output_dir: Path, spec: SweepSpec, info: Mapping[s
     write_atomic(output_dir / FINISHED_FILE, lambda path: path.write_text(marker))
 
 
-def is_finished(output_dir: str | os.PathLike) -> bool:
-    """True once the draft at `output_dir` is complete (its marker is written last)."""
-    return (Path(output_dir) / FINISHED_FILE).is_file()
+def is_finished(output_dir: str | os.PathLike, key: str | None = None) -> bool:
+    """True once the draft at `output_dir` is complete (its marker is written last) and, when `key` is
+    given, was trained under that draft key (a draft of other settings is never reused)."""
+    marker = Path(output_dir) / FINISHED_FILE
+    if not marker.is_file():
+        return False
+    return key is None or read_finished(Path(output_dir)).get("fingerprint") == key
 
 
 def read_finished(output_dir: Path) -> dict[str, Any]:

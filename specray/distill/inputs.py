@@ -36,6 +36,11 @@ def draft_name(paradigm: str, mixture: Mapping[float, float]) -> str:
     return f"{paradigm}/mix=" + ",".join(f"{float(t):g}:{w:g}" for t, w in sorted(mixture.items()))
 
 
+def draft_folder_name(name: str) -> str:
+    """The folder a draft named `name` is published in (`offline/tau_kd=0.6` -> `offline__tau_kd=0.6`)."""
+    return name.replace("/", "__")
+
+
 def check_request(spec: SweepSpec, paradigm: str, mixture: Mapping[float, float]) -> dict[float, float]:
     """The mixture as {τ_kd: weight}; SpecError naming the bad value before any work starts."""
     if paradigm not in PARADIGMS:

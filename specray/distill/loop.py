@@ -38,6 +38,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from specray.config import SweepSpec
 from specray.distill.checkpoints import (
     claim_work_dir,
+    draft_inputs,
     fingerprint,
     load_trainer_state,
     publish,
@@ -56,6 +57,7 @@ from specray.distill.inputs import DistillInputs, check_request, draft_name, pre
 from specray.distill.losses import distillation_divergence, response_cross_entropy
 from specray.distill.probe import AcceptanceProbe
 from specray.distill.session import LocalSession, Session
+from specray.keys import curve_inputs
 from specray.models.loading import load_model, load_tokenizer
 from specray.teacher.engines import eos_token_ids, sample_batch
 
@@ -217,7 +219,7 @@ def _teacher_and_probe(
         e = spec.eval
         eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
         probe = AcceptanceProbe(
-            teacher, inputs.probe_prompts, e.temperatures, e.max_new_tokens, eos, pad, e.gamma, e.seed
+            teacher, inputs.probe_prompts, e.temperatures, e.max_new_tokens, eos, pad, e.seed
         )
     return (teacher if paradigm == "online" else None), probe
 
@@ -419,6 +421,8 @@ def finished_info(
         "mixture": {f"{tau:g}": weight for tau, weight in sorted(mixture.items())},
         "steps": state["step"],
         "resumed_from": state["resumed_from"],
-        "fingerprint": state["fingerprint"],
+        "fingerprint": state["fingerprint"],  # the draft key (checkpoints.fingerprint)
+        "key_inputs": draft_inputs(spec, paradigm, mixture),  # what it was made from: the plan's "why"
+        "curve_inputs": curve_inputs(spec),
         "seconds": round(seconds, 1),
     }

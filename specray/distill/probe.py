@@ -14,8 +14,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from specray.config import SweepSpec
 from specray.data.dataset import build_splits
-from specray.data.templates import format_prompt
-from specray.specdec.analytic import AnalyticEstimator, sample_continuations
+from specray.data.templates import encode_prompts
+from specray.specdec.analytic import AnalyticEstimator, Betas, sample_continuations
 
 PROBE_PROMPTS = 16  # enough for a trend, cheap enough to run every few steps
 
@@ -26,10 +26,8 @@ def acceptance_key(tau_dec: float) -> str:
 
 
 def probe_prompts(spec: SweepSpec, tokenizer: PreTrainedTokenizerBase) -> list[list[int]]:
-    """Token ids of the first PROBE_PROMPTS validation prompts, cut from the left like the test prompts."""
-    examples = build_splits(spec.data)["validation"][:PROBE_PROMPTS]
-    texts = [format_prompt(e.instruction, e.input, spec.data.template) for e in examples]
-    return [ids[-spec.data.max_prompt_tokens :] for ids in tokenizer(texts)["input_ids"]]
+    """Token ids of the first PROBE_PROMPTS validation prompts, encoded like the test prompts."""
+    return encode_prompts(build_splits(spec.data)["validation"][:PROBE_PROMPTS], tokenizer, spec.data)
 
 
 class AcceptanceProbe:
@@ -43,15 +41,14 @@ class AcceptanceProbe:
         max_new_tokens: int,
         eos_token_id: int | None,
         pad_token_id: int,
-        gamma: int,
         seed: int = 0,
     ) -> None:
-        self.gamma = gamma
         self.estimators = {
             tau: AnalyticEstimator(
                 target,
                 sample_continuations(target, prompts, tau, max_new_tokens, eos_token_id, seed, pad_token_id),
                 pad_token_id,
+                keep_target=True,  # a few prompts, scored at every report: keep the target's side
             )
             for tau in taus_dec
         }
@@ -62,10 +59,15 @@ class AcceptanceProbe:
         was_training = draft.training
         draft.eval()
         try:
-            # c only scales the modelled speedup, which is not reported here
             return {
-                acceptance_key(tau): estimator.evaluate(draft, self.gamma, c=0.0).acceptance_rate
+                acceptance_key(tau): _pooled(estimator.betas([draft])[0])
                 for tau, estimator in self.estimators.items()
             }
         finally:
             draft.train(was_training)
+
+
+def _pooled(betas: Betas) -> float:
+    """Token-pooled mean β: the acceptance rate α."""
+    tokens = int(betas.mask.sum())
+    return float(betas.beta.double().sum() / tokens) if tokens else float("nan")

@@ -118,20 +118,32 @@ def agreement(cells: pd.DataFrame, out_dir: Path) -> list[Path]:
     if both.empty:
         return []
     fig, ax = plt.subplots(figsize=(4.5, 4.5))
-    ax.errorbar(both.analytic, both.empirical, yerr=both.empirical_ci95, fmt="o", alpha=0.7)
+    ax.errorbar(
+        both.analytic, both.empirical, xerr=both.analytic_ci95, yerr=both.empirical_ci95, fmt="o", alpha=0.7
+    )
     ax.plot([0, 1], [0, 1], "k--", linewidth=1)
-    ax.set_xlabel("analytic acceptance_rate")
+    ax.set_xlabel("analytic acceptance_rate, same prompts (±95%)")
     ax.set_ylabel("empirical acceptance_rate (±95%)")
     ax.set_title("estimator agreement")
     return [_save(fig, out_dir / "analytic_vs_empirical.png")]
 
 
 def paired_estimates(cells: pd.DataFrame) -> pd.DataFrame:
-    """One row per cell measured by both estimators: analytic, empirical, empirical_ci95."""
-    keys = ["draft", "test_set", "tau_dec"]
-    analytic = cells[cells.estimator == "analytic"].set_index(keys)["acceptance_rate"]
+    """One row per empirical cell with its analytic twin on the same prompts: analytic, analytic_ci95,
+    empirical, empirical_ci95, and whether they agree within the combined 95% interval."""
+    keys = ["draft", "test_set", "tau_dec", "gamma"]
+    columns = ["empirical_prompts_acceptance_rate", "empirical_prompts_acceptance_rate_ci95"]
+    analytic = cells[cells.estimator == "analytic"]
+    if analytic.empty or not set(columns) <= set(analytic) or "gamma" not in cells:
+        return pd.DataFrame()
+    analytic = analytic.set_index(keys)[columns]
+    analytic.columns = ["analytic", "analytic_ci95"]
     empirical = cells[cells.estimator == "empirical"].set_index(keys)[
         ["acceptance_rate", "acceptance_rate_ci95"]
     ]
-    joined = empirical.join(analytic.rename("analytic"), how="inner")
-    return joined.rename(columns={"acceptance_rate": "empirical", "acceptance_rate_ci95": "empirical_ci95"})
+    joined = empirical.join(analytic, how="inner")
+    joined = joined.rename(columns={"acceptance_rate": "empirical", "acceptance_rate_ci95": "empirical_ci95"})
+    combined = np.sqrt(joined.analytic_ci95**2 + joined.empirical_ci95**2)
+    joined["difference"] = joined.empirical - joined.analytic
+    joined["agree"] = np.where(joined.difference.abs() <= combined, "yes", "no")
+    return joined

@@ -1,18 +1,24 @@
-"""The analytic acceptance estimator (Leviathan et al., 2023, Corollary 3.6).
+"""The analytic acceptance estimator (Leviathan et al., 2023, Corollary 3.6), streaming.
 
 Speculative decoding's output follows the target, so sampling continuations y ~ target at τ_dec once and
 scoring them with the target's and each draft's next-token distributions gives, at every response
 position t, the exact probability that a draft token there is accepted: β_t = Σ_v min(p_τ(v), q_τ(v)).
-No accept coin, no batch-1 loop: it averages over the whole distribution instead of sampling it, and the
-target's distributions (the expensive part) are shared by every draft. When the continuations were just
-sampled, the target's distributions are the logits the samples were drawn from; continuations read back
-from the disk cache get one teacher-forced target pass instead.
+No accept coin, no batch-1 loop: it averages over the whole distribution instead of sampling it.
+
+Memory is O(batch), not O(test set): the continuations are cut into teacher-forced batches, and for each
+batch the target's distributions are computed once and scored against every draft of the pass before the
+next batch starts, so one target pass serves all of them and at most one batch of [batch, T, vocab]
+distributions per model is alive (at a 32k vocabulary, 1,000 prompts × 128 tokens would otherwise be
+~16 GB). Only β itself, [n, T] per draft, is kept. The training probe, which scores one draft many times on
+a few prompts, may keep the target's batches instead (`keep_target`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -30,8 +36,8 @@ from specray.ops import (
 @dataclass(frozen=True)
 class Continuations:
     """Target samples for one (test set, τ_dec): prompt token ids and the sampled response ids, and,
-    when they were sampled in this process, the target's raw logits at every response position
-    (one [len(response), vocab] tensor per response; not written to the disk cache)."""
+    when they were sampled in this process with `keep_logits`, the target's raw logits at every response
+    position (one [len(response), vocab] tensor per response; never written to the disk cache)."""
 
     tau: float
     prompts: list[list[int]]
@@ -39,15 +45,42 @@ class Continuations:
     target_logits: list[Tensor] | None = field(default=None, compare=False, repr=False)
 
 
+class ForcedBatch(NamedTuple):
+    """Right-padded prompt + response sequences of some continuations, for one teacher-forced pass."""
+
+    input_ids: Tensor  # [batch, L]
+    attention_mask: Tensor  # [batch, L]
+    index: Tensor  # [batch, T]: for response token t, the position whose logits predict it
+    valid: Tensor  # [batch, T] bool: False on padding
+    rows: list[int]  # the sequences' indices in the continuations
+
+
+@dataclass(frozen=True)
+class Betas:
+    """One draft's acceptance along a set of continuations, in their order: β [n, T] (0 where invalid)
+    and the valid mask [n, T]; a sequence with an empty response has an all-False row."""
+
+    beta: Tensor
+    mask: Tensor
+
+    def subset(self, count: int) -> Betas:
+        """The first `count` sequences (the prompts the empirical estimator decodes)."""
+        return Betas(self.beta[:count], self.mask[:count])
+
+
 @dataclass(frozen=True)
 class AnalyticResult:
-    acceptance_rate: float  # mean β over every response position
+    acceptance_rate: float  # mean β over every response position (token-pooled)
     acceptance_rate_ci95: float  # half-width, sequences as clusters
+    acceptance_rate_per_sequence: float  # mean over sequences of each one's mean β (DistillSpec's per input)
     beta_per_position: list[float]  # mean β at response position t (over sequences that reach t)
     block_efficiency: float  # i.i.d. formula (1 − α^{γ+1}) / (1 − α)
     block_efficiency_simulated: float  # exact expectation over the per-position β of each sequence
     speedup_model: float  # block_efficiency_simulated / (c·γ + 1)
     tokens: int
+    # the same acceptance on exactly the empirical cells' prompts, for a fair agreement check
+    empirical_prompts_acceptance_rate: float
+    empirical_prompts_acceptance_rate_ci95: float
 
 
 def sample_continuations(
@@ -59,19 +92,22 @@ def sample_continuations(
     seed: int,
     pad_token_id: int = 0,
     batch_size: int = 32,
+    keep_logits: bool = True,
 ) -> Continuations:
-    """One target sample per prompt at τ, batched with a KV cache, keeping the logits they were drawn
-    from. The i-th prompt draws from its own generator seeded by (seed, i), so the samples do not depend
-    on the batch size; prompts are batched in order of length, so a batch pads little."""
+    """One target sample per prompt at τ, batched with a KV cache (optionally keeping the logits they
+    were drawn from). The i-th prompt draws from its own generator seeded by (seed, i), created on the
+    model's device, so the samples do not depend on the batch size; prompts are batched in order of
+    length, so a batch pads little."""
     from specray.teacher.engines import sample_batch
 
+    device = target.device
     eos = {eos_token_id} if eos_token_id is not None else set()
     responses: list[list[int]] = [[] for _ in prompts]
     logits: list[Tensor] = [torch.empty(0) for _ in prompts]
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        generators = [torch.Generator().manual_seed(seed * 1_000_003 + i) for i in chunk]
+        generators = [torch.Generator(device=device).manual_seed(seed * 1_000_003 + i) for i in chunk]
         samples = sample_batch(
             target,
             [prompts[i] for i in chunk],
@@ -80,103 +116,149 @@ def sample_continuations(
             max_new_tokens,
             eos,
             pad_token_id,
-            keep_logits=True,
+            keep_logits=keep_logits,
         )
         for i, sample in zip(chunk, samples, strict=True):
             responses[i], logits[i] = sample.token_ids, sample.logits
-    return Continuations(tau, prompts, responses, logits)
+    return Continuations(tau, prompts, responses, logits if keep_logits else None)
 
 
-def _teacher_forced_batches(continuations: Continuations, batch_size: int, pad_id: int):
-    """Right-padded batches of prompt + response (sequences in order of length, empty responses left
-    out); `index` [batch, T] gives, for response token t, the position whose logits predict it
-    (len(prompt) − 1 + t), `valid` [batch, T] masks padding and `rows` lists the sequences' indices."""
+def forced_batches(continuations: Continuations, batch_size: int, pad_id: int) -> list[ForcedBatch]:
+    """The continuations as right-padded batches (sequences in order of length, empty responses left out)."""
     pairs = list(enumerate(zip(continuations.prompts, continuations.responses, strict=True)))
     pairs = sorted((pair for pair in pairs if pair[1][1]), key=lambda pair: sum(map(len, pair[1])))
-    for start in range(0, len(pairs), batch_size):
-        rows = [i for i, _ in pairs[start : start + batch_size]]
-        chunk = [pair for _, pair in pairs[start : start + batch_size]]
-        length = max(len(p) + len(r) for p, r in chunk)
-        span = max(len(r) for _, r in chunk)
-        input_ids = torch.full((len(chunk), length), pad_id, dtype=torch.long)
-        attention = torch.zeros_like(input_ids)
-        index = torch.zeros((len(chunk), span), dtype=torch.long)
-        valid = torch.zeros((len(chunk), span), dtype=torch.bool)
-        for row, (prompt, response) in enumerate(chunk):
-            sequence = prompt + response
-            input_ids[row, : len(sequence)] = torch.tensor(sequence)
-            attention[row, : len(sequence)] = 1
-            index[row, : len(response)] = torch.arange(len(response)) + len(prompt) - 1
-            valid[row, : len(response)] = True
-        yield input_ids, attention, index, valid, rows
+    return [
+        _forced_batch(pairs[start : start + batch_size], pad_id) for start in range(0, len(pairs), batch_size)
+    ]
+
+
+def _forced_batch(pairs: list[tuple[int, tuple[list[int], list[int]]]], pad_id: int) -> ForcedBatch:
+    length = max(len(p) + len(r) for _, (p, r) in pairs)
+    span = max(len(r) for _, (_, r) in pairs)
+    input_ids = torch.full((len(pairs), length), pad_id, dtype=torch.long)
+    attention = torch.zeros_like(input_ids)
+    index = torch.zeros((len(pairs), span), dtype=torch.long)
+    valid = torch.zeros((len(pairs), span), dtype=torch.bool)
+    for row, (_, (prompt, response)) in enumerate(pairs):
+        sequence = prompt + response
+        input_ids[row, : len(sequence)] = torch.tensor(sequence)
+        attention[row, : len(sequence)] = 1
+        index[row, : len(response)] = torch.arange(len(response)) + len(prompt) - 1
+        valid[row, : len(response)] = True
+    return ForcedBatch(input_ids, attention, index, valid, [i for i, _ in pairs])
 
 
 @torch.no_grad()
-def _response_probs(model: PreTrainedModel, batch, tau: float) -> Tensor:
-    """Warped next-token distributions at every response position: [batch, T, vocab]."""
-    input_ids, attention, index, _, _ = batch
-    logits = model(input_ids=input_ids.to(model.device), attention_mask=attention.to(model.device)).logits
-    gathered = logits.gather(1, index.to(model.device)[..., None].expand(-1, -1, logits.shape[-1]))
-    return warp(gathered, tau).cpu()
+def response_probs(model: PreTrainedModel, batch: ForcedBatch, tau: float) -> Tensor:
+    """Warped next-token distributions at every response position, on the model's device: [batch, T, vocab].
+    Only the response positions go through the vocabulary softmax (the gather comes first)."""
+    device = model.device
+    logits = model(
+        input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device)
+    ).logits
+    index = batch.index.to(device)[..., None].expand(-1, -1, logits.shape[-1])
+    return warp(logits.gather(1, index), tau)
 
 
-def _sampled_probs(logits: list[Tensor], batch, tau: float) -> Tensor:
+def _sampled_probs(logits: list[Tensor], batch: ForcedBatch, tau: float) -> Tensor:
     """The sampling-time logits of a batch's sequences, warped and right-padded to [batch, T, vocab]."""
-    rows, span = batch[4], batch[3].shape[1]
-    padded = [torch.nn.functional.pad(logits[i], (0, 0, 0, span - len(logits[i]))) for i in rows]
+    span = batch.valid.shape[1]
+    padded = [torch.nn.functional.pad(logits[i], (0, 0, 0, span - len(logits[i]))) for i in batch.rows]
     return warp(torch.stack(padded), tau)
 
 
 class AnalyticEstimator:
-    """Holds the target's distributions along one set of continuations; scores any number of drafts."""
+    """Target continuations for one (test set, τ_dec); scores drafts batch by batch (see the module doc)."""
 
     def __init__(
-        self, target: PreTrainedModel, continuations: Continuations, pad_id: int, batch_size: int = 16
+        self,
+        target: PreTrainedModel,
+        continuations: Continuations,
+        pad_id: int,
+        batch_size: int = 16,
+        keep_target: bool = False,
     ):
-        self.continuations = replace(continuations, target_logits=None)  # kept below as probabilities only
-        self.batches = list(_teacher_forced_batches(continuations, batch_size, pad_id))
-        # the target's distributions, kept as warped probabilities, [batch, T, vocab] per batch: the logits
-        # the continuations were sampled from, or else one teacher-forced pass
-        if continuations.target_logits is not None:
-            self.target_probs = [
-                _sampled_probs(continuations.target_logits, batch, continuations.tau)
-                for batch in self.batches
-            ]
+        self.target, self.continuations = target, continuations
+        self.batches = forced_batches(continuations, batch_size, pad_id)
+        self.keep_target = keep_target
+        self._kept: dict[int, Tensor] = {}
+
+    def _target_probs(self, i: int) -> Tensor:
+        """[batch, T, vocab] of batch i: kept, from the sampling-time logits, or a teacher-forced pass."""
+        if i in self._kept:
+            return self._kept[i]
+        c, batch = self.continuations, self.batches[i]
+        if c.target_logits is not None:
+            device = self.target.device
+            probs = _sampled_probs(c.target_logits, batch, c.tau).to(device)
         else:
-            self.target_probs = [_response_probs(target, batch, continuations.tau) for batch in self.batches]
+            probs = response_probs(self.target, batch, c.tau)
+        if self.keep_target:
+            self._kept[i] = probs
+        return probs
+
+    def betas(self, drafts: Sequence[PreTrainedModel]) -> list[Betas]:
+        """β of every draft, from one pass over the continuations (one target pass for all of them)."""
+        n = len(self.continuations.prompts)
+        width = max((b.valid.shape[1] for b in self.batches), default=0)
+        beta = [torch.zeros(n, width, dtype=torch.float32) for _ in drafts]
+        mask = torch.zeros(n, width, dtype=torch.bool)
+        for i, batch in enumerate(self.batches):
+            p = self._target_probs(i)  # [batch, T, vocab]
+            rows, span = torch.tensor(batch.rows), batch.valid.shape[1]
+            mask[rows, :span] = batch.valid
+            for out, draft in zip(beta, drafts, strict=True):
+                q = response_probs(draft, batch, self.continuations.tau).to(p.device)
+                out[rows, :span] = (token_acceptance(p, q).cpu() * batch.valid).float()
+                del q
+            del p
+        return [Betas(b, mask) for b in beta]
 
     def beta(self, draft: PreTrainedModel) -> tuple[Tensor, Tensor]:
-        """β_t for every sequence with a non-empty response, in the continuations' order, and position,
-        [n, T_max] (0 where invalid), and the valid mask."""
-        betas, masks, rows = [], [], []
-        for batch, p in zip(self.batches, self.target_probs, strict=True):
-            q = _response_probs(draft, batch, self.continuations.tau)
-            betas.append(token_acceptance(p, q) * batch[3])
-            masks.append(batch[3])
-            rows += batch[4]
-        width = max(b.shape[1] for b in betas)
-        pad = [(0, width - b.shape[1]) for b in betas]
-        beta = torch.cat([torch.nn.functional.pad(b, w) for b, w in zip(betas, pad, strict=True)])
-        mask = torch.cat([torch.nn.functional.pad(m, w) for m, w in zip(masks, pad, strict=True)])
-        order = torch.tensor(rows).argsort()  # batches run in order of length; give the caller's order back
-        return beta[order], mask[order]
+        """β [n, T] of one draft and the valid mask [n, T], in the continuations' order."""
+        (result,) = self.betas([draft])
+        return result.beta, result.mask
 
-    def evaluate(self, draft: PreTrainedModel, gamma: int, c: float) -> AnalyticResult:
-        beta, mask = self.beta(draft)  # [n, T]
-        tokens = int(mask.sum())
-        alpha = float(beta.sum() / tokens)
-        lengths = mask.sum(dim=1)
-        per_position = (beta.sum(dim=0) / mask.sum(dim=0).clamp(min=1)).tolist()
-        simulated = simulated_block_efficiency(beta, gamma, lengths)
-        return AnalyticResult(
-            acceptance_rate=alpha,
-            acceptance_rate_ci95=ratio_ci95(beta.sum(dim=1), lengths.double()),
-            beta_per_position=per_position,
-            block_efficiency=float(expected_block_efficiency(min(alpha, 1.0), gamma)),
-            block_efficiency_simulated=simulated,
-            speedup_model=float(speedup_model(simulated, c, gamma)),
-            tokens=tokens,
-        )
+    def evaluate(
+        self, draft: PreTrainedModel, gamma: int, c: float, subset: int | None = None
+    ) -> AnalyticResult:
+        (betas,) = self.betas([draft])
+        return analytic_result(betas, gamma, c, subset)
+
+
+def analytic_result(betas: Betas, gamma: int, c: float, subset: int | None = None) -> AnalyticResult:
+    """Acceptance, block efficiency and modelled speedup at one γ from a draft's β (every γ from one β)."""
+    mask = betas.mask
+    beta = betas.beta.double() * mask
+    tokens = int(mask.sum())
+    lengths = mask.sum(dim=1)
+    reached = lengths > 0
+    alpha = float(beta.sum() / tokens) if tokens else math.nan
+    per_sequence = (beta.sum(dim=1)[reached] / lengths[reached]).mean() if reached.any() else math.nan
+    per_position = (beta.sum(dim=0) / mask.sum(dim=0).clamp(min=1)).tolist()
+    simulated = simulated_block_efficiency(beta[reached], gamma, lengths[reached])
+    head = betas.subset(subset if subset is not None else len(mask))
+    head_tokens = head.mask.sum()
+    return AnalyticResult(
+        acceptance_rate=alpha,
+        acceptance_rate_ci95=ratio_ci95(beta.sum(dim=1)[reached], lengths[reached].double()),
+        acceptance_rate_per_sequence=float(per_sequence),
+        beta_per_position=per_position,
+        block_efficiency=float(expected_block_efficiency(min(alpha, 1.0), gamma)) if tokens else math.nan,
+        block_efficiency_simulated=simulated,
+        speedup_model=float(speedup_model(simulated, c, gamma)),
+        tokens=tokens,
+        empirical_prompts_acceptance_rate=float(head.beta.double().sum() / head_tokens)
+        if head_tokens
+        else math.nan,
+        empirical_prompts_acceptance_rate_ci95=_head_ci(head),
+    )
+
+
+def _head_ci(head: Betas) -> float:
+    lengths = head.mask.sum(dim=1)
+    reached = lengths > 0
+    return ratio_ci95(head.beta.double().sum(dim=1)[reached], lengths[reached].double())
 
 
 def ratio_ci95(numerators: Tensor, denominators: Tensor) -> float:

@@ -1,69 +1,127 @@
-"""From a sweep spec to evaluation cells: the test prompts, the settings, and the (draft × τ_dec × test set ×
-estimator) jobs. Pure planning — no models are run here."""
+"""From a sweep spec to evaluation cells: the test prompts, the settings, the (draft × test set × τ_dec ×
+estimator × γ) jobs with their content keys, and the passes they are evaluated in. Pure planning — no
+models are run here."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from transformers import PreTrainedTokenizerBase
 
 from specray.config import EvalSpec, SweepSpec
 from specray.data.dataset import build_splits
-from specray.data.templates import format_prompt
+from specray.data.splits import fingerprint
+from specray.data.templates import encode_prompts
+from specray.keys import cell_key_inputs, digest, model_id
 from specray.models.loading import check_same_vocabulary, load_tokenizer
-from specray.specdec.evaluator import EvalJob, EvalSettings
+from specray.specdec.records import EvalJob, EvalSettings
 
 TEST_SPLITS = {"in_domain": "in_domain_test", "out_of_domain": "out_of_domain_test"}
 
 
-def eval_settings(spec: EvalSpec) -> EvalSettings:
+@dataclass(frozen=True)
+class DraftRef:
+    """A draft to evaluate: display name, HF dir, content key and single τ_kd (None: mixture, baseline)."""
+
+    name: str
+    path: str
+    key: str = ""
+    tau_kd: float | None = None
+
+
+def eval_settings(spec: EvalSpec, cost_ratio: float | None = None) -> EvalSettings:
     return EvalSettings(
-        gamma=spec.gamma,
         repeats=spec.repeats,
         max_new_tokens=spec.max_new_tokens,
         empirical_prompts=spec.empirical_prompts,
         seed=spec.seed,
-        cost_ratio=spec.draft_cost_ratio,
+        cost_ratio=cost_ratio if cost_ratio is not None else spec.draft_cost_ratio,
     )
 
 
 def encode_test_prompts(spec: SweepSpec, tokenizer: PreTrainedTokenizerBase) -> dict[str, list[list[int]]]:
-    """Token ids of every test prompt per test set, cut to `data.max_prompt_tokens` from the left (the end
-    of an Alpaca prompt, "### Response:", is what the model continues from)."""
+    """Token ids of every test prompt per test set (encoded by `data.templates.encode_prompts`)."""
     splits = build_splits(spec.data)
-    limit = spec.data.max_prompt_tokens
-    prompts = {}
-    for test_set in spec.eval.test_sets:
-        texts = [
-            format_prompt(e.instruction, e.input, spec.data.template) for e in splits[TEST_SPLITS[test_set]]
-        ]
-        prompts[test_set] = [ids[-limit:] for ids in tokenizer(texts)["input_ids"]]
-    return prompts
+    return {
+        test_set: encode_prompts(splits[TEST_SPLITS[test_set]], tokenizer, spec.data)
+        for test_set in spec.eval.test_sets
+    }
+
+
+def prompts_fingerprints(spec: SweepSpec) -> dict[str, str]:
+    """Per test set, a key of its prompts' token ids without tokenizing: the examples, the template, the
+    cut and the tokenizer (the target's) determine them."""
+    splits = build_splits(spec.data)
+    tokenizer = model_id(spec.models.target, spec.models)
+    return {
+        test_set: digest(
+            {
+                "examples": fingerprint(splits[TEST_SPLITS[test_set]]),
+                "template": spec.data.template,
+                "max_prompt_tokens": spec.data.max_prompt_tokens,
+                "tokenizer": tokenizer,
+            }
+        )
+        for test_set in spec.eval.test_sets
+    }
 
 
 def plan_jobs(
-    spec: EvalSpec, drafts: dict[str, str], tau_kd: Mapping[str, float | None] | None = None
+    spec: EvalSpec,
+    drafts: Sequence[DraftRef],
+    keyed: tuple[SweepSpec, Mapping[str, str], float | None] | None = None,
 ) -> list[EvalJob]:
-    """Every cell: analytic at every τ_dec, empirical at `empirical_temperatures`, per draft and test set.
+    """Every cell: analytic at every τ_dec, empirical at `empirical_temperatures`, per draft, test set and γ.
 
     With `empirical_drafts: diagonal`, empirical cells go only to drafts whose single τ_kd equals that τ_dec
-    and to drafts without one (the un-distilled draft, mixtures); `tau_kd` maps draft names to their τ_kd.
+    and to drafts without one (the un-distilled draft, mixtures). `keyed` = (the sweep spec, the prompts'
+    fingerprints, c) gives every job its content key; without it jobs carry none (nothing is cached).
     """
-    tau_kd = tau_kd or {}
     jobs = []
-    for name, path in drafts.items():
+    for draft in drafts:
         for test_set in spec.test_sets:
             if "analytic" in spec.estimators:
-                jobs += [EvalJob(name, path, tau, test_set, "analytic") for tau in spec.temperatures]
+                jobs += [
+                    _job(draft, t, test_set, "analytic", g, keyed)
+                    for t in spec.temperatures
+                    for g in spec.gamma
+                ]
             if "empirical" not in spec.estimators:
                 continue
             for tau in spec.empirical_temperatures:
-                if spec.empirical_drafts == "all" or tau_kd.get(name) in (None, tau):
-                    jobs.append(EvalJob(name, path, tau, test_set, "empirical"))
+                if spec.empirical_drafts == "all" or draft.tau_kd in (None, tau):
+                    jobs += [_job(draft, tau, test_set, "empirical", g, keyed) for g in spec.gamma]
     return jobs
 
 
-def check_drafts(target_path: str, drafts: dict[str, str]) -> None:
+def _job(draft: DraftRef, tau: float, test_set: str, estimator, gamma: int, keyed) -> EvalJob:
+    if keyed is None:
+        return EvalJob(draft.name, draft.path, tau, test_set, estimator, gamma, draft.key)
+    spec, fingerprints, c = keyed
+    inputs = cell_key_inputs(spec, draft.key, fingerprints[test_set], test_set, tau, estimator, gamma, c)
+    return EvalJob(draft.name, draft.path, tau, test_set, estimator, gamma, draft.key, digest(inputs), inputs)
+
+
+def passes(jobs: Sequence[EvalJob], drafts_per_pass: int) -> list[tuple[EvalJob, ...]]:
+    """The units of work: analytic cells grouped by (test set, τ_dec) — at most `drafts_per_pass` drafts,
+    each with all its γ, per pass, so one target pass serves them — and each empirical cell alone."""
+    groups: dict[tuple[str, float], dict[str, list[EvalJob]]] = {}
+    units: list[tuple[EvalJob, ...]] = []
+    for job in jobs:
+        if job.estimator == "empirical":
+            units.append((job,))
+        else:
+            groups.setdefault((job.test_set, job.tau_dec), {}).setdefault(job.draft_path, []).append(job)
+    analytic = []
+    for _, by_draft in sorted(groups.items()):
+        chunks = list(by_draft.values())
+        for start in range(0, len(chunks), drafts_per_pass):
+            analytic.append(tuple(job for chunk in chunks[start : start + drafts_per_pass] for job in chunk))
+    return analytic + units
+
+
+def check_drafts(target_path: str, drafts: Mapping[str, str]) -> None:
     """Refuse, before any decoding, a draft that is missing or whose vocabulary differs from the target's."""
     target_tokenizer = load_tokenizer(target_path)
     for path in drafts.values():

@@ -1,9 +1,9 @@
-"""The evaluation pool: Ray actors that each load the target once and take cells from a queue.
+"""The evaluation pool: Ray actors that each load the target once and take passes from a queue.
 
 Each actor wraps one `Evaluator` (the whole evaluation runs without Ray in that class). The driver keeps
-the queue: it hands each idle actor the next cell, and when an actor dies mid-cell the cell goes back on the
-queue and a fresh actor replaces the dead one, so every cell's record is produced exactly once. Cells are
-queued grouped by (test set, τ_dec) so an actor's cached target pass serves every draft of that group.
+the queue of passes (`cells.passes`: the analytic cells of several drafts at one (test set, τ_dec), or one
+empirical cell): it hands each idle actor the next pass, and when an actor dies mid-pass the pass goes back
+on the queue and a fresh actor replaces the dead one, so every cell's record is produced exactly once.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import ray
@@ -18,14 +19,18 @@ from ray.exceptions import RayActorError
 from tqdm.auto import tqdm
 
 from specray.faults import Faults
-from specray.specdec.evaluator import EvalJob, EvalSettings, Evaluator
+from specray.keys import device_kind
+from specray.specdec.evaluator import Evaluator
+from specray.specdec.records import CellRecord, CostRatio, EvalJob, EvalSettings
 
 log = logging.getLogger(__name__)
+
+Pass = tuple[EvalJob, ...]
 
 
 @ray.remote
 class EvalWorker:
-    """Thin actor: load the target once, evaluate cells, close."""
+    """Thin actor: load the target once, evaluate passes, close."""
 
     def __init__(
         self,
@@ -33,27 +38,35 @@ class EvalWorker:
         prompts: dict,
         settings: EvalSettings,
         threads: int,
+        device: str,
         faults: Faults | None = None,
         **model_kwargs,
     ):
         import torch
 
         torch.set_num_threads(threads)
-        self.evaluator = Evaluator(target_path, prompts, settings, **model_kwargs)
+        # Ray sets CUDA_VISIBLE_DEVICES to the GPUs it assigned: the actor's GPU is cuda:0 in here
+        where = "cuda:0" if device == "cuda" else "cpu"
+        self.evaluator = Evaluator(target_path, prompts, settings, device=where, **model_kwargs)
         self.faults, self.cells = faults or Faults(), 0
 
-    def evaluate(self, job: EvalJob) -> dict[str, Any]:
-        record = self.evaluator.evaluate(job)
+    def evaluate(self, jobs: Pass, cost_ratio: float | None) -> list[CellRecord]:
+        evaluator = self.evaluator
+        evaluator.settings = replace(evaluator.settings, cost_ratio=cost_ratio)
+        records = evaluator.evaluate(jobs)
         self.cells += 1
         self.faults.check("eval.cell", self.cells)  # fault injection (specray/faults.py)
-        return record
+        return records
+
+    def measure_cost_ratio(self, draft_path: str) -> CostRatio:
+        return self.evaluator.measure_cost_ratio(draft_path)
 
     def close(self) -> None:
         self.evaluator = None
 
 
 class EvalPool:
-    """N `EvalWorker` replicas with the spec's resources; `run` evaluates a list of cells."""
+    """N `EvalWorker` replicas with the spec's resources; `run` evaluates a list of passes."""
 
     def __init__(
         self,
@@ -67,54 +80,64 @@ class EvalPool:
         **model_kwargs: Any,
     ):
         self._options = {"num_cpus": num_cpus, "num_gpus": num_gpus}
-        self._args = (target_path, prompts, settings, max(1, int(num_cpus)), Faults.from_env())
+        device = device_kind(num_gpus)
+        self._args = (target_path, prompts, settings, max(1, int(num_cpus)), device, Faults.from_env())
         self._model_kwargs = model_kwargs
+        self.cost_ratio = settings.cost_ratio
         self.max_retries = max_retries
         self.actors = [self._new_actor() for _ in range(replicas)]
 
     def _new_actor(self) -> ray.actor.ActorHandle:
         return EvalWorker.options(**self._options).remote(*self._args, **self._model_kwargs)
 
+    def measure_cost_ratio(self, draft_path: str) -> CostRatio:
+        """c on one actor (where the cells run); every later analytic cell uses it."""
+        measured = ray.get(self.actors[0].measure_cost_ratio.remote(draft_path))
+        self.cost_ratio = measured.value
+        return measured
+
     def run(
         self,
-        jobs: Sequence[EvalJob],
-        on_result: Callable[[dict[str, Any]], None] | None = None,
+        passes: Sequence[Pass],
+        on_result: Callable[[list[CellRecord]], None] | None = None,
         show_progress: bool = True,
-    ) -> list[dict[str, Any]]:
-        """Evaluate every job once; returns records in the order of `jobs`. `on_result` sees each record
-        as soon as it arrives (the sweep saves it there, so a killed driver loses no finished cell)."""
-        ordered = sorted(jobs, key=lambda j: (j.test_set, j.tau_dec, j.estimator, j.draft))
-        queue, idle = deque(ordered), list(self.actors)
-        in_flight: dict[ray.ObjectRef, tuple[EvalJob, ray.actor.ActorHandle]] = {}
-        records: dict[str, dict[str, Any]] = {}
-        failures: dict[str, int] = {}
-        with tqdm(total=len(ordered), desc="eval cells", unit="cell", disable=not show_progress) as bar:
+    ) -> list[CellRecord]:
+        """Evaluate every pass once; returns the records in the order of the passes' jobs. `on_result` sees
+        each pass's records as soon as they arrive (the sweep saves them there: a killed driver loses no
+        finished cell)."""
+        queue, idle = deque(passes), list(self.actors)
+        in_flight: dict[ray.ObjectRef, tuple[Pass, ray.actor.ActorHandle]] = {}
+        done: dict[int, list[CellRecord]] = {}
+        failures: dict[int, int] = {}
+        total = sum(len(unit) for unit in passes)
+        with tqdm(total=total, desc="eval cells", unit="cell", disable=not show_progress) as bar:
             while queue or in_flight:
                 while queue and idle:
-                    job, actor = queue.popleft(), idle.pop()
-                    in_flight[actor.evaluate.remote(job)] = (job, actor)
+                    unit, actor = queue.popleft(), idle.pop()
+                    in_flight[actor.evaluate.remote(unit, self.cost_ratio)] = (unit, actor)
                 (ref,), _ = ray.wait(list(in_flight), num_returns=1)
-                job, actor = in_flight.pop(ref)
+                unit, actor = in_flight.pop(ref)
                 try:
-                    record = ray.get(ref)
+                    records = ray.get(ref)
                 except RayActorError as error:
-                    idle.append(self._replace(actor, job, failures, error))
-                    queue.appendleft(job)
+                    idle.append(self._replace(actor, unit, failures, error))
+                    queue.appendleft(unit)
                     continue
-                records.setdefault(job.key, record)
+                done[id(unit)] = records
                 idle.append(actor)
-                bar.update()
+                bar.update(len(records))
                 if on_result is not None:
-                    on_result(record)
-        return [records[job.key] for job in jobs]
+                    on_result(records)
+        return [record for unit in passes for record in done[id(unit)]]
 
-    def _replace(self, dead: ray.actor.ActorHandle, job: EvalJob, failures: dict[str, int], error: Exception):
-        failures[job.key] = failures.get(job.key, 0) + 1
-        if failures[job.key] > self.max_retries:
+    def _replace(self, dead: ray.actor.ActorHandle, unit: Pass, failures: dict[int, int], error: Exception):
+        failures[id(unit)] = failures.get(id(unit), 0) + 1
+        if failures[id(unit)] > self.max_retries:
             raise RuntimeError(
-                f"eval cell {job.key} failed {self.max_retries + 1} times; last error: {error}"
+                f"eval pass {unit[0].label} (+{len(unit) - 1} cells) failed {self.max_retries + 1} times; "
+                f"last error: {error}"
             )
-        log.warning("eval actor died during %s (%s); retrying the cell on a new actor", job.key, error)
+        log.warning("eval actor died during %s (%s); retrying the pass on a new actor", unit[0].label, error)
         fresh = self._new_actor()
         self.actors[self.actors.index(dead)] = fresh
         return fresh

@@ -1,16 +1,30 @@
-"""What a sweep will produce: one draft per (paradigm, τ_kd) and per named mixture, plus the baseline.
+"""What a sweep will produce and what of it is already there: the drafts (with their content keys), and a
+plan per stage of what is reused and what will be computed, and why.
 
-Pure planning: names, tags and folders; nothing runs here.
+Pure planning: names, keys, folders and a look at what is on disk; nothing runs here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import logging
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from specray.config import SweepSpec
+from specray.distill.checkpoints import draft_inputs, is_finished, read_finished
+from specray.distill.inputs import draft_folder_name, draft_name
+from specray.keys import cost_ratio_inputs, curve_inputs, describe_change, digest, draft_key_inputs
+from specray.specdec.cells import DraftRef
+from specray.specdec.records import CellRecord, CostRatio, EvalJob
+
+log = logging.getLogger(__name__)
 
 BASELINE = "non-distill"
+COST_RATIO_FILE = "cost_ratio.json"
 
 
 @dataclass(frozen=True)
@@ -19,6 +33,8 @@ class DraftPlan:
     paradigm: str | None  # None for the un-distilled baseline
     mixture: dict[float, float]  # {} for the baseline
     output_dir: Path
+    key: str = ""
+    key_inputs: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @property
     def tau_kd(self) -> float | None:
@@ -37,15 +53,13 @@ class DraftPlan:
         """What the report needs to place this draft in the figures."""
         return {"paradigm": self.paradigm, "tau_kd": self.tau_kd, "mixture": self.tags["mixture"]}
 
+    @property
+    def ref(self) -> DraftRef:
+        return DraftRef(self.name, str(self.output_dir), self.key, self.tau_kd)
+
 
 def sweep_dir(spec: SweepSpec) -> Path:
     return Path(spec.output_dir) / spec.name
-
-
-def _name(paradigm: str, mixture: dict[float, float]) -> str:
-    from specray.distill.loop import draft_name
-
-    return draft_name(paradigm, mixture)
 
 
 def plan_drafts(spec: SweepSpec) -> list[DraftPlan]:
@@ -56,11 +70,126 @@ def plan_drafts(spec: SweepSpec) -> list[DraftPlan]:
         recipes = [{tau: 1.0} for tau in spec.teacher.temperatures]
         recipes += [dict(m.weights) for m in spec.distill.mixtures]
         for mixture in recipes:
-            name = _name(paradigm, mixture)
-            plans.append(DraftPlan(name, paradigm, mixture, root / name.replace("/", "__")))
+            name = draft_name(paradigm, mixture)
+            inputs = draft_inputs(spec, paradigm, mixture)
+            folder = root / draft_folder_name(name)
+            plans.append(DraftPlan(name, paradigm, mixture, folder, digest(inputs), inputs))
     return plans
 
 
 def baseline_plan(spec: SweepSpec, draft_path: str) -> DraftPlan:
     """The un-distilled draft, evaluated like every other one."""
-    return DraftPlan(BASELINE, None, {}, Path(draft_path))
+    inputs = draft_key_inputs(spec, None, {}, {})
+    return DraftPlan(BASELINE, None, {}, Path(draft_path), digest(inputs), inputs)
+
+
+# ---------------------------------------------------------------- what is reused, what is computed
+
+
+@dataclass
+class StagePlan:
+    """One stage: how many units are reused and how many will be computed, with the reasons."""
+
+    stage: str
+    reused: int = 0
+    todo: int = 0
+    reasons: Counter = field(default_factory=Counter)
+    note: str = ""
+
+    def line(self) -> str:
+        why = "; ".join(
+            f"{reason}" + (f" ×{n}" if n > 1 else "") for reason, n in self.reasons.most_common(3)
+        )
+        more = len(self.reasons) - 3
+        why += f"; {more} other reasons" if more > 0 else ""
+        counts = f"{self.reused} reused, {self.todo} to compute" + (f" ({why})" if self.todo and why else "")
+        return f"{self.stage:15s} {counts}" + (f"; {self.note}" if self.note else "")
+
+
+def draft_stage(spec: SweepSpec, plans: Sequence[DraftPlan]) -> tuple[StagePlan, list[DraftPlan]]:
+    """Drafts finished under their current key are reused; the others are trained (returned)."""
+    stage, todo = StagePlan("drafts"), []
+    stale_curves = 0
+    for plan in plans:
+        marker = read_finished(plan.output_dir) if is_finished(plan.output_dir) else {}
+        if marker.get("fingerprint") == plan.key:
+            stage.reused += 1
+            stale_curves += marker.get("curve_inputs", {}) != curve_inputs(spec)
+            continue
+        stage.todo += 1
+        stage.reasons[describe_change(marker.get("key_inputs", {}), plan.key_inputs)] += 1
+        todo.append(plan)
+    if stale_curves:
+        stage.note = (
+            f"{stale_curves} reused drafts recorded their acceptance-vs-step curves under other probe "
+            "settings (eval.temperatures, eval.max_new_tokens, eval.seed, distill.report_every)"
+        )
+    return stage, todo
+
+
+def read_cells(folder: Path) -> dict[str, CellRecord]:
+    """Every cell record saved in `folder`, by key (records of earlier settings included)."""
+    cells = {}
+    for path in sorted(folder.glob("*.json")):
+        try:
+            record = CellRecord.from_json(json.loads(path.read_text()))
+        except (json.JSONDecodeError, TypeError, UnicodeDecodeError):
+            log.warning("ignoring %s: not a cell record of this specray version", path)
+            continue
+        cells[record.key] = record
+    return cells
+
+
+def cell_stage(jobs: Sequence[EvalJob], saved: Mapping[str, CellRecord]) -> tuple[StagePlan, list[EvalJob]]:
+    """Cells whose key has a saved record are reused; the others are evaluated (returned), each with the
+    difference to the closest earlier record of the same draft, test set, τ_dec and estimator."""
+    stage, todo = StagePlan("cells"), []
+    earlier: dict[tuple, list[CellRecord]] = {}
+    for record in saved.values():
+        earlier.setdefault((record.draft, record.test_set, record.tau_dec, record.estimator), []).append(
+            record
+        )
+    for job in jobs:
+        if job.key in saved:
+            stage.reused += 1
+            continue
+        stage.todo += 1
+        todo.append(job)
+        candidates = earlier.get((job.draft, job.test_set, job.tau_dec, job.estimator), [])
+        stage.reasons[_closest_change(candidates, job.key_inputs)] += 1
+    return stage, todo
+
+
+def _closest_change(candidates: Sequence[CellRecord], inputs: Mapping[str, Any]) -> str:
+    if not candidates:
+        return "new"
+
+    def differences(record: CellRecord) -> int:
+        return sum(record.key_inputs.get(k) != v for k, v in inputs.items())
+
+    closest = min(candidates, key=differences).key_inputs
+    if closest.get("draft") != inputs.get("draft"):
+        return "the draft changed"
+    return describe_change(closest, inputs)
+
+
+def cost_ratio_stage(spec: SweepSpec, out: Path) -> tuple[StagePlan, CostRatio | None]:
+    """c: fixed by the spec, reused when measured under the same key in this sweep, or to measure."""
+    stage = StagePlan("cost ratio c")
+    if spec.eval.draft_cost_ratio is not None:
+        stage.note = f"fixed at {spec.eval.draft_cost_ratio:g} (eval.draft_cost_ratio)"
+        return stage, CostRatio(spec.eval.draft_cost_ratio, 0.0, 0, "fixed")
+    saved, key = read_cost_ratio(out), digest(cost_ratio_inputs(spec))
+    if saved is not None and saved.key == key:
+        stage.reused, stage.note = 1, saved.describe()
+        return stage, saved
+    stage.todo = 1
+    stage.reasons[
+        "new" if saved is None else "the target, draft architecture, device or threads changed"
+    ] += 1
+    return stage, None
+
+
+def read_cost_ratio(out: Path) -> CostRatio | None:
+    path = out / COST_RATIO_FILE
+    return CostRatio(**json.loads(path.read_text())) if path.exists() else None

@@ -1,34 +1,60 @@
 """`specray run`: zoo → teacher shards → distillation per (paradigm, τ_kd) → eval cells → report.
 
-Resumable by construction: shards are cached by content key, a draft is finished iff its completion marker
-exists, and an evaluation cell is finished iff its record file exists (written atomically before its
-metrics go to MLflow). Re-running the same sweep after the driver died finds the unfinished MLflow parent
-run by its sweep key, skips every finished draft and cell, and backfills MLflow with anything the driver
-saved locally but had not logged yet. All MLflow calls happen on this (the driver's main) thread.
+Every result is cached under a key of everything that made it (`specray/keys.py`): a shard by its shard key,
+a draft by its draft key (recorded in its completion marker), c by the pair and device it was timed on, a
+cell by its cell key (its record file's name). A run first plans — per stage, what it reuses and what it will
+compute and why (`specray run --dry-run` prints only that) — then computes exactly what the plan lists, so a
+changed setting recomputes what it changes and nothing else, and a result made under other settings is
+never reported under the new ones.
+
+Resumable by the same token: a re-run after the driver died finds the unfinished MLflow parent run with the
+spec's key, reuses every finished shard, draft and cell, and backfills MLflow with anything the driver saved
+locally but had not logged yet. All MLflow calls happen on this (the driver's main) thread.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import ray
 
 from specray.cluster.runtime import ray_session
 from specray.config import SweepSpec
+from specray.data.shards import is_complete, train_shard_keys
+from specray.files import write_json
+from specray.keys import cost_ratio_inputs, digest, model_id
 from specray.models.loading import load_tokenizer, resolve_model_path
 from specray.report.build import build_report
-from specray.specdec.cells import TEST_SPLITS, encode_test_prompts, eval_settings, plan_jobs
-from specray.specdec.evaluator import EvalJob, continuations_file, default_continuations_dir
+from specray.specdec.cells import (
+    TEST_SPLITS,
+    encode_test_prompts,
+    eval_settings,
+    passes,
+    plan_jobs,
+    prompts_fingerprints,
+)
+from specray.specdec.evaluator import continuations_file, default_continuations_dir
+from specray.specdec.records import CellRecord, CostRatio, EvalJob
 from specray.specdec.workers import EvalPool
-from specray.sweep.plan import DraftPlan, baseline_plan, plan_drafts, sweep_dir
+from specray.sweep.plan import (
+    COST_RATIO_FILE,
+    DraftPlan,
+    StagePlan,
+    baseline_plan,
+    cell_stage,
+    cost_ratio_stage,
+    draft_stage,
+    plan_drafts,
+    read_cells,
+    sweep_dir,
+)
 from specray.sweep.progress import SweepDisplay
 from specray.tracking import Tracker, cell_metrics, open_tracker
 
@@ -40,17 +66,64 @@ class SweepOutcome:
     parent_run_id: str
     resumed: bool
     report: Path
-    records: list[dict[str, Any]]
+    records: list[CellRecord]
+    cost_ratio: CostRatio
+    plan: list[StagePlan]
     stages: dict[str, dict[str, float]] = field(default_factory=dict)  # seconds and peak memory per stage
 
 
-def run_sweep(spec: SweepSpec, show_progress: bool = True) -> SweepOutcome:
+@dataclass
+class SweepWork:
+    """The plan: per stage what is reused and what will be computed, and the units to compute."""
+
+    stages: list[StagePlan]
+    drafts: list[DraftPlan]  # every distilled draft of the sweep
+    drafts_todo: list[DraftPlan]
+    cost_ratio: CostRatio | None  # None: to be measured
+
+    def lines(self) -> list[str]:
+        return [stage.line() for stage in self.stages]
+
+
+def target_id(spec: SweepSpec) -> str:
+    """The target as the continuations' cache key sees it (the model and the dtype it runs in)."""
+    return f"{model_id(spec.models.target, spec.models)}|{spec.models.target.dtype}"
+
+
+def plan_sweep(spec: SweepSpec) -> SweepWork:
+    """What `run_sweep` will reuse and compute (reads what is on disk; loads no model, starts nothing)."""
+    out = sweep_dir(spec)
+    keys = train_shard_keys(spec)
+    done = sum(is_complete(key) for key in keys.values())
+    shards = StagePlan("teacher shards", reused=done, todo=len(keys) - done)
+    if shards.todo:
+        shards.reasons["not generated yet"] += shards.todo
+    drafts = plan_drafts(spec)
+    draft_plan, drafts_todo = draft_stage(spec, drafts)
+    cost_plan, cost = cost_ratio_stage(spec, out)
+    jobs = _cell_jobs(spec, [baseline_plan(spec, ""), *drafts], cost)
+    cells_plan, _ = cell_stage(jobs, read_cells(out / "cells"))
+    if cost is None and cells_plan.todo:
+        cells_plan.note = "analytic cells are keyed by c, which is measured first"
+    return SweepWork([shards, draft_plan, cost_plan, cells_plan], drafts, drafts_todo, cost)
+
+
+def _cell_jobs(spec: SweepSpec, drafts: list[DraftPlan], cost: CostRatio | None) -> list[EvalJob]:
+    keyed = (spec, prompts_fingerprints(spec), None if cost is None else cost.value)
+    return plan_jobs(spec.eval, [plan.ref for plan in drafts], keyed)
+
+
+def run_sweep(
+    spec: SweepSpec, show_progress: bool = True, on_plan: Callable[[SweepWork], None] | None = None
+) -> SweepOutcome:
     """Run (or resume) the whole sweep; returns where the report is and what was measured."""
     out = sweep_dir(spec)
     preflight(spec)
+    work = plan_sweep(spec)
+    if on_plan is not None:
+        on_plan(work)
     tracker = open_tracker(spec.tracking.uri, spec.experiment)  # unreachable MLflow fails before any work
     parent, resumed = tracker.parent_run(spec)
-    plans = plan_drafts(spec)
     display = SweepDisplay(enabled=show_progress)
     with ray_session(spec.ray), display:
         with display.stage("zoo", 1):
@@ -62,26 +135,55 @@ def run_sweep(spec: SweepSpec, show_progress: bool = True) -> SweepOutcome:
 
             generate_teacher_shards(spec, show_progress=False)
             display.advance(len(spec.teacher.temperatures))
-        runs = {plan.name: tracker.child_run(parent, plan.name, plan.tags) for plan in plans}
-        with display.stage("distill", len(plans)):
-            curves = _distill_all(spec, plans, tracker, runs, display)
+        runs = {p.name: tracker.child_run(parent, p.name, p.key, p.tags) for p in work.drafts}
+        with display.stage("distill", len(work.drafts)):
+            curves = _distill_all(spec, work, tracker, runs, display)
         baseline = baseline_plan(spec, draft_path)
-        runs[baseline.name] = tracker.child_run(parent, baseline.name, baseline.tags)
+        runs[baseline.name] = tracker.child_run(parent, baseline.name, baseline.key, baseline.tags)
         prompts = encode_test_prompts(spec, load_tokenizer(target_path))
-        everything = [baseline, *plans]
-        jobs = plan_jobs(
-            spec.eval, {p.name: str(p.output_dir) for p in everything}, {p.name: p.tau_kd for p in everything}
-        )
-        with display.stage("eval", len(jobs)):
-            records = _evaluate_all(spec, jobs, target_path, prompts, tracker, runs, display, out / "cells")
-    lengths = _output_lengths(spec, target_path, prompts)
-    drafts = {plan.name: plan.info for plan in [baseline, *plans]}
-    report = _report(spec, tracker, parent, records, drafts, curves, lengths, out)
+        everything = [baseline, *work.drafts]
+        pool = _LazyPool(spec, target_path, prompts)
+        with pool:
+            with display.stage("cost ratio", 1):
+                cost = work.cost_ratio or save_cost_ratio(spec, pool.get(), draft_path, out)
+                display.advance()
+            jobs = _cell_jobs(spec, everything, cost)
+            with display.stage("eval", len(jobs)):
+                records = _evaluate_all(spec, jobs, pool, cost, tracker, runs, display, out / "cells")
+    lengths = _output_lengths(spec, prompts)
+    drafts = {plan.name: plan.info for plan in everything}
+    report = _report(spec, tracker, parent, records, drafts, curves, lengths, cost, out)
     stage_metrics = {f"stage_seconds/{k.replace(' ', '_')}": v["seconds"] for k, v in display.summary.items()}
-    tracker.log_metrics(parent, stage_metrics)
+    tracker.log_metrics(parent, stage_metrics | _cost_metrics(cost))
     for run_id in [*runs.values(), parent]:
         tracker.finish(run_id)
-    return SweepOutcome(parent, resumed, report, records, display.summary)
+    return SweepOutcome(parent, resumed, report, records, cost, work.stages, display.summary)
+
+
+class _LazyPool:
+    """The eval pool, started only when something needs it (a re-run with every cell saved loads nothing)."""
+
+    def __init__(self, spec: SweepSpec, target_path: str, prompts: dict[str, list[list[int]]]) -> None:
+        self.spec, self.target_path, self.prompts = spec, target_path, prompts
+        self.pool: EvalPool | None = None
+
+    def get(self) -> EvalPool:
+        if self.pool is None:
+            e, target = self.spec.eval, self.spec.models.target
+            model = {"dtype": target.dtype, "trust_remote_code": target.trust_remote_code}
+            settings = eval_settings(e)
+            resources = (e.replicas, e.num_cpus, e.num_gpus)
+            self.pool = EvalPool(
+                self.target_path, self.prompts, settings, *resources, **model, target_id=target_id(self.spec)
+            )
+        return self.pool
+
+    def __enter__(self) -> _LazyPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pool is not None:
+            self.pool.close()
 
 
 def preflight(spec: SweepSpec) -> None:
@@ -132,21 +234,19 @@ def _concurrent_runs(spec: SweepSpec) -> int:
 
 
 def _distill_all(
-    spec: SweepSpec, plans: list[DraftPlan], tracker: Tracker, runs: dict[str, str], display: SweepDisplay
+    spec: SweepSpec, work: SweepWork, tracker: Tracker, runs: dict[str, str], display: SweepDisplay
 ) -> dict[str, list[dict]]:
-    """Distil every unfinished draft (several at once where resources allow); log each finished one."""
-    from specray.distill.checkpoints import is_finished
+    """Distil every draft the plan lists (several at once where resources allow); log each finished one."""
     from specray.distill.ray_train import distill
 
     curves: dict[str, list[dict]] = {}
-    todo = [plan for plan in plans if not is_finished(plan.output_dir)]
-    for plan in plans:
-        if plan not in todo:
+    for plan in work.drafts:
+        if plan not in work.drafts_todo:
             curves[plan.name] = finish_draft(plan, tracker, runs[plan.name], display)
     with ThreadPoolExecutor(max_workers=_concurrent_runs(spec)) as executor:
         pending: dict[Future, DraftPlan] = {
             executor.submit(distill, spec, plan.paradigm, plan.mixture, plan.output_dir): plan
-            for plan in todo
+            for plan in work.drafts_todo
         }
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -162,6 +262,7 @@ def finish_draft(plan: DraftPlan, tracker: Tracker, run_id: str, display: SweepD
     curves = json.loads((plan.output_dir / "curves.json").read_text())
     if "loss" not in tracker.metric_keys(run_id):
         tracker.log_curves(run_id, curves)
+    if "draft" not in tracker.artifact_paths(run_id):  # checked apart: a driver may die between the two
         tracker.log_artifacts(run_id, plan.output_dir, "draft")
     display.advance()
     return curves
@@ -170,70 +271,69 @@ def finish_draft(plan: DraftPlan, tracker: Tracker, run_id: str, display: SweepD
 # ---------------------------------------------------------------- evaluation
 
 
-def _cell_file(folder: Path, job: EvalJob) -> Path:
-    return folder / f"{hashlib.sha256(job.key.encode()).hexdigest()[:24]}.json"
+def save_cost_ratio(spec: SweepSpec, pool: EvalPool, draft_path: str, out: Path) -> CostRatio:
+    """c, timed once on an eval actor with the un-distilled draft, saved with the sweep under its key."""
+    log.info("measuring the cost ratio c on an eval actor")
+    measured = pool.measure_cost_ratio(draft_path)
+    cost = CostRatio(**(asdict(measured) | {"key": digest(cost_ratio_inputs(spec))}))
+    write_json(out / COST_RATIO_FILE, asdict(cost))
+    log.info("%s", cost.describe())
+    return cost
 
 
-def _save_record(folder: Path, job: EvalJob, record: dict[str, Any]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".cell-")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(record, handle)
-    os.replace(tmp, _cell_file(folder, job))
+def _cost_metrics(cost: CostRatio) -> dict[str, float]:
+    return {"cost_ratio": cost.value, "cost_ratio_ci95": cost.ci95}
 
 
 def _evaluate_all(
     spec: SweepSpec,
     jobs: list[EvalJob],
-    target_path: str,
-    prompts: dict[str, list[list[int]]],
+    pool: _LazyPool,
+    cost: CostRatio,
     tracker: Tracker,
     runs: dict[str, str],
     display: SweepDisplay,
     folder: Path,
-) -> list[dict[str, Any]]:
-    """Evaluate the cells without a record yet; every record ends up once on disk and once in MLflow."""
-    files = {job.key: _cell_file(folder, job) for job in jobs}
-    saved = {key: json.loads(path.read_text()) for key, path in files.items() if path.exists()}
+) -> list[CellRecord]:
+    """Evaluate the cells without a record under their key; every record ends up once on disk and once in
+    MLflow (metrics carry γ when the sweep has more than one)."""
+    with_gamma = len(spec.eval.gamma) > 1
+    saved = read_cells(folder)
+    stage, todo = cell_stage(jobs, saved)
     logged = {name: tracker.metric_keys(run_id) for name, run_id in runs.items()}
-    for record in saved.values():  # backfill what a killed driver saved but had not logged
-        metrics = cell_metrics(record)
-        if not set(metrics) <= logged[record["draft"]]:
-            tracker.log_metrics(runs[record["draft"]], metrics)
-    display.advance(len(saved))
-    todo = [job for job in jobs if job.key not in saved]
-    by_key = {job.key: job for job in todo}
+    for job in jobs:  # backfill what a killed driver saved but had not logged
+        if job.key in saved:
+            metrics = cell_metrics(saved[job.key], with_gamma)
+            if not set(metrics) <= logged[job.draft]:
+                tracker.log_metrics(runs[job.draft], metrics)
+    display.advance(stage.reused)
 
-    def on_result(record: dict[str, Any]) -> None:
-        fields = ("draft", "draft_path", "tau_dec", "test_set", "estimator")
-        job = by_key[EvalJob(*(record[f] for f in fields)).key]
-        _save_record(folder, job, record)
-        tracker.log_metrics(runs[record["draft"]], cell_metrics(record))
-        saved[job.key] = record
-        display.advance()
+    def on_result(records: list[CellRecord]) -> None:
+        for record in records:
+            write_json(folder / f"{record.key}.json", record.to_json(), indent=None)
+            tracker.log_metrics(runs[record.draft], cell_metrics(record, with_gamma))
+            saved[record.key] = record
+        display.advance(len(records))
 
     if todo:
-        e, target = spec.eval, spec.models.target
-        resources = (e.replicas, e.num_cpus, e.num_gpus)
-        model = {"dtype": target.dtype, "trust_remote_code": target.trust_remote_code}
-        with EvalPool(target_path, prompts, eval_settings(e), *resources, **model) as pool:
-            pool.run(todo, on_result=on_result, show_progress=False)
+        evaluators = pool.get()
+        evaluators.cost_ratio = cost.value
+        evaluators.run(passes(todo, spec.eval.drafts_per_pass), on_result=on_result, show_progress=False)
     return [saved[job.key] for job in jobs]
 
 
 def _output_lengths(
-    spec: SweepSpec, target_path: str, prompts: dict[str, list[list[int]]]
+    spec: SweepSpec, prompts: dict[str, list[list[int]]]
 ) -> dict[str, dict[float, list[int]]]:
     """Token lengths of the target's cached test outputs per test set and τ_dec (paper Fig. 5)."""
-    settings = eval_settings(spec.eval)
+    settings, device = eval_settings(spec.eval), "cuda" if spec.eval.num_gpus > 0 else "cpu"
     lengths: dict[str, dict[float, list[int]]] = {}
     for test_set in TEST_SPLITS:
         for tau in spec.eval.temperatures:
             if test_set not in prompts:
                 continue
-            path = continuations_file(
-                default_continuations_dir(), target_path, prompts[test_set], tau, settings
-            )
+            folder = default_continuations_dir()
+            path = continuations_file(folder, target_id(spec), prompts[test_set], tau, settings, device)
             if path.exists():
                 responses = json.loads(path.read_text())["responses"]
                 lengths.setdefault(test_set, {})[tau] = [len(r) for r in responses]
@@ -243,13 +343,22 @@ def _output_lengths(
 # ---------------------------------------------------------------- report
 
 
-def _report(spec, tracker, parent, records, drafts, curves, lengths, out: Path) -> Path:
+def _report(spec, tracker, parent, records, drafts, curves, lengths, cost: CostRatio, out: Path) -> Path:
     """Write the report locally, then give MLflow the report and the plain records it was built from."""
+    cells = [record.flat() for record in records]
     report = build_report(
-        records, drafts, curves, lengths, out / "report", title=f"specray sweep: {spec.name}"
+        cells,
+        drafts,
+        curves,
+        lengths,
+        out / "report",
+        title=f"specray sweep: {spec.name}",
+        cost_ratio=asdict(cost),
+        projected_cost_ratio=spec.eval.projected_cost_ratio,
     )
     json_lengths = {test_set: {str(t): v for t, v in by_tau.items()} for test_set, by_tau in lengths.items()}
-    inputs = {"cells": records, "drafts": drafts, "curves": curves, "lengths": json_lengths}
+    inputs = {"cells": cells, "drafts": drafts, "curves": curves, "lengths": json_lengths}
+    inputs["cost_ratio"] = asdict(cost)
     for name, payload in inputs.items():
         tracker.log_dict(parent, payload, f"records/{name}.json")
     tracker.log_artifacts(parent, out / "report", "report")

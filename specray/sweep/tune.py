@@ -43,12 +43,14 @@ import ray
 
 from specray.cluster.runtime import ray_session
 from specray.config import SweepSpec
-from specray.data.shards import write_atomic
-from specray.distill.checkpoints import fingerprint, is_finished, read_finished
+from specray.distill.checkpoints import draft_inputs, is_finished
+from specray.distill.inputs import draft_folder_name
 from specray.errors import SpecError
+from specray.files import write_atomic
+from specray.keys import digest
 from specray.models.loading import load_tokenizer, resolve_model_path
 from specray.specdec.cells import encode_test_prompts, eval_settings
-from specray.specdec.evaluator import EvalJob
+from specray.specdec.records import EvalJob
 from specray.sweep.plan import DraftPlan, sweep_dir
 from specray.sweep.progress import SweepDisplay
 from specray.sweep.tune_baselines import (
@@ -59,8 +61,8 @@ from specray.sweep.tune_baselines import (
     table3_markdown,
     write_table3,
 )
-from specray.sweep.tune_search import SearchFailed, record_trials, search
-from specray.sweep.tune_space import Recipe, baseline_recipe, budget_spec, check_tune
+from specray.sweep.tune_search import SearchFailed, TrialRecord, record_trials, search
+from specray.sweep.tune_space import Recipe, at_best_gamma, baseline_recipe, budget_spec, check_tune
 from specray.sweep.tune_trial import VALIDATION, TrialContext, distil_baseline
 from specray.tracking import BEST, Tracker, cell_metrics, open_tracker, sweep_key
 
@@ -77,12 +79,12 @@ TUNED = "tuned:"  # prefix of the winner's name in records: its recipe may equal
 class TuneOutcome:
     parent_run_id: str
     resumed: bool
-    winner: dict[str, Any]  # trial_id, recipe (Recipe), objective, draft_dir
+    winner: TrialRecord
     table: pd.DataFrame
     markdown: str
     report_dir: Path
     registered: tuple[str, str]  # (registered model, version)
-    trials: list[dict[str, Any]]
+    trials: list[TrialRecord]
     stages: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
@@ -116,7 +118,7 @@ def _claim_state(out: Path, spec: SweepSpec, resume: bool) -> dict[str, Any]:
     """The search's state file; a SpecError when the folder holds a search this call must not touch."""
     from ray.tune import Tuner
 
-    path, key = out / STATE_FILE, sweep_key(spec)
+    path, key = out / STATE_FILE, sweep_key(spec, with_tune=True)
     state = json.loads(path.read_text()) if path.exists() else {}
     if not resume and Tuner.can_restore(out / SEARCH_DIR):
         raise SpecError(
@@ -148,11 +150,11 @@ def run_tune(spec: SweepSpec, resume: bool = False, show_progress: bool = True) 
         with run.display.stage("search", spec.tune.num_samples):
             results = search(spec, context, out / SEARCH_DIR, resume, run.display.advance)
         trials, winner = record_trials(spec, tracker, parent, results, out / TRIALS_DIR)
-        run.runs[TUNED + winner["recipe"].name] = winner["run_id"]
+        run.runs[TUNED + winner.recipe.name] = winner.run_id
         drafts = _table3_drafts(singles, manual, contenders, winner)
         records = _evaluate(run, drafts, list(spec.eval.test_sets), "test sets")
     return _finish(
-        run, resumed, records, replace(contenders, tuned=TUNED + winner["recipe"].name), winner, trials
+        run, resumed, records, replace(contenders, tuned=TUNED + winner.recipe.name), winner, trials
     )
 
 
@@ -194,45 +196,28 @@ def _prepare(run: _Run) -> TrialContext:
 
 
 def _validation_prompts(spec: SweepSpec, tokenizer: Any) -> list[list[int]]:
-    """Token ids of the validation prompts, cut from the left like the test prompts."""
+    """Token ids of the validation prompts, encoded like the test prompts."""
     from specray.data.dataset import build_splits
-    from specray.data.templates import format_prompt
+    from specray.data.templates import encode_prompts
 
-    examples = build_splits(spec.data)[VALIDATION]
-    texts = [format_prompt(e.instruction, e.input, spec.data.template) for e in examples]
-    return [ids[-spec.data.max_prompt_tokens :] for ids in tokenizer(texts)["input_ids"]]
-
-
-def _cost_ratio_task(
-    target_path: str, draft_path: str, prompt: list[int], dtype: str, trust: bool, threads: int
-):
-    import torch
-
-    from specray.models.loading import load_model
-    from specray.specdec.decoder import measure_cost_ratio
-
-    torch.set_num_threads(threads)
-    return measure_cost_ratio(
-        load_model(target_path, dtype, trust), load_model(draft_path, dtype, trust), prompt
-    )
+    return encode_prompts(build_splits(spec.data)[VALIDATION], tokenizer, spec.data)
 
 
 def _measure_cost_ratio(run: _Run) -> float:
-    """c of the un-distilled draft, timed where evaluation runs (an eval-sized Ray task), or the spec's."""
+    """c of the un-distilled draft: the spec's, the one `specray run` measured for this sweep under the
+    same key, or timed here on an eval actor (and saved for `specray run` the same way)."""
+    from specray.specdec.workers import EvalPool
+    from specray.sweep.plan import cost_ratio_stage
+    from specray.sweep.run import save_cost_ratio
+
+    _, known = cost_ratio_stage(run.spec, sweep_dir(run.spec))
+    if known is not None:
+        return known.value
     e, target = run.spec.eval, run.spec.models.target
-    if e.draft_cost_ratio is not None:
-        return e.draft_cost_ratio
-    task = ray.remote(_cost_ratio_task).options(num_cpus=e.num_cpus, num_gpus=e.num_gpus)
-    prompt = run.prompts[VALIDATION][0]
-    args = (
-        run.target_path,
-        run.draft_path,
-        prompt,
-        target.dtype,
-        target.trust_remote_code,
-        max(1, int(e.num_cpus)),
-    )
-    return float(ray.get(task.remote(*args)))
+    model = {"dtype": target.dtype, "trust_remote_code": target.trust_remote_code}
+    prompts = {VALIDATION: run.prompts[VALIDATION]}
+    with EvalPool(run.target_path, prompts, eval_settings(e), 1, e.num_cpus, e.num_gpus, **model) as pool:
+        return save_cost_ratio(run.spec, pool, run.draft_path, sweep_dir(run.spec)).value
 
 
 # ---------------------------------------------------------------- baselines
@@ -241,13 +226,11 @@ def _measure_cost_ratio(run: _Run) -> float:
 def _baseline_plan(run: _Run, recipe: Recipe) -> DraftPlan:
     """Where a baseline draft lives: `specray run`'s draft if it was trained with this budget, else ours."""
     spec = budget_spec(run.spec, recipe)
-    folder_name = recipe.name.replace("/", "__")
+    inputs = draft_inputs(spec, recipe.paradigm, recipe.mixture)
+    key, folder_name = digest(inputs), draft_folder_name(recipe.name)
     sweep_draft = sweep_dir(run.spec) / "drafts" / folder_name
-    same = is_finished(sweep_draft) and read_finished(sweep_draft).get("fingerprint") == fingerprint(
-        spec, recipe.paradigm, recipe.mixture
-    )
-    folder = sweep_draft if same else run.out / BASELINES_DIR / folder_name
-    return DraftPlan(recipe.name, recipe.paradigm, recipe.mixture, folder.absolute())
+    folder = sweep_draft if is_finished(sweep_draft, key) else run.out / BASELINES_DIR / folder_name
+    return DraftPlan(recipe.name, recipe.paradigm, recipe.mixture, folder.absolute(), key, inputs)
 
 
 def _distil_baselines(run: _Run, plans: list[DraftPlan], role: str) -> None:
@@ -260,8 +243,9 @@ def _distil_baselines(run: _Run, plans: list[DraftPlan], role: str) -> None:
     spec_json = spec.model_dump(mode="json")
     pending = {}
     for plan in plans:
-        run.runs[plan.name] = run.tracker.child_run(run.parent, plan.name, plan.tags | {"tune_role": role})
-        if is_finished(plan.output_dir):
+        tags = plan.tags | {"tune_role": role}
+        run.runs[plan.name] = run.tracker.child_run(run.parent, plan.name, plan.key, tags)
+        if is_finished(plan.output_dir, plan.key):
             finish_draft(plan, run.tracker, run.runs[plan.name], run.display)
         else:
             ref = task.remote(spec_json, plan.paradigm, plan.mixture, str(plan.output_dir), run.inputs)
@@ -315,30 +299,31 @@ def _table3_drafts(
     singles: dict[float, DraftPlan],
     manual: dict[str, DraftPlan],
     contenders: Contenders,
-    winner: dict[str, Any],
+    winner: TrialRecord,
 ) -> dict[str, str]:
     """Draft name -> folder for every draft Table 3 compares."""
     by_name = {plan.name: str(plan.output_dir) for plan in [*singles.values(), *manual.values()]}
     drafts = {name: by_name[name] for name in {*contenders.single.values(), *contenders.manual.values()}}
-    return drafts | {TUNED + winner["recipe"].name: str(winner["draft_dir"])}
+    return drafts | {TUNED + winner.recipe.name: str(winner.draft_dir)}
 
 
 # ---------------------------------------------------------------- evaluation and the end
 
 
 def _evaluate(run: _Run, drafts: dict[str, str], test_sets: list[str], stage: str) -> list[dict[str, Any]]:
-    """Analytic cells of `drafts` at every objective τ_dec on `test_sets` (the eval pool, fixed c); each
-    record's metrics go to its draft's run."""
+    """Analytic cells of `drafts` at every objective τ_dec and γ on `test_sets` (the eval pool, fixed c);
+    each record's metrics go to its draft's run. Returns flat records at each cell's best γ."""
+    from specray.specdec.cells import passes
     from specray.specdec.workers import EvalPool
 
     e, target = run.spec.eval, run.spec.models.target
-    settings = replace(eval_settings(e), cost_ratio=run.cost_ratio)
-    taus = run.spec.tune.objective_temperatures
+    settings = eval_settings(e, run.cost_ratio)
     jobs = [
-        EvalJob(name, path, tau, test_set, "analytic")
+        EvalJob(name, path, tau, test_set, "analytic", gamma)
         for name, path in drafts.items()
         for test_set in test_sets
-        for tau in taus
+        for tau in run.spec.tune.objective_temperatures
+        for gamma in e.gamma
     ]
     prompts = {test_set: run.prompts[test_set] for test_set in test_sets}
     model = {"dtype": target.dtype, "trust_remote_code": target.trust_remote_code}
@@ -346,12 +331,18 @@ def _evaluate(run: _Run, drafts: dict[str, str], test_sets: list[str], stage: st
         run.display.stage(stage, len(jobs)),
         EvalPool(run.target_path, prompts, settings, e.replicas, e.num_cpus, e.num_gpus, **model) as pool,
     ):
-        records = pool.run(jobs, on_result=lambda _: run.display.advance(), show_progress=False)
+        records = pool.run(
+            passes(jobs, e.drafts_per_pass),
+            on_result=lambda done: run.display.advance(len(done)),
+            show_progress=False,
+        )
+    with_gamma = len(e.gamma) > 1
     for record in records:
-        run_id = run.runs.get(record["draft"])
+        run_id = run.runs.get(record.draft)
         if run_id is not None:
-            run.tracker.log_metrics(run_id, cell_metrics(record))
-    return [{k: v for k, v in r.items() if not isinstance(v, list)} for r in records]
+            run.tracker.log_metrics(run_id, cell_metrics(record, with_gamma))
+    flat = [{k: v for k, v in r.flat().items() if not isinstance(v, list)} for r in records]
+    return [dict(r) for r in at_best_gamma(flat)]
 
 
 def _finish(
@@ -359,12 +350,12 @@ def _finish(
     resumed: bool,
     records: list[dict[str, Any]],
     contenders: Contenders,
-    winner: dict[str, Any],
-    trials: list[dict[str, Any]],
+    winner: TrialRecord,
+    trials: list[TrialRecord],
 ) -> TuneOutcome:
     """Table 3 (printed by the CLI, saved, logged), the winner registered, every run finished."""
     spec, tracker = run.spec, run.tracker
-    tuned_label = winner["recipe"].mixture_tag
+    tuned_label = winner.recipe.mixture_tag
     contenders = replace(contenders, labels=contenders.labels | {contenders.tuned: tuned_label})
     frame = table3(records, contenders)
     title = (
@@ -376,7 +367,7 @@ def _finish(
     pd.DataFrame([_trial_row(t) for t in trials]).to_csv(report_dir / "trials.csv", index=False)
     (report_dir / "cells.json").write_text(json.dumps(run.validation + records, indent=1))
     tracker.log_artifacts(run.parent, report_dir, "report")
-    tracker.log_metrics(run.parent, _gains(frame) | {"objective/best": winner["objective"]})
+    tracker.log_metrics(run.parent, _gains(frame) | {"objective/best": winner.objective})
     registered = _register(run, winner)
     for run_id in [*run.runs.values(), run.parent]:
         tracker.finish(run_id)
@@ -385,14 +376,14 @@ def _finish(
     )
 
 
-def _trial_row(trial: dict[str, Any]) -> dict[str, Any]:
-    recipe = trial["recipe"]
+def _trial_row(trial: TrialRecord) -> dict[str, Any]:
+    recipe = trial.recipe
     return {
-        "trial_id": trial["trial_id"],
-        "status": trial["status"],
+        "trial_id": trial.trial_id,
+        "status": trial.status,
         "paradigm": recipe.paradigm,
         "mixture": recipe.mixture_tag,
-        "objective": trial["objective"],
+        "objective": trial.objective,
         **{k: v for k, v in recipe.distill.items() if k != "steps"},
     }
 
@@ -407,22 +398,22 @@ def _gains(frame: pd.DataFrame) -> dict[str, float]:
     return metrics
 
 
-def _register(run: _Run, winner: dict[str, Any]) -> tuple[str, str]:
+def _register(run: _Run, winner: TrialRecord) -> tuple[str, str]:
     """Log the winner's draft to its trial run, tag it best and register it with its mixture as tags."""
-    spec, tracker, recipe = run.spec, run.tracker, winner["recipe"]
+    spec, tracker, recipe = run.spec, run.tracker, winner.recipe
     name = spec.tune.registered_model or f"{spec.name}-tuned-draft"
-    if "draft" not in tracker.artifact_paths(winner["run_id"]):
-        tracker.log_artifacts(winner["run_id"], Path(winner["draft_dir"]), "draft")
-    tracker.set_tags(winner["run_id"], {BEST: "true"})
-    tracker.set_tags(run.parent, {"best_trial": winner["trial_id"], "best_mixture": recipe.mixture_tag})
+    if "draft" not in tracker.artifact_paths(winner.run_id):
+        tracker.log_artifacts(winner.run_id, Path(winner.draft_dir), "draft")
+    tracker.set_tags(winner.run_id, {BEST: "true"})
+    tracker.set_tags(run.parent, {"best_trial": winner.trial_id, "best_mixture": recipe.mixture_tag})
     tags = {
         "mixture": recipe.mixture_tag,
         "paradigm": recipe.paradigm,
-        "trial_id": winner["trial_id"],
-        "objective": f"{winner['objective']:.6g}",
+        "trial_id": winner.trial_id,
+        "objective": f"{winner.objective:.6g}",
         "objective_temperatures": json.dumps(spec.tune.objective_temperatures),
         "sweep": spec.name,
         **{f"distill.{k}": str(v) for k, v in recipe.distill.items()},
     }
-    version = tracker.register_draft(name, winner["run_id"], "draft", tags)
+    version = tracker.register_draft(name, winner.run_id, "draft", tags)
     return name, version

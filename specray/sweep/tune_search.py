@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ray.tune import Callback
 
 from specray.config import SweepSpec, TuneSpec
-from specray.sweep.tune_space import recipe_from_config, search_space, steps_budget
+from specray.sweep.tune_space import Recipe, recipe_from_config, search_space, steps_budget
 from specray.sweep.tune_trial import (
     ACCEPTANCE_ESTIMATE,
     DRAFT_DIR,
@@ -144,8 +145,24 @@ def _history(result: Any) -> list[dict[str, Any]]:
     return rows.to_dict("records")
 
 
-def summarise(spec: SweepSpec, results: Any, trials_dir: Path) -> list[dict[str, Any]]:
-    """One dict per trial: id, status, recipe, measured objective (or None), last metrics, history."""
+@dataclass(frozen=True)
+class TrialRecord:
+    """One Tune trial as the search left it: its recipe, status, measured objective (None unless
+    completed), last metrics and per-step history, its draft folder and (once logged) its MLflow run."""
+
+    trial_id: str
+    status: str  # completed | stopped_early | error
+    recipe: Recipe
+    config: dict[str, Any]
+    objective: float | None
+    metrics: dict[str, Any]
+    history: list[dict[str, Any]]
+    draft_dir: Path
+    run_id: str = ""
+
+
+def summarise(spec: SweepSpec, results: Any, trials_dir: Path) -> list[TrialRecord]:
+    """One record per trial of Tune's ResultGrid."""
     trials = []
     for result in results:
         metrics = result.metrics or {}
@@ -153,16 +170,16 @@ def summarise(spec: SweepSpec, results: Any, trials_dir: Path) -> list[dict[str,
         measured = metrics.get(MEASURED) == 1
         status = "error" if result.error else "completed" if measured else "stopped_early"
         trials.append(
-            {
-                "trial_id": trial_id,
-                "status": status,
-                "recipe": recipe_from_config(spec, result.config),
-                "config": dict(result.config),
-                "objective": float(metrics[OBJECTIVE]) if measured else None,
-                "metrics": metrics,
-                "history": _history(result),
-                "draft_dir": trials_dir / trial_id / DRAFT_DIR,
-            }
+            TrialRecord(
+                trial_id=trial_id,
+                status=status,
+                recipe=recipe_from_config(spec, result.config),
+                config=dict(result.config),
+                objective=float(metrics[OBJECTIVE]) if measured else None,
+                metrics=metrics,
+                history=_history(result),
+                draft_dir=trials_dir / trial_id / DRAFT_DIR,
+            )
         )
     return trials
 
@@ -183,39 +200,35 @@ def _final_cells(metrics: dict[str, Any]) -> dict[str, float]:
     return cells | {OBJECTIVE: metrics[OBJECTIVE]}
 
 
-def log_trial(tracker: Tracker, parent: str, trial: dict[str, Any], steps: int) -> str:
+def log_trial(tracker: Tracker, parent: str, trial: TrialRecord, steps: int) -> str:
     """The trial's child run (config as params, curves as metrics, status tag), logged once."""
-    recipe = trial["recipe"]
-    tags = {
-        "paradigm": recipe.paradigm,
-        "mixture": recipe.mixture_tag,
-        "tau_kd": "",
-        "status": trial["status"],
-    }
-    run_id = tracker.trial_run(parent, trial["trial_id"], recipe.name, tags)
-    tracker.set_tags(run_id, {"status": trial["status"]})
+    recipe = trial.recipe
+    tags = {"paradigm": recipe.paradigm, "mixture": recipe.mixture_tag, "tau_kd": "", "status": trial.status}
+    run_id = tracker.trial_run(parent, trial.trial_id, recipe.name, tags)
+    tracker.set_tags(run_id, {"status": trial.status})
     if ACCEPTANCE_ESTIMATE not in tracker.metric_keys(run_id):
-        params = trial["config"] | {"mixture": recipe.mixture_tag, "paradigm": recipe.paradigm}
+        params = trial.config | {"mixture": recipe.mixture_tag, "paradigm": recipe.paradigm}
         tracker.log_params(run_id, params | {f"distill.{k}": v for k, v in recipe.distill.items()})
-        tracker.log_curves(run_id, [_curve_point(row) for row in trial["history"]])
-        if trial["status"] == "completed":
-            tracker.log_metrics(run_id, _final_cells(trial["metrics"]), step=steps)
-    tracker.finish(run_id, ok=trial["status"] != "error")
+        tracker.log_curves(run_id, [_curve_point(row) for row in trial.history])
+        if trial.status == "completed":
+            tracker.log_metrics(run_id, _final_cells(trial.metrics), step=steps)
+    tracker.finish(run_id, ok=trial.status != "error")
     return run_id
 
 
 def record_trials(
     spec: SweepSpec, tracker: Tracker, parent: str, results: Any, trials_dir: Path
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+) -> tuple[list[TrialRecord], TrialRecord]:
     """Log every trial to MLflow; returns the trials and the winner (highest measured objective)."""
-    trials = summarise(spec, results, trials_dir)
-    for trial in trials:
-        trial["run_id"] = log_trial(tracker, parent, trial, steps_budget(spec))
-    completed = [t for t in trials if t["status"] == "completed"]
+    trials = [
+        replace(trial, run_id=log_trial(tracker, parent, trial, steps_budget(spec)))
+        for trial in summarise(spec, results, trials_dir)
+    ]
+    completed = [t for t in trials if t.status == "completed"]
     if not completed:
         errors = [str(r.error).splitlines()[0] for r in results if r.error][:3]
         raise SearchFailed(
             f"none of the {len(trials)} trials finished its training budget; "
             f"first errors: {errors or 'none'} (Tune's folder: {results.experiment_path})"
         )
-    return trials, max(completed, key=lambda t: t["objective"])
+    return trials, max(completed, key=lambda t: t.objective or 0.0)

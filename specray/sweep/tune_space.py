@@ -147,21 +147,35 @@ def acceptance_estimate(curve: Mapping[str, Any], taus_dec: Sequence[float]) -> 
 
 
 def speedup_estimate(
-    curve: Mapping[str, Any], taus_dec: Sequence[float], c: float, gamma: int
+    curve: Mapping[str, Any], taus_dec: Sequence[float], c: float, gammas: Sequence[int]
 ) -> float | None:
-    """The objective as estimated from a curve point: i.i.d. block efficiency of the probe's α."""
+    """The objective as estimated from a curve point: i.i.d. block efficiency of the probe's α, at the
+    best γ of the grid for each τ_dec."""
     alphas = [curve.get(acceptance_key(tau)) for tau in taus_dec]
     if any(a is None or not math.isfinite(a) for a in alphas):
         return None
     speedups = [
-        speedup_model(expected_block_efficiency(min(1.0, max(0.0, a)), gamma), c, gamma) for a in alphas
+        max(speedup_model(expected_block_efficiency(min(1.0, max(0.0, a)), g), c, g) for g in gammas)
+        for a in alphas
     ]
     return sum(speedups) / len(speedups)
 
 
+def at_best_gamma(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The analytic records at each (draft, test set, τ_dec)'s best γ by `speedup_model` (others dropped)."""
+    best: dict[tuple, Mapping[str, Any]] = {}
+    for record in records:
+        if record["estimator"] != "analytic":
+            continue
+        where = (record["draft"], record["test_set"], float(record["tau_dec"]))
+        if where not in best or record["speedup_model"] > best[where]["speedup_model"]:
+            best[where] = record
+    return list(best.values())
+
+
 def objective(records: Sequence[Mapping[str, Any]], taus_dec: Sequence[float]) -> float:
-    """Mean analytic `speedup_model` over `taus_dec`; ValueError if a τ_dec has no record."""
-    by_tau = {float(r["tau_dec"]): float(r["speedup_model"]) for r in records if r["estimator"] == "analytic"}
+    """Mean analytic `speedup_model` (at the best γ) over `taus_dec`; ValueError if a τ_dec has no record."""
+    by_tau = {float(r["tau_dec"]): float(r["speedup_model"]) for r in at_best_gamma(records)}
     missing = [tau for tau in taus_dec if float(tau) not in by_tau]
     if missing:
         raise ValueError(f"no analytic record at τ_dec {missing}")

@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from specray.config import SweepSpec
-from specray.data.shards import write_atomic
 from specray.distill.checkpoints import is_finished, read_curves
 from specray.distill.inputs import DistillInputs
+from specray.files import write_atomic
+from specray.specdec.records import CellRecord
 from specray.sweep.tune_space import (
     acceptance_estimate,
     budget_spec,
@@ -68,12 +69,12 @@ def progress_metrics(curve: Mapping[str, Any], spec: SweepSpec, cost_ratio: floa
     }
 
 
-def _validate(spec: SweepSpec, context: TrialContext, draft: Path, name: str) -> list[dict[str, Any]]:
-    """The draft's analytic records on the validation split at each objective τ_dec (fixed c)."""
+def _validate(spec: SweepSpec, context: TrialContext, draft: Path, name: str) -> list[CellRecord]:
+    """The draft's analytic records on the validation split at each objective τ_dec and γ (fixed c)."""
     from specray.specdec.cells import eval_settings
     from specray.specdec.evaluator import EvalJob, Evaluator
 
-    settings = replace(eval_settings(spec.eval), cost_ratio=context.cost_ratio)
+    settings = eval_settings(spec.eval, context.cost_ratio)
     target = spec.models.target
     device = "cuda" if spec.distill.num_gpus_per_worker > 0 else "cpu"
     evaluator = Evaluator(
@@ -84,18 +85,20 @@ def _validate(spec: SweepSpec, context: TrialContext, draft: Path, name: str) ->
         trust_remote_code=target.trust_remote_code,
         device=device,
     )
-    jobs = [
-        EvalJob(name, str(draft), tau, VALIDATION, "analytic") for tau in spec.tune.objective_temperatures
-    ]
-    return [evaluator.evaluate(job) for job in jobs]
+    records = []
+    for tau in spec.tune.objective_temperatures:  # one pass per τ_dec: every γ from the same β
+        jobs = [EvalJob(name, str(draft), tau, VALIDATION, "analytic", gamma) for gamma in spec.eval.gamma]
+        records += evaluator.evaluate(jobs)
+    return records
 
 
 def final_metrics(
-    spec: SweepSpec, curves: list[dict], records: list[dict[str, Any]], cost_ratio: float
+    spec: SweepSpec, curves: list[dict], records: list[CellRecord], cost_ratio: float
 ) -> dict[str, Any]:
     """The trial's last result: its last curve point plus the measured objective and validation cells."""
-    cells = {name: value for record in records for name, value in cell_metrics(record).items()}
-    measured = objective(records, spec.tune.objective_temperatures)
+    with_gamma = len(spec.eval.gamma) > 1
+    cells = {name: value for record in records for name, value in cell_metrics(record, with_gamma).items()}
+    measured = objective([record.flat() for record in records], spec.tune.objective_temperatures)
     return progress_metrics(curves[-1], spec, cost_ratio) | cells | {OBJECTIVE: measured, MEASURED: 1}
 
 

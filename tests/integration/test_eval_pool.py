@@ -13,13 +13,13 @@ import ray
 from specray.config import load_spec
 from specray.models.loading import load_tokenizer
 from specray.models.zoo import build_zoo
-from specray.specdec.cells import encode_test_prompts
+from specray.specdec.cells import encode_test_prompts, passes
 from specray.specdec.evaluator import EvalJob, EvalSettings, Evaluator
 from specray.specdec.workers import EvalPool
 from tests.conftest import REPO, micro_zoo_spec
 
 pytestmark = pytest.mark.integration
-SETTINGS = EvalSettings(gamma=3, repeats=1, max_new_tokens=10, empirical_prompts=2, cost_ratio=0.2)
+SETTINGS = EvalSettings(repeats=1, max_new_tokens=10, empirical_prompts=2, cost_ratio=0.2)
 
 
 @pytest.fixture(scope="module")
@@ -33,26 +33,41 @@ def test_killed_actor_cell_is_retried_and_every_cell_appears_once(local_ray, mic
     tokenizer = load_tokenizer(str(micro_zoo.target))
     prompts = {"in_domain": tokenizer(["Copy this.", "List fruits.", "Sort 2, 1."])["input_ids"]}
     drafts = {"draft": str(micro_zoo.draft), "self": str(micro_zoo.target)}
-    jobs = [EvalJob(n, p, tau, "in_domain", "analytic") for n, p in drafts.items() for tau in (0.0, 0.5, 1.0)]
+    jobs = [
+        EvalJob(n, p, tau, "in_domain", "analytic", gamma)
+        for tau in (0.0, 0.5, 1.0)
+        for n, p in drafts.items()
+        for gamma in (2, 3)
+    ]
+    units = passes(jobs, drafts_per_pass=2)
+    assert len(units) == 3  # one pass per τ_dec: both drafts, both γ
     pool = EvalPool(str(micro_zoo.target), prompts, SETTINGS, replicas=2, num_cpus=1)
     killed = []
 
-    def kill_once(record: dict) -> None:
-        if not killed:  # the other actor is busy with a cell right now: kill it mid-cell
+    def kill_once(records: list) -> None:
+        if not killed:  # the other actor is busy with a pass right now: kill it mid-pass
             victim = next(a for a in pool.actors)
             ray.kill(victim, no_restart=True)
             killed.append(victim)
 
     with pool:
-        records = pool.run(jobs, on_result=kill_once)
+        records = pool.run(units, on_result=kill_once)
     assert killed
-    assert [r["draft"] for r in records] == [j.draft for j in jobs]
-    assert len({(r["draft"], r["tau_dec"]) for r in records}) == len(jobs)
+    assert [(r.draft, r.tau_dec, r.gamma) for r in records] == [(j.draft, j.tau_dec, j.gamma) for j in jobs]
     # the pool gives what the in-process evaluator gives (analytic cells are deterministic)
     local = Evaluator(str(micro_zoo.target), prompts, SETTINGS)
-    for job, record in zip(jobs, records, strict=True):
-        assert record["acceptance_rate"] == pytest.approx(local.evaluate(job)["acceptance_rate"], abs=1e-6)
-    assert all(r["acceptance_rate"] == pytest.approx(1.0, abs=1e-5) for r in records if r["draft"] == "self")
+    for unit in units:
+        for expected in local.evaluate(unit):
+            record = next(
+                r
+                for r in records
+                if (r.draft, r.tau_dec, r.gamma) == (expected.draft, expected.tau_dec, expected.gamma)
+            )
+            assert record.metrics["acceptance_rate"] == pytest.approx(
+                expected.metrics["acceptance_rate"], abs=1e-6
+            )
+    selves = [r for r in records if r.draft == "self"]
+    assert all(r.metrics["acceptance_rate"] == pytest.approx(1.0, abs=1e-5) for r in selves)
 
 
 @pytest.fixture(scope="module")
@@ -69,16 +84,18 @@ def test_analytic_acceptance_lies_in_the_empirical_interval(tiny_zoo, tau: float
     interval (empirical: 32 prompts × R = 3 real speculative decodes, γ = 4)."""
     spec = load_spec(REPO / "sweeps" / "tiny.yaml")
     prompts = {"in_domain": encode_test_prompts(spec, load_tokenizer(str(tiny_zoo.target)))["in_domain"][:32]}
-    settings = EvalSettings(
-        gamma=4, repeats=3, max_new_tokens=48, empirical_prompts=32, cost_ratio=0.3, seed=1
-    )
+    settings = EvalSettings(repeats=3, max_new_tokens=48, empirical_prompts=32, cost_ratio=0.3, seed=1)
     evaluator = Evaluator(str(tiny_zoo.target), prompts, settings)
-    analytic = evaluator.evaluate(EvalJob("draft", str(tiny_zoo.draft), tau, "in_domain", "analytic"))
-    empirical = evaluator.evaluate(EvalJob("draft", str(tiny_zoo.draft), tau, "in_domain", "empirical"))
-    half_width = empirical["acceptance_rate_ci95"]
-    assert abs(analytic["acceptance_rate"] - empirical["acceptance_rate"]) <= half_width, (
-        analytic,
-        empirical,
+    (analytic,) = evaluator.evaluate([EvalJob("draft", str(tiny_zoo.draft), tau, "in_domain", "analytic", 4)])
+    (empirical,) = evaluator.evaluate(
+        [EvalJob("draft", str(tiny_zoo.draft), tau, "in_domain", "empirical", 4)]
+    )
+    half_width = empirical.metrics["acceptance_rate_ci95"]
+    difference = analytic.metrics["acceptance_rate"] - empirical.metrics["acceptance_rate"]
+    assert abs(difference) <= half_width, (analytic.metrics, empirical.metrics)
+    # the analytic estimate on the empirical cell's prompts is, here, on all of them
+    assert analytic.metrics["empirical_prompts_acceptance_rate"] == pytest.approx(
+        analytic.metrics["acceptance_rate"]
     )
 
 
@@ -88,7 +105,8 @@ def test_evaluate_cli_prints_the_table_and_refuses_a_foreign_draft(tmp_path: Pat
     args = ["evaluate", "sweeps/smoke.yaml", "eval.estimators=[analytic]", "--output", str(out)]
     run = subprocess.run([specray, *args], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert "non-distill on in_domain" in run.stdout and "acceptance_rate" in run.stdout
+    assert "non-distill on in_domain (γ=3)" in run.stdout and "acceptance_rate" in run.stdout
+    assert "c = " in run.stdout  # the cost ratio, measured once for every draft
     records = json.loads(out.read_text())
     assert len(records) == 2 * 2  # 2 τ_dec × 2 test sets
     foreign = build_zoo(micro_zoo_spec(vocab_size=300, corpus_size=100), root=tmp_path / "zoo")

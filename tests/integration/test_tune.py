@@ -98,27 +98,27 @@ def test_a_search_reads_cached_shards_logs_every_trial_and_registers_the_winner(
 
     assert generated == [[0.0, 1.0]]  # once, in the driver, before the search
     assert snapshots["before"] == snapshots["after"]  # no trial wrote (or rewrote) a shard
-    assert len(outcome.trials) == 3 and {t["status"] for t in outcome.trials} <= {
+    assert len(outcome.trials) == 3 and {t.status for t in outcome.trials} <= {
         "completed",
         "stopped_early",
     }
     winner = outcome.winner
-    assert winner["objective"] == max(t["objective"] for t in outcome.trials if t["objective"] is not None)
+    assert winner.objective == max(t.objective for t in outcome.trials if t.objective is not None)
 
     uri = spec.tracking.uri
     roles = runs_by_role(uri, "smoke")
     (parent,) = roles["tune"]
-    assert parent.info.status == "FINISHED" and parent.data.tags["best_trial"] == winner["trial_id"]
+    assert parent.info.status == "FINISHED" and parent.data.tags["best_trial"] == winner.trial_id
     trials = roles["trial"]
-    assert sorted(r.data.tags[TRIAL_ID] for r in trials) == sorted(t["trial_id"] for t in outcome.trials)
+    assert sorted(r.data.tags[TRIAL_ID] for r in trials) == sorted(t.trial_id for t in outcome.trials)
     client = MlflowClient(uri)
     for run in trials:
         assert run.data.tags[PARENT] == parent.info.run_id
         assert {"w_tau_kd_0", "w_tau_kd_1", "mixture", "paradigm", "distill.steps"} <= set(run.data.params)
         assert len(client.get_metric_history(run.info.run_id, "acceptance_estimate")) >= 2
     best = [r for r in trials if r.data.tags.get(BEST) == "true"]
-    assert [r.data.tags[TRIAL_ID] for r in best] == [winner["trial_id"]]
-    assert best[0].data.metrics["objective"] == pytest.approx(winner["objective"])
+    assert [r.data.tags[TRIAL_ID] for r in best] == [winner.trial_id]
+    assert best[0].data.metrics["objective"] == pytest.approx(winner.objective)
     assert "speedup_model/in_domain/tau_dec_1" in best[0].data.metrics  # measured on the test sets too
     baselines = sorted(r.data.tags["draft"] for r in roles["draft"])
     assert baselines == ["offline/mix=0:1,1:1", "offline/tau_kd=0", "offline/tau_kd=1"]
@@ -126,7 +126,7 @@ def test_a_search_reads_cached_shards_logs_every_trial_and_registers_the_winner(
     name, version = outcome.registered
     registered = client.get_model_version(name, version)
     assert registered.run_id == best[0].info.run_id and registered.source.endswith("/draft")
-    assert registered.tags["mixture"] == winner["recipe"].mixture_tag
+    assert registered.tags["mixture"] == winner.recipe.mixture_tag
 
     frame = outcome.table
     assert list(zip(frame.test_set, frame.tau_dec, strict=True)) == [

@@ -73,7 +73,7 @@ def _write_sweep(tmp_path: Path, edit) -> Path:
         (lambda r: r["teacher"].update(temperatures=[]), "teacher.temperatures", "at least 1"),
         (lambda r: r["teacher"].update(temperatures=[0.5, 0.5]), "teacher.temperatures", "duplicates"),
         (lambda r: r["eval"].update(temperatures=[100.0]), "eval.temperatures.0", "less than or equal to 5"),
-        (lambda r: r["eval"].update(gamma=0), "eval.gamma", "greater than or equal to 1"),
+        (lambda r: r["eval"].update(gamma=0), "eval.gamma.0", "greater than or equal to 1"),
         (
             lambda r: r["distill"].update(onpolicy_fraction=1.5),
             "distill.onpolicy_fraction",
@@ -117,10 +117,12 @@ def test_unknown_nested_key_lists_the_section_fields(tmp_path: Path) -> None:
 def test_overrides_apply_last_and_are_validated() -> None:
     smoke = REPO / "sweeps" / "smoke.yaml"
     spec = load_spec(smoke, ["eval.gamma=5", "teacher.temperatures=[0.3, 0.1]", "tracking.experiment=exp"])
-    assert spec.eval.gamma == 5
+    assert spec.eval.gamma == [5]  # one γ or a list: always a list
     assert spec.teacher.temperatures == [0.1, 0.3]  # sorted
     assert spec.experiment == "exp"
-    with pytest.raises(SpecError, match=r"eval\.gamma: Input should be greater than or equal to 1 \(got 0\)"):
+    with pytest.raises(
+        SpecError, match=r"eval\.gamma\.0: Input should be greater than or equal to 1 \(got 0\)"
+    ):
         load_spec(smoke, ["eval.gamma=0"])
     with pytest.raises(SpecError, match="expected KEY=VALUE"):
         load_spec(smoke, ["eval.gamma"])

@@ -10,11 +10,12 @@ from specray.errors import ModelError
 from specray.models.loading import load_model, load_tokenizer
 from specray.specdec import evaluator as evaluator_module
 from specray.specdec.analytic import AnalyticEstimator, Continuations, ratio_ci95, sample_continuations
-from specray.specdec.cells import check_drafts, plan_jobs
+from specray.specdec.cells import DraftRef, check_drafts, passes, plan_jobs
 from specray.specdec.evaluator import EvalJob, EvalSettings, Evaluator
 from tests.conftest import micro_zoo_spec
 
-SETTINGS = EvalSettings(gamma=3, repeats=2, max_new_tokens=12, empirical_prompts=3, cost_ratio=0.1)
+SETTINGS = EvalSettings(repeats=2, max_new_tokens=12, empirical_prompts=3, cost_ratio=0.1)
+GAMMA = 3
 
 
 @pytest.fixture(scope="module")
@@ -34,25 +35,66 @@ def evaluator(micro_zoo, prompts) -> Evaluator:
     return Evaluator(str(micro_zoo.target), prompts, SETTINGS)
 
 
+def _job(name: str, path, tau: float, test_set: str, estimator: str, gamma: int = GAMMA) -> EvalJob:
+    return EvalJob(name, str(path), tau, test_set, estimator, gamma)
+
+
 def test_draft_equal_to_target_is_accepted_everywhere(evaluator, micro_zoo) -> None:
     for tau in (0.0, 0.7):
-        record = evaluator.evaluate(EvalJob("self", str(micro_zoo.target), tau, "in_domain", "analytic"))
-        assert record["acceptance_rate"] == pytest.approx(1.0, abs=1e-5)
-        assert record["block_efficiency"] == pytest.approx(SETTINGS.gamma + 1)
-        empirical = evaluator.evaluate(EvalJob("self", str(micro_zoo.target), tau, "in_domain", "empirical"))
-        assert empirical["acceptance_rate"] == 1.0
+        (record,) = evaluator.evaluate([_job("self", micro_zoo.target, tau, "in_domain", "analytic")])
+        assert record.metrics["acceptance_rate"] == pytest.approx(1.0, abs=1e-5)
+        assert record.metrics["block_efficiency"] == pytest.approx(GAMMA + 1)
+        (empirical,) = evaluator.evaluate([_job("self", micro_zoo.target, tau, "in_domain", "empirical")])
+        assert empirical.metrics["acceptance_rate"] == 1.0
 
 
 def test_greedy_beta_is_zero_or_one_and_records_are_complete(evaluator, micro_zoo) -> None:
-    estimator = evaluator._estimator("in_domain", 0.0)
+    target, pad = evaluator.target, evaluator.tokenizer.pad_token_id
+    estimator = AnalyticEstimator(target, evaluator.continuations("in_domain", 0.0), pad)
     beta, mask = estimator.beta(load_model(str(micro_zoo.draft)))
     assert set(beta[mask].unique().tolist()) <= {0.0, 1.0}
-    record = evaluator.evaluate(EvalJob("d", str(micro_zoo.draft), 0.5, "out_of_domain", "analytic"))
+    (record,) = evaluator.evaluate([_job("d", micro_zoo.draft, 0.5, "out_of_domain", "analytic")])
+    row = record.flat()
     keys = ["acceptance_rate", "beta_per_position", "block_efficiency", "block_efficiency_simulated"]
-    keys += ["speedup_model", "c", "tau_dec", "test_set", "draft"]
-    assert set(keys) <= set(record)
-    assert 0.0 <= record["acceptance_rate"] <= 1.0
-    assert record["speedup_model"] == pytest.approx(record["block_efficiency_simulated"] / (0.1 * 3 + 1))
+    keys += ["speedup_model", "c", "tau_dec", "test_set", "draft", "gamma", "acceptance_rate_per_sequence"]
+    keys += ["empirical_prompts_acceptance_rate", "empirical_prompts_acceptance_rate_ci95"]
+    assert set(keys) <= set(row)
+    assert 0.0 <= row["acceptance_rate"] <= 1.0
+    assert row["speedup_model"] == pytest.approx(row["block_efficiency_simulated"] / (0.1 * GAMMA + 1))
+
+
+def test_one_pass_gives_every_gamma_from_the_same_beta(evaluator, micro_zoo) -> None:
+    """Analytic cells of two drafts × three γ in one pass: acceptance is γ-free, block efficiency grows
+    with γ, and every cell equals the same cell evaluated alone."""
+    jobs = [
+        _job(n, p, 0.8, "in_domain", "analytic", g)
+        for n, p in (("d", micro_zoo.draft), ("t", micro_zoo.target))
+        for g in (1, 3, 6)
+    ]
+    records = evaluator.evaluate(jobs)
+    assert [(r.draft, r.gamma) for r in records] == [(j.draft, j.gamma) for j in jobs]
+    drafts = [r for r in records if r.draft == "d"]
+    assert len({r.metrics["acceptance_rate"] for r in drafts}) == 1
+    efficiencies = [r.metrics["block_efficiency_simulated"] for r in drafts]
+    assert efficiencies == sorted(efficiencies) and efficiencies[0] < efficiencies[-1]
+    for job, record in zip(jobs, records, strict=True):
+        (alone,) = evaluator.evaluate([job])
+        assert alone.metrics["speedup_model"] == pytest.approx(record.metrics["speedup_model"], abs=1e-9)
+
+
+def test_streaming_equals_keeping_every_target_distribution(micro_zoo, prompts) -> None:
+    """β from the streaming pass (several drafts, one target pass) equals β with the target's batches
+    kept in memory, per draft, to 1e-6, for any batch size."""
+    target, draft = load_model(str(micro_zoo.target)), load_model(str(micro_zoo.draft))
+    many = [p + p[: i % 3] for i, p in enumerate(prompts["in_domain"] * 4)]  # 16 prompts, mixed lengths
+    continuations = sample_continuations(target, many, 0.9, 10, 2, seed=3, keep_logits=False)
+    kept = AnalyticEstimator(target, continuations, pad_id=0, batch_size=16, keep_target=True)
+    reference = [kept.beta(model) for model in (draft, target)]
+    for batch_size in (1, 5, 16):
+        streamed = AnalyticEstimator(target, continuations, pad_id=0, batch_size=batch_size)
+        for (beta, mask), result in zip(reference, streamed.betas([draft, target]), strict=True):
+            assert torch.equal(mask, result.mask)
+            assert torch.allclose(beta, result.beta, atol=1e-6)
 
 
 def test_continuations_are_sampled_once_and_cached(micro_zoo, prompts, monkeypatch) -> None:
@@ -67,19 +109,18 @@ def test_continuations_are_sampled_once_and_cached(micro_zoo, prompts, monkeypat
 
 
 def test_one_target_pass_serves_every_draft(micro_zoo, prompts) -> None:
-    target = load_model(str(micro_zoo.target))
+    """Streaming: the target runs once per batch whatever the number of drafts; kept logits skip it."""
+    target, draft = load_model(str(micro_zoo.target)), load_model(str(micro_zoo.draft))
     continuations = sample_continuations(target, prompts["in_domain"], 1.0, 10, None, seed=0)
-    estimator = AnalyticEstimator(target, continuations, pad_id=0)
+    cached = Continuations(continuations.tau, continuations.prompts, continuations.responses)
     calls = []
     target.register_forward_hook(lambda *a: calls.append(1))
-    for draft in (load_model(str(micro_zoo.draft)), target):
-        estimator.evaluate(draft, 3, 0.1)
-    # the target's distributions came from sampling; only the second "draft" (the target itself) ran it
-    assert len(calls) == 1
+    estimator = AnalyticEstimator(target, cached, pad_id=0, batch_size=2)
+    estimator.betas([draft, draft, draft])
+    assert len(calls) == len(estimator.batches) == 2  # 4 prompts in batches of 2
     calls.clear()
-    cached = Continuations(continuations.tau, continuations.prompts, continuations.responses)
-    AnalyticEstimator(target, cached, pad_id=0)  # read back from disk: no logits, one teacher-forced pass
-    assert len(calls) == 1
+    AnalyticEstimator(target, continuations, pad_id=0, batch_size=2).betas([draft, draft])
+    assert calls == []  # the target's distributions came from the logits kept while sampling
 
 
 @pytest.mark.parametrize("tau", [0.0, 0.7, 1.3])
@@ -93,8 +134,6 @@ def test_sampling_logits_equal_a_teacher_forced_target_pass(micro_zoo, prompts, 
     cached = Continuations(tau, many, continuations.responses)
     fresh = AnalyticEstimator(target, continuations, pad_id=0, batch_size=4)
     forced = AnalyticEstimator(target, cached, pad_id=0, batch_size=7)
-    for p, f in zip(fresh.target_probs, fresh.batches, strict=True):
-        assert p.shape[:2] == f[3].shape
     (beta_fresh, mask_fresh), (beta_forced, mask_forced) = fresh.beta(draft), forced.beta(draft)
     assert mask_fresh.sum() == sum(len(r) for r in continuations.responses)
     assert torch.equal(mask_fresh, mask_forced)
@@ -138,15 +177,24 @@ def test_ratio_ci_shrinks_with_more_clusters() -> None:
 
 def test_plan_covers_the_grid() -> None:
     spec = EvalSpec(
-        temperatures=[0.0, 0.5, 1.0], estimators=["analytic", "empirical"], empirical_temperatures=[1.0]
+        temperatures=[0.0, 0.5, 1.0],
+        estimators=["analytic", "empirical"],
+        empirical_temperatures=[1.0],
+        gamma=[2, 4],
     )
-    jobs = plan_jobs(spec, {"a": "/a", "b": "/b"})
-    assert len(jobs) == 2 * 2 * (3 + 1)
-    assert len({job.key for job in jobs}) == len(jobs)
-    diagonal = spec.model_copy(update={"empirical_drafts": "diagonal"})
-    jobs = plan_jobs(
-        diagonal, {"base": "/b", "kd1": "/k1", "kd5": "/k5"}, {"base": None, "kd1": 1.0, "kd5": 0.5}
+    jobs = plan_jobs(spec, [DraftRef("a", "/a"), DraftRef("b", "/b")])
+    assert len(jobs) == 2 * 2 * (3 + 1) * 2
+    assert len({job.label for job in jobs}) == len(jobs)
+    units = passes(jobs, drafts_per_pass=1)
+    analytic = [unit for unit in units if unit[0].estimator == "analytic"]
+    assert len(analytic) == 2 * 3 * 2  # (test set, τ_dec) × drafts, each with both γ
+    assert all(
+        len({(j.test_set, j.tau_dec, j.draft) for j in unit}) == 1 and len(unit) == 2 for unit in analytic
     )
+    assert sorted(j.label for unit in units for j in unit) == sorted(j.label for j in jobs)
+    diagonal = spec.model_copy(update={"empirical_drafts": "diagonal", "gamma": [3]})
+    refs = [DraftRef("base", "/b"), DraftRef("kd1", "/k1", tau_kd=1.0), DraftRef("kd5", "/k5", tau_kd=0.5)]
+    jobs = plan_jobs(diagonal, refs)
     empirical = {(j.draft, j.test_set) for j in jobs if j.estimator == "empirical"}
     assert empirical == {(d, t) for d in ("base", "kd1") for t in ("in_domain", "out_of_domain")}
 

@@ -46,7 +46,7 @@ def test_the_job_runs_the_validated_sweep_from_the_working_dir_and_joins_the_clu
     assert argv[3:] == ["eval.gamma=5", "teacher.temperatures=[0.0, 0.5]", "ray.address=auto"]
     assert request.runtime_env["working_dir"] == str(REPO)
     spec = load_spec(REPO / argv[2], argv[3:])  # what the job will resolve, from its working dir
-    assert spec.eval.gamma == 5 and spec.ray.address == "auto"
+    assert spec.eval.gamma == [5] and spec.ray.address == "auto"
 
 
 def test_an_explicit_ray_address_is_kept_and_tune_runs_specray_tune() -> None:
@@ -60,7 +60,9 @@ def test_an_explicit_ray_address_is_kept_and_tune_runs_specray_tune() -> None:
 
 
 def test_a_bad_spec_fails_here_with_its_field_path() -> None:
-    with pytest.raises(SpecError, match=r"smoke\.yaml: eval\.gamma: Input should be greater than or equal"):
+    with pytest.raises(
+        SpecError, match=r"smoke\.yaml: eval\.gamma\.0: Input should be greater than or equal"
+    ):
         _request("eval.gamma=0")
 
 

@@ -170,8 +170,8 @@ def test_the_asha_signal_and_the_objective_estimate_come_from_the_probe() -> Non
     assert acceptance_estimate(curve, [0.8, 1.0]) == pytest.approx(0.5)
     assert acceptance_estimate(curve, [0.6]) is None
     perfect = {acceptance_key(1.0): 1.0}
-    assert speedup_estimate(perfect, [1.0], c=0.25, gamma=4) == pytest.approx(5 / 2)  # (γ+1)/(cγ+1)
-    assert speedup_estimate({acceptance_key(1.0): 0.0}, [1.0], c=0.0, gamma=4) == pytest.approx(1.0)
+    assert speedup_estimate(perfect, [1.0], c=0.25, gammas=[4]) == pytest.approx(5 / 2)  # (γ+1)/(cγ+1)
+    assert speedup_estimate({acceptance_key(1.0): 0.0}, [1.0], c=0.0, gammas=[4]) == pytest.approx(1.0)
 
 
 def test_progress_results_carry_both_searcher_metrics_and_mlflow_safe_names() -> None:
@@ -257,3 +257,13 @@ def test_shipped_tune_sweeps_pass_the_tune_checks(name: str) -> None:
     if not path.exists():
         pytest.skip(f"{name} is not in this checkout")
     check_tune(load_spec(path))
+
+
+def test_the_objective_takes_each_tau_dec_at_its_best_gamma() -> None:
+    records = [
+        _record(0.8, 1.2) | {"gamma": 2},
+        _record(0.8, 1.5) | {"gamma": 5},
+        _record(1.0, 1.6) | {"gamma": 2},
+    ]
+    records += [_record(1.0, 1.1) | {"gamma": 5}]
+    assert objective(records, [0.8, 1.0]) == pytest.approx((1.5 + 1.6) / 2)

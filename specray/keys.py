@@ -1,0 +1,323 @@
+"""Result keys: every cached result is stored under a hash of everything that made it, and nothing else.
+
+Every field of a sweep spec is classified below by what it changes (`FIELDS`); the key functions take
+their direct inputs from that table, so a field classified as changing a draft or a cell is in that key by
+construction, and a unit test fails naming any field that is not classified. Key inputs are flat dicts
+named like the spec (`distill.divergence`), so a changed key can say why: `eval.gamma 3 → 6`.
+
+Roles of a field:
+  shard          the teacher's responses (through the shard key, `data/shards.py`)
+  draft          every distilled draft's weights;  draft:online  only online drafts'
+  cell           every evaluation cell;  cell:empirical / cell:analytic  one estimator's cells only
+  cost_ratio     the measured draft/target step-time ratio c (analytic cells depend on c's value)
+  curves         the acceptance-vs-KD-step curves recorded while training (not the weights)
+  grid           which drafts and cells exist, not what any of them holds
+  tune           the `specray tune` search only;  report  the report only
+  none           where or how work runs, never what it computes
+A field reaches a key either as its own value (`Direct`) or through a derived input (`Via`: the zoo key,
+a data split's fingerprint, the device).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from specray.config import ModelRef, ModelsSpec, SweepSpec
+
+KEY_FORMAT = 1  # bump when a key's recipe changes, so nothing stored under the old recipe is reused
+
+
+@dataclass(frozen=True)
+class Direct:
+    """The field's own value is a key input of every result with one of `roles`."""
+
+    roles: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Via:
+    """The field reaches the keys of `roles` through a derived input named `through`."""
+
+    roles: frozenset[str]
+    through: str
+
+
+def _direct(*roles: str) -> Direct:
+    return Direct(frozenset(roles))
+
+
+def _via(through: str, *roles: str) -> Via:
+    return Via(frozenset(roles), through)
+
+
+NONE = _direct("none")
+TARGET = _via("target id", "shard", "draft:online", "cell", "cost_ratio")
+STUDENT = _via("student id", "draft", "cell", "cost_ratio")
+ZOO = _via("zoo key (target and student ids)", "shard", "draft", "cell", "cost_ratio")
+SPLITS = _via("split fingerprints (train, validation and test sets)", "shard", "draft", "cell")
+OOD = _via("out-of-domain test prompts fingerprint", "cell")
+
+# Every leaf field of SweepSpec. A prefix entry (ending in ".") covers a whole section whose every field
+# reaches the keys the same way (the zoo recipe is hashed whole into the zoo key; a data source whole
+# into its split's fingerprint).
+FIELDS: dict[str, Direct | Via] = {
+    "name": NONE,  # the experiment and folder name
+    "output_dir": NONE,
+    "models.target.zoo": TARGET,
+    "models.target.name_or_path": TARGET,
+    "models.target.dtype": _direct("shard", "draft:online", "cell", "cost_ratio"),
+    "models.target.trust_remote_code": NONE,
+    "models.draft.zoo": STUDENT,
+    "models.draft.name_or_path": STUDENT,
+    "models.draft.dtype": NONE,  # training is fp32 master weights; drafts are evaluated in the target's dtype
+    "models.draft.trust_remote_code": NONE,
+    "models.zoo.": ZOO,
+    "data.train.": SPLITS,
+    "data.out_of_domain.": OOD,
+    "data.train_size": _via("train split fingerprint (cut after the held-out splits)", "shard", "draft"),
+    "data.validation_size": SPLITS,  # held-out splits are cut first: their sizes move the train split
+    "data.in_domain_test_size": SPLITS,
+    "data.out_of_domain_test_size": OOD,
+    "data.template": _direct("shard", "draft", "cell"),
+    "data.max_prompt_tokens": _direct("draft", "cell"),
+    "data.seed": SPLITS,
+    "teacher.engine": _via("shard key (engine)", "shard", "draft"),
+    "teacher.replicas": NONE,
+    "teacher.num_cpus": NONE,
+    "teacher.num_gpus": _via("shard key (engine device)", "shard", "draft"),
+    "teacher.batch_size": NONE,  # every request has its own seed: batching does not change a response
+    "teacher.max_new_tokens": _via("shard key", "shard", "draft"),
+    "teacher.temperatures": _direct("grid"),
+    "teacher.seed": _via("shard key", "shard", "draft"),
+    "teacher.vllm.tensor_parallel_size": NONE,
+    "teacher.vllm.dtype": _via("shard key (engine)", "shard", "draft"),
+    "teacher.vllm.gpu_memory_utilization": NONE,
+    "teacher.vllm.max_model_len": _via("shard key (engine)", "shard", "draft"),
+    "distill.paradigms": _direct("grid"),
+    "distill.divergence": _direct("draft:online"),
+    "distill.jsd_beta": _direct("draft:online"),  # dropped from the key unless divergence is jsd
+    "distill.onpolicy_fraction": _direct("draft:online"),
+    "distill.loss_temperature": _direct("draft:online"),
+    "distill.steps": _direct("draft"),
+    "distill.batch_size": _direct("draft"),
+    "distill.grad_accum": _direct("draft"),
+    "distill.lr": _direct("draft"),
+    "distill.warmup_steps": _direct("draft"),
+    "distill.weight_decay": _direct("draft"),
+    "distill.max_grad_norm": _direct("draft"),
+    "distill.max_new_tokens": _direct("draft:online"),
+    # N workers train on exactly the rows of one worker (tests/integration/test_distill_ray.py)
+    "distill.workers": NONE,
+    "distill.num_cpus_per_worker": NONE,
+    "distill.num_gpus_per_worker": _via("train device (bf16 autocast on CUDA)", "draft"),
+    "distill.checkpoint_every": NONE,
+    "distill.report_every": _direct("curves"),
+    "distill.mixtures": _direct("grid"),
+    "distill.seed": _direct("draft"),
+    "eval.temperatures": _direct("grid", "curves"),
+    "eval.gamma": _direct("grid"),  # each cell's own γ is one of its coordinates, hence in its key
+    "eval.repeats": _direct("cell:empirical"),
+    "eval.max_new_tokens": _direct("cell", "curves"),
+    "eval.estimators": _direct("grid"),
+    "eval.empirical_temperatures": _direct("grid"),
+    "eval.empirical_prompts": _direct("cell"),  # analytic cells also score exactly those prompts
+    "eval.empirical_drafts": _direct("grid"),
+    "eval.test_sets": _direct("grid"),
+    "eval.draft_cost_ratio": _via("the value of c", "cell:analytic"),
+    "eval.projected_cost_ratio": _direct("report"),
+    "eval.drafts_per_pass": NONE,  # how many drafts share a target pass: the numbers are the same
+    "eval.replicas": NONE,
+    "eval.num_cpus": _via("threads (wall times)", "cell:empirical", "cost_ratio"),
+    "eval.num_gpus": _via("eval device", "cell", "cost_ratio"),
+    "eval.seed": _direct("cell", "curves"),
+    "tune.": _direct("tune"),
+    "tracking.": NONE,
+    "ray.": NONE,
+}
+
+
+def classification(path: str) -> Direct | Via | None:
+    """The entry for a dotted field path (exact, else the longest section prefix), or None."""
+    if path in FIELDS:
+        return FIELDS[path]
+    prefixes = [p for p in FIELDS if p.endswith(".") and path.startswith(p)]
+    return FIELDS[max(prefixes, key=len)] if prefixes else None
+
+
+def leaf_fields(model: type | None = None, prefix: str = "") -> list[str]:
+    """Dotted paths of every leaf field of a pydantic model (SweepSpec by default); lists are leaves."""
+    import typing
+
+    from pydantic import BaseModel
+
+    from specray.config import SweepSpec
+
+    model = model or SweepSpec
+    paths = []
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        nested = [c for c in (annotation, *typing.get_args(annotation)) if isinstance(c, type)]
+        section = next((c for c in nested if issubclass(c, BaseModel)), None)
+        if section is not None and typing.get_origin(annotation) is not list:
+            paths += leaf_fields(section, f"{prefix}{name}.")
+        else:
+            paths.append(f"{prefix}{name}")
+    return paths
+
+
+def _value(spec: SweepSpec, path: str) -> Any:
+    node: Any = spec
+    for part in path.split("."):
+        node = getattr(node, part)
+    return node.model_dump(mode="json") if hasattr(node, "model_dump") else _jsonable(node)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def direct_inputs(spec: SweepSpec, *roles: str) -> dict[str, Any]:
+    """{field path: value} of every directly keyed field with one of `roles`."""
+    wanted = set(roles)
+    return {
+        path: _value(spec, path)
+        for path, entry in FIELDS.items()
+        if isinstance(entry, Direct) and entry.roles & wanted and not path.endswith(".")
+    }
+
+
+def digest(inputs: Mapping[str, Any], length: int = 20) -> str:
+    """Stable hash of key inputs (sorted JSON; floats as Python prints them)."""
+    payload = json.dumps({"format": KEY_FORMAT, **inputs}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:length]
+
+
+def describe_change(old: Mapping[str, Any], new: Mapping[str, Any], limit: int = 3) -> str:
+    """`eval.gamma 3 → 6, distill.divergence fkl → tvd` for the inputs that differ ("new" if no old)."""
+    if not old:
+        return "new"
+    changed = [key for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
+    parts = [f"{key} {_short(old.get(key))} → {_short(new.get(key))}" for key in changed[:limit]]
+    parts += [f"{len(changed) - limit} more"] if len(changed) > limit else []
+    return ", ".join(parts) or "unchanged"
+
+
+def _short(value: Any) -> str:
+    if value is None:
+        return "(none)"
+    if isinstance(value, str) and len(value) == 20 and all(c in "0123456789abcdef" for c in value):
+        return value[:8]  # another key: its first characters are enough to see that it changed
+    text = json.dumps(value, default=str) if not isinstance(value, str) else value
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# ---------------------------------------------------------------- derived inputs
+
+
+def model_id(ref: ModelRef, models: ModelsSpec) -> str:
+    """Stable name of a model: `zoo/<zoo key>/<entry>` (moving the cache keeps keys) or its HF name/path."""
+    if ref.zoo is not None:
+        from specray.models.zoo import zoo_key
+
+        return f"zoo/{zoo_key(models.zoo)}/{ref.zoo}"
+    assert ref.name_or_path is not None  # guaranteed by ModelRef's validator
+    return ref.name_or_path
+
+
+def device_kind(num_gpus: float) -> str:
+    """The kind of device a stage runs on, from its resources: what changes numerics (bf16, kernels)."""
+    return "cuda" if num_gpus > 0 else "cpu"
+
+
+def canonical_mixture(mixture: Mapping[float, float]) -> str:
+    """`0.7:0.333333,0.9:0.666667`: normalised weights, so `{0.7: 1, 0.9: 2}` and `{0.7: 2, 0.9: 4}` agree."""
+    total = sum(mixture.values())
+    return ",".join(f"{float(t):g}:{w / total:.6g}" for t, w in sorted(mixture.items()))
+
+
+def draft_key_inputs(
+    spec: SweepSpec, paradigm: str | None, mixture: Mapping[float, float], shard_digests: Mapping[float, str]
+) -> dict[str, Any]:
+    """What a draft's weights depend on. `paradigm` None is the un-distilled draft (the student itself)."""
+    inputs: dict[str, Any] = {"student": model_id(spec.models.draft, spec.models)}
+    if paradigm is None:
+        return inputs
+    roles = ("draft", "draft:online") if paradigm == "online" else ("draft",)
+    inputs |= direct_inputs(spec, *roles)
+    if paradigm == "online":
+        inputs["target"] = model_id(spec.models.target, spec.models)
+        if spec.distill.divergence != "jsd":
+            inputs.pop("distill.jsd_beta")
+    inputs |= {
+        "paradigm": paradigm,
+        "mixture": canonical_mixture(mixture),
+        "shards": {f"{float(t):g}": shard_digests[t] for t in sorted(mixture)},
+        "device": device_kind(spec.distill.num_gpus_per_worker),
+    }
+    return inputs
+
+
+def curve_inputs(spec: SweepSpec) -> dict[str, Any]:
+    """What the acceptance-vs-KD-step curves recorded with a draft depend on beyond its weights."""
+    return direct_inputs(spec, "curves")
+
+
+def cost_ratio_inputs(spec: SweepSpec) -> dict[str, Any]:
+    """What the measured c depends on: the pair's architectures, dtype, device and threads."""
+    return {
+        "target": model_id(spec.models.target, spec.models),
+        "student": model_id(spec.models.draft, spec.models),
+        "models.target.dtype": spec.models.target.dtype,
+        "device": device_kind(spec.eval.num_gpus),
+        "threads": max(1, int(spec.eval.num_cpus)),
+    }
+
+
+def cell_key_inputs(
+    spec: SweepSpec,
+    draft_key: str,
+    prompts_fingerprint: str,
+    test_set: str,
+    tau_dec: float,
+    estimator: str,
+    gamma: int,
+    cost_ratio: float | None,
+) -> dict[str, Any]:
+    """What one evaluation cell's record depends on (`cost_ratio`: c's value, analytic cells only)."""
+    inputs = direct_inputs(spec, "cell", f"cell:{estimator}")
+    inputs |= {
+        "draft": draft_key,
+        "target": model_id(spec.models.target, spec.models),
+        "device": device_kind(spec.eval.num_gpus),
+        "prompts": prompts_fingerprint,
+        "test_set": test_set,
+        "tau_dec": float(tau_dec),
+        "estimator": estimator,
+        "eval.gamma": int(gamma),
+    }
+    if estimator == "analytic":
+        inputs["c"] = None if cost_ratio is None else float(f"{cost_ratio:.6g}")
+    else:
+        inputs["threads"] = max(1, int(spec.eval.num_cpus))
+    return inputs
+
+
+def spec_key(spec: SweepSpec, with_tune: bool = False) -> str:
+    """Identity of a sweep's work (MLflow parent runs are tagged with it): every field that changes a result,
+    the grid or the report (and the tune search for `specray tune`); not where or how it runs."""
+    skipped = {"none"} if with_tune else {"none", "tune"}
+    inputs: dict[str, Any] = {}
+    for path in leaf_fields():
+        entry = classification(path)
+        if entry is not None and not entry.roles <= skipped:
+            inputs[path] = _value(spec, path)
+    return digest(inputs | {"name": spec.name}, length=16)

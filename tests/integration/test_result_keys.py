@@ -1,0 +1,97 @@
+"""Changing a setting recomputes exactly what it changes, through the real CLI on the smoke sweep: a new γ
+re-evaluates every cell and retrains nothing; a new divergence retrains only the online drafts; the same
+command again computes nothing — and every MLflow parent run holds the metrics of its own settings."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from specray.tracking import PARENT, ROLE
+from tests.sweeps import CELLS_PER_DRAFT, finished_drafts, run_cli, smoke_command
+
+pytestmark = pytest.mark.integration
+DRAFTS = 5  # the un-distilled draft, offline and online at τ_kd 0 and 1
+CELLS = CELLS_PER_DRAFT * DRAFTS
+
+
+def _plan(stdout: str) -> dict[str, str]:
+    """The plan's lines by stage: `{"drafts": "4 reused, 0 to compute", ...}`."""
+    lines = stdout.split("plan for sweep smoke", 1)[1].splitlines()[1:5]
+    return {line[2:17].strip(): line[17:].strip() for line in lines}  # "  <stage:15> <counts>"
+
+
+def _counts(line: str) -> tuple[int, int]:
+    reused, todo = re.match(r"(\d+) reused, (\d+) to compute", line).groups()
+    return int(reused), int(todo)
+
+
+def _parent_metrics(uri: str) -> list[dict]:
+    """Per parent run, oldest first: its params and its children's metrics by draft."""
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("smoke").experiment_id])
+    parents = sorted((r for r in runs if r.data.tags.get(ROLE) == "sweep"), key=lambda r: r.info.start_time)
+    result = []
+    for parent in parents:
+        children = [r for r in runs if r.data.tags.get(PARENT) == parent.info.run_id]
+        metrics = {r.data.tags["draft"]: r.data.metrics for r in children}
+        result.append({"params": parent.data.params, "metrics": metrics, "status": parent.info.status})
+    return result
+
+
+def test_a_changed_setting_recomputes_exactly_what_it_changes(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+    def run(*overrides: str, dry: bool = False):
+        command = smoke_command(tmp_path, uri, *overrides) + (["--dry-run"] if dry else [])
+        result = run_cli(command, tmp_path)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result
+
+    first = run()
+    assert _counts(_plan(first.stdout)["drafts"]) == (0, 4)
+    trained = finished_drafts(tmp_path)
+    cells = tmp_path / "smoke" / "cells"
+    assert len(list(cells.glob("*.json"))) == CELLS
+
+    # γ 3 -> 6: the plan says why, every cell is evaluated again, no draft is retrained
+    dry = run("eval.gamma=6", dry=True)
+    plan = _plan(dry.stdout)
+    assert _counts(plan["drafts"]) == (4, 0) and _counts(plan["cells"]) == (0, CELLS)
+    assert "eval.gamma 3 → 6" in plan["cells"]
+    assert len(_parent_metrics(uri)) == 1  # a dry run tracks nothing
+    second = run("eval.gamma=6")
+    assert finished_drafts(tmp_path) == trained
+    assert len(list(cells.glob("*.json"))) == 2 * CELLS
+    old, new = _parent_metrics(uri)
+    assert new["params"]["eval.gamma"] == "[6]" and new["status"] == "FINISHED"
+    key = "block_efficiency/in_domain/tau_dec_1"
+    for draft, metrics in new["metrics"].items():  # the new parent holds γ = 6 numbers, not γ = 3 ones
+        assert metrics[key] != old["metrics"][draft][key], draft
+        assert 1.0 <= metrics[key] <= 7.0
+    records = [json.loads(p.read_text()) for p in cells.glob("*.json")]
+    assert sorted({r["gamma"] for r in records}) == [3, 6]
+    assert "cost ratio c    1 reused" in second.stdout  # c is a property of the pair, not of γ
+
+    # divergence fkl -> tvd: the online drafts are retrained, the offline ones reused
+    third = run("distill.divergence=tvd")
+    plan = _plan(third.stdout)
+    assert _counts(plan["drafts"]) == (2, 2) and "distill.divergence fkl → tvd" in plan["drafts"]
+    after = finished_drafts(tmp_path)
+    for name in trained:
+        assert (after[name] == trained[name]) == name.startswith("offline"), name
+    # online cells recomputed (their draft changed), the rest reused
+    online_cells = 2 * CELLS_PER_DRAFT
+    assert _counts(plan["cells"]) == (CELLS - online_cells, online_cells)
+    assert "the draft changed" in plan["cells"]
+
+    # the same command again: nothing to compute, and the plan says so
+    fourth = run("distill.divergence=tvd")
+    plan = _plan(fourth.stdout)
+    for stage in ("teacher shards", "drafts", "cost ratio c", "cells"):
+        assert _counts(plan[stage])[1] == 0, (stage, plan[stage])
+    assert finished_drafts(tmp_path) == after
