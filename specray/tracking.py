@@ -264,15 +264,16 @@ def _probe_server(uri: str, timeout_s: float = 10.0) -> None:
         requests.get(f"{uri.rstrip('/')}/health", timeout=timeout_s)  # any answer means a server is there
     except requests.RequestException as e:
         log.debug("MLflow server probe at %s failed", uri, exc_info=True)
+        reason = _connection_failure(e) or type(e).__name__
         raise SpecError(
-            f"tracking.uri: no MLflow server answers at {uri} ({connection_failure(e) or type(e).__name__}); "
+            f"tracking.uri: no MLflow server answers at {uri} ({reason}); "
             "start it (e.g. `mlflow server --host 127.0.0.1 --port PORT`) or use tracking.uri=sqlite:///mlflow.db"
         ) from None
 
 
 def _tracking_error(uri: str, error: Exception) -> TrackingError:
     """One line for the user naming the server and what went wrong; the raw error stays in the debug log."""
-    reason = connection_failure(error)
+    reason = _connection_failure(error)
     if reason:
         return TrackingError(f"MLflow at {uri} stopped answering ({reason})")
     if isinstance(error, MlflowException):  # the server answered, and refused the call
@@ -311,7 +312,7 @@ _FAILURE_TEXTS = (
 )
 
 
-def connection_failure(error: BaseException) -> str | None:
+def _connection_failure(error: BaseException) -> str | None:
     """Why a tracking server did not answer, in a few words (`connection reset`, `HTTP 503`), or None when
     it did answer. Read from the exception types in the cause chain (MLflow wraps requests, which wraps
     urllib3, which wraps the socket's error); from the text only where MLflow kept nothing else."""
