@@ -17,19 +17,24 @@ in the Model Registry with its mixture in the version's tags.
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import math
+import re
+import socket
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import requests
+import urllib3.exceptions
 from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from specray.config import SweepSpec, dump_spec
-from specray.errors import SpecError, TrackingError
+from specray.errors import SpecError, TrackingError, find_cause
 
 if TYPE_CHECKING:
     from specray.specdec.records import CellRecord
@@ -116,13 +121,9 @@ class Tracker:
     def _call(self, fn, *args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except MlflowException as e:
-            reason = _connection_failure(e.message)
-            if reason:
-                raise TrackingError(f"MLflow at {self.uri} stopped answering ({reason})") from e
-            raise TrackingError(f"MLflow at {self.uri}: {e.message.splitlines()[0]}") from e
-        except OSError as e:  # connection refused, DNS, unwritable sqlite file
-            raise TrackingError(f"MLflow at {self.uri} is unreachable ({e})") from e
+        except (MlflowException, OSError) as e:  # OSError: an unwritable sqlite file, requests' own errors
+            log.debug("MLflow call %s at %s failed", getattr(fn, "__name__", fn), self.uri, exc_info=True)
+            raise _tracking_error(self.uri, e) from e
 
     def _experiment(self, name: str) -> str:
         found = self.client.get_experiment_by_name(name)
@@ -265,27 +266,76 @@ def _probe_server(uri: str, timeout_s: float = 10.0) -> None:
     at start a server that is not there should be reported at once."""
     if not uri.startswith(("http://", "https://")):
         return
-    import requests
-
     try:
         requests.get(f"{uri.rstrip('/')}/health", timeout=timeout_s)  # any answer means a server is there
     except requests.RequestException as e:
-        reason = f"timed out after {timeout_s:g}s" if isinstance(e, requests.Timeout) else None
-        reason = reason or _connection_failure(str(e)) or type(e).__name__
+        log.debug("MLflow server probe at %s failed", uri, exc_info=True)
+        reason = _connection_failure(e) or type(e).__name__
         raise SpecError(
-            f"tracking.uri: no MLflow server answers at {uri} ({reason}); start it "
-            f"(e.g. `mlflow server --host 127.0.0.1 --port PORT`) or use tracking.uri=sqlite:///mlflow.db"
+            f"tracking.uri: no MLflow server answers at {uri} ({reason}); "
+            "start it (e.g. `mlflow server --host 127.0.0.1 --port PORT`) or use tracking.uri=sqlite:///mlflow.db"
         ) from None
 
 
-def _connection_failure(text: str) -> str | None:
-    """`... NewConnectionError(...: [Errno 111] Connection refused')) ...` -> `Connection refused`."""
-    import re
+def _tracking_error(uri: str, error: Exception) -> TrackingError:
+    """One line for the user naming the server and what went wrong; the raw error stays in the debug log."""
+    reason = _connection_failure(error)
+    if reason:
+        return TrackingError(f"MLflow at {uri} stopped answering ({reason})")
+    if isinstance(error, MlflowException):  # the server answered, and refused the call
+        return TrackingError(f"MLflow at {uri}: {error.message.splitlines()[0]}")
+    return TrackingError(f"MLflow at {uri} is unreachable ({error})")
 
-    found = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", text)
-    if found:
-        return found.group(1).strip()
-    return "read timed out" if "Read timed out" in text else None
+
+_HTTP_ERRORS = "HTTP error responses"
+_TOO_MANY_STATUS = re.compile(r"too many (\d{3}) error responses")  # urllib3's ResponseError keeps only this
+# (exception types in the cause chain, few words), most telling first. A dying server shows as any of the
+# connection errors: refused once it is gone, reset or closed with a request in flight, a broken pipe
+# mid-upload. urllib3's NewConnectionError is one of its TimeoutErrors, so timeouts are the socket's own.
+_FAILURE_TYPES: tuple[tuple[tuple[type[BaseException], ...], str], ...] = (
+    ((socket.gaierror,), "host name not found"),
+    ((TimeoutError, requests.Timeout, urllib3.exceptions.ReadTimeoutError), "timed out"),
+    ((ConnectionRefusedError,), "connection refused"),
+    ((http.client.RemoteDisconnected,), "connection closed"),  # a ConnectionResetError: test it first
+    ((ConnectionResetError,), "connection reset"),
+    ((ConnectionAbortedError, BrokenPipeError), "connection aborted"),
+    ((requests.exceptions.RetryError, urllib3.exceptions.ResponseError), _HTTP_ERRORS),
+    ((requests.ConnectionError, urllib3.exceptions.ProtocolError), "connection failed"),
+)
+# the same causes as urllib3 and the socket word them, for the one place MLflow keeps only the text: failed
+# artifact downloads, gathered into one message
+_FAILURE_TEXTS = (
+    (
+        re.compile(r"Failed to resolve|Name or service not known|Temporary failure in name resolution"),
+        "host name not found",
+    ),
+    (re.compile(r"Read timed out|connect timeout="), "timed out"),
+    (re.compile(r"Connection refused"), "connection refused"),
+    (re.compile(r"RemoteDisconnected|Remote end closed connection"), "connection closed"),
+    (re.compile(r"Connection reset by peer"), "connection reset"),
+    (re.compile(r"Broken pipe|ConnectionAbortedError"), "connection aborted"),
+    (_TOO_MANY_STATUS, _HTTP_ERRORS),
+)
+
+
+def _connection_failure(error: BaseException) -> str | None:
+    """Why a tracking server did not answer, in a few words (`connection reset`, `HTTP 503`), or None when
+    it did answer. Read from the exception types in the cause chain (MLflow wraps requests, which wraps
+    urllib3, which wraps the socket's error); from the text only where MLflow kept nothing else."""
+    for types, words in _FAILURE_TYPES:
+        cause = find_cause(error, types)
+        if cause is not None:
+            return _with_status(words, str(cause))
+    text = str(error)
+    return next(
+        (_with_status(words, text) for pattern, words in _FAILURE_TEXTS if pattern.search(text)), None
+    )
+
+
+def _with_status(words: str, text: str) -> str:
+    """`HTTP error responses` -> `HTTP 503` when urllib3's message names the status."""
+    status = _TOO_MANY_STATUS.search(text) if words == _HTTP_ERRORS else None
+    return f"HTTP {status.group(1)}" if status else words
 
 
 def _now_ms() -> int:

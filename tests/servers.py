@@ -37,7 +37,7 @@ class MlflowServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout_s: float = 120.0) -> MlflowServer:
+    def start(self, timeout_s: float = 600.0) -> MlflowServer:  # only a broken start takes this long
         command = [
             str(BIN / "mlflow"),
             "server",

@@ -13,6 +13,7 @@ from mlflow.tracking import MlflowClient
 from specray.distill.checkpoints import FINISHED_FILE
 from specray.tracking import PARENT, ROLE
 from tests.conftest import REPO
+from tests.waiting import CLI_TIMEOUT_S
 
 SPECRAY = str(Path(sys.executable).parent / "specray")
 SMOKE = REPO / "sweeps" / "smoke.yaml"
@@ -27,7 +28,7 @@ def smoke_command(output_dir: Path, uri: str, *overrides: str) -> list[str]:
 
 
 def run_cli(
-    command: Sequence[str], cwd: Path, timeout: float = 600, **env: str
+    command: Sequence[str], cwd: Path, timeout: float = CLI_TIMEOUT_S, **env: str
 ) -> subprocess.CompletedProcess:
     return subprocess.run(
         list(command), cwd=cwd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **env}

@@ -12,6 +12,7 @@ import yaml
 
 from specray.config import load_raw
 from tests.conftest import REPO
+from tests.waiting import CLI_TIMEOUT_S
 
 pytestmark = pytest.mark.integration
 SPECRAY = str(Path(sys.executable).parent / "specray")
@@ -22,7 +23,13 @@ def specray(*args: str, cache: Path | None = None) -> subprocess.CompletedProces
     if cache is not None:
         env["SPECRAY_CACHE"] = str(cache)
     return subprocess.run(
-        [SPECRAY, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False
+        [SPECRAY, *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
+        check=False,
     )
 
 

@@ -20,6 +20,7 @@ from specray.faults import FAULTS_DIR_ENV, FAULTS_ENV
 from specray.models.loading import load_model
 from tests.conftest import REPO
 from tests.unit.test_distill_loop import losses, make_shards, micro_spec
+from tests.waiting import CLI_TIMEOUT_S
 
 pytestmark = pytest.mark.integration
 SPECRAY = str(Path(sys.executable).parent / "specray")
@@ -109,7 +110,13 @@ def specray(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.pop(FAULTS_ENV, None)
     return subprocess.run(
-        [SPECRAY, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
+        [SPECRAY, *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
+        check=False,
     )
 
 

@@ -17,6 +17,7 @@ from specray.specdec.cells import encode_test_prompts, passes
 from specray.specdec.evaluator import EvalJob, EvalSettings, Evaluator
 from specray.specdec.workers import EvalPool
 from tests.conftest import REPO, micro_zoo_spec
+from tests.waiting import CLI_TIMEOUT_S
 
 pytestmark = pytest.mark.integration
 SETTINGS = EvalSettings(repeats=1, max_new_tokens=10, empirical_prompts=2, cost_ratio=0.2)
@@ -103,7 +104,7 @@ def test_evaluate_cli_prints_the_table_and_refuses_a_foreign_draft(tmp_path: Pat
     specray = str(Path(sys.executable).parent / "specray")
     out = tmp_path / "records.json"
     args = ["evaluate", "sweeps/smoke.yaml", "eval.estimators=[analytic]", "--output", str(out)]
-    run = subprocess.run([specray, *args], cwd=REPO, capture_output=True, text=True, timeout=600)
+    run = subprocess.run([specray, *args], cwd=REPO, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "non-distill on in_domain (γ=3)" in run.stdout and "acceptance_rate" in run.stdout
     assert "c = " in run.stdout  # the cost ratio, measured once for every draft
@@ -111,6 +112,6 @@ def test_evaluate_cli_prints_the_table_and_refuses_a_foreign_draft(tmp_path: Pat
     assert len(records) == 2 * 2  # 2 τ_dec × 2 test sets
     foreign = build_zoo(micro_zoo_spec(vocab_size=300, corpus_size=100), root=tmp_path / "zoo")
     args = ["evaluate", "sweeps/smoke.yaml", "--draft", str(foreign.draft)]
-    run = subprocess.run([specray, *args], cwd=REPO, capture_output=True, text=True, timeout=600)
+    run = subprocess.run([specray, *args], cwd=REPO, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
     assert run.returncode == 2
     assert "different vocabularies" in run.stderr and "Traceback" not in run.stderr

@@ -31,6 +31,7 @@ from specray.tracking import (
 from tests.conftest import REPO
 from tests.servers import QUIET, listening_addresses
 from tests.servers import mlflow_server as start_mlflow_server
+from tests.waiting import CLI_TIMEOUT_S
 
 pytestmark = pytest.mark.integration
 BIN = Path(sys.executable).parent
@@ -65,7 +66,9 @@ def tracked_sweep(mlflow_server: tuple[str, Path], tmp_path_factory: pytest.Temp
     command = [str(BIN / "specray"), "run", str(REPO / "sweeps" / "smoke.yaml"), f"tracking.uri={url}"]
     command.append(f"output_dir={folder}")
     env = {**os.environ, **QUIET}
-    result = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=600, env=env)
+    result = subprocess.run(
+        command, cwd=folder, capture_output=True, text=True, timeout=CLI_TIMEOUT_S, env=env
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     experiment = MlflowClient(url).get_experiment_by_name("smoke")
     return TrackedSweep(url, experiment.experiment_id, server_folder)
@@ -119,7 +122,7 @@ def _chromium(url: str, profile: Path, *action: str) -> subprocess.CompletedProc
         "--window-size=1400,900",
         "--virtual-time-budget=15000",  # the UI is a React app: let it fetch and render the runs
     ]
-    return subprocess.run([CHROMIUM, *flags, *action, url], capture_output=True, text=True, timeout=120)
+    return subprocess.run([CHROMIUM, *flags, *action, url], capture_output=True, text=True, timeout=300)
 
 
 def test_ui_lists_the_sweeps_runs(tracked_sweep: TrackedSweep, tmp_path: Path) -> None:

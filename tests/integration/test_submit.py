@@ -27,6 +27,7 @@ from mlflow.tracking import MlflowClient
 from specray.tracking import PARENT, ROLE
 from tests.conftest import REPO
 from tests.servers import listening_addresses
+from tests.waiting import CLI_TIMEOUT_S, wait_until
 
 pytestmark = pytest.mark.integration
 BIN = Path(sys.executable).parent
@@ -75,11 +76,11 @@ def _processes_of(temp_dir: Path) -> list[int]:
 
 def _stop_head(temp_dir: Path) -> None:
     """Stop this head only (`ray stop` would stop every Ray on the machine, other tests' included)."""
-    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):  # gcs_server & raylet linger on TERM
+    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 60.0)):  # gcs_server & raylet linger on TERM
         for pid in _processes_of(temp_dir):
             with contextlib.suppress(ProcessLookupError):  # exited meanwhile
                 os.kill(pid, sig)
-        deadline = time.monotonic() + grace
+        deadline = time.monotonic() + grace  # a killed process can take a while to go on a loaded machine
         while _processes_of(temp_dir) and time.monotonic() < deadline:
             time.sleep(0.2)
     shutil.rmtree(temp_dir, ignore_errors=True)
@@ -114,25 +115,20 @@ def _start_head(temp_dir: Path) -> RayHead:
         "RAY_AUTH_MODE": "token",
         "RAY_AUTH_TOKEN": secrets.token_hex(32),
     }
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     return RayHead(f"http://127.0.0.1:{ports['dashboard-port']}", env)
 
 
-def _wait_for_jobs_api(head: RayHead, timeout_s: float = 90.0) -> None:
+def _jobs_api_answers(head: RayHead) -> bool:
     request = urllib.request.Request(
         f"{head.address}/api/jobs/", headers={"Authorization": f"Bearer {head.env['RAY_AUTH_TOKEN']}"}
     )
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with urllib.request.urlopen(request, timeout=5) as response:
-                if response.status == 200:
-                    return
-        except OSError:  # the dashboard is still starting
-            pass
-        assert time.monotonic() < deadline, f"no Jobs API at {head.address} after {timeout_s:.0f}s"
-        time.sleep(1.0)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status == 200
+    except OSError:  # the dashboard is still starting
+        return False
 
 
 @pytest.fixture(scope="module")
@@ -144,14 +140,14 @@ def ray_head() -> Iterator[RayHead]:
     temp_dir = Path(tempfile.mkdtemp(prefix="sr-", dir="/tmp"))
     try:
         head = _start_head(temp_dir)
-        _wait_for_jobs_api(head)
+        wait_until(lambda: _jobs_api_answers(head), f"the Jobs API at {head.address}", poll_s=1.0)
         yield head
     finally:
         _stop_head(temp_dir)
     assert not _processes_of(temp_dir), "Ray processes of the test head survived"
 
 
-def _specray(head: RayHead, *args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
+def _specray(head: RayHead, *args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
     """The real CLI against the head: `--address` and the head's token come with every call."""
     command = [SPECRAY, *args, "--address", head.address]
     env = {**head.env, **env}
@@ -164,11 +160,9 @@ def test_submitted_smoke_sweep_succeeds_streams_its_logs_and_tracks_to_mlflow(
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     job_id = f"specray-smoke-test-{os.getpid()}"
     args = ["sweeps/smoke.yaml", f"tracking.uri={uri}", f"output_dir={tmp_path / 'out'}"]
-    started = time.monotonic()
     submitted = _specray(
-        ray_head, "submit", *args, "--submission-id", job_id, timeout=400, HF_TOKEN=FAKE_TOKEN
+        ray_head, "submit", *args, "--submission-id", job_id, timeout=CLI_TIMEOUT_S, HF_TOKEN=FAKE_TOKEN
     )
-    seconds = time.monotonic() - started
     output = submitted.stdout + submitted.stderr
     assert submitted.returncode == 0, output[-4000:]
     assert f"job {job_id} SUCCEEDED" in submitted.stderr
@@ -179,7 +173,6 @@ def test_submitted_smoke_sweep_succeeds_streams_its_logs_and_tracks_to_mlflow(
     assert "sweep smoke: " in submitted.stdout and "MLflow run" in submitted.stdout
     assert "Connecting to existing Ray cluster" in submitted.stdout
     assert "Started a local Ray instance" not in submitted.stdout
-    assert seconds < 240, f"submit took {seconds:.0f}s"
 
     logs = _specray(ray_head, "jobs", "logs", job_id)
     assert logs.returncode == 0 and "sweep smoke: " in logs.stdout
@@ -201,6 +194,12 @@ def test_submitted_smoke_sweep_succeeds_streams_its_logs_and_tracks_to_mlflow(
     assert (tmp_path / "out" / "smoke" / "report" / "report.md").exists()
 
 
+def _started(head: RayHead, job_id: str) -> str:
+    """The job's status line once it is running or has ended, else ""."""
+    line = _specray(head, "jobs", "status", job_id).stdout.split("\n", 1)[0]
+    return line if any(state in line for state in ("RUNNING", "SUCCEEDED", "FAILED", "STOPPED")) else ""
+
+
 def test_jobs_stop_ends_a_running_job(ray_head: RayHead, tmp_path: Path) -> None:
     job_id = f"specray-smoke-stop-{os.getpid()}"
     args = [f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", f"output_dir={tmp_path / 'out'}"]
@@ -209,12 +208,10 @@ def test_jobs_stop_ends_a_running_job(ray_head: RayHead, tmp_path: Path) -> None
     submitted = _specray(ray_head, "submit", "sweeps/smoke.yaml", *args, *options)
     assert submitted.returncode == 0, submitted.stderr[-2000:]
     assert f"specray jobs logs {job_id} --follow" in submitted.stderr
-    deadline = time.monotonic() + 60
-    while "RUNNING" not in _specray(ray_head, "jobs", "status", job_id).stdout:
-        assert time.monotonic() < deadline, "the job never started"
-        time.sleep(1.0)
+    started = wait_until(lambda: _started(ray_head, job_id), f"job {job_id} to start", poll_s=1.0)
+    assert "RUNNING" in started, started
 
-    stopped = _specray(ray_head, "jobs", "stop", job_id, timeout=120)
+    stopped = _specray(ray_head, "jobs", "stop", job_id)
     assert stopped.returncode == 0 and "stop requested; now STOPPED" in stopped.stdout, stopped.stderr
     followed = _specray(ray_head, "jobs", "logs", job_id, "--follow")
     assert followed.returncode == 1 and f"job {job_id} STOPPED" in followed.stderr

@@ -17,6 +17,7 @@ from specray.data.dataset import build_splits
 from specray.data.shards import MANIFEST_FILE, SHARD_FILE, is_complete, read_parts, read_shard, shard_key
 from specray.teacher.pool import generate_shards, make_teacher_pool
 from tests.conftest import REPO, micro_zoo_spec
+from tests.waiting import CLI_TIMEOUT_S
 
 pytestmark = pytest.mark.integration
 SPECRAY = str(Path(sys.executable).parent / "specray")
@@ -138,7 +139,13 @@ def test_complete_shards_are_reused_and_seeds_reproduce(spec, train, pool, refer
 def specray(*args: str, cache: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, SPECRAY_CACHE=str(cache))
     return subprocess.run(
-        [SPECRAY, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
+        [SPECRAY, *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
+        check=False,
     )
 
 

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from specray.sweep.tune_trial import DRAFT_DIR, TRIAL_RESULT
 from specray.tracking import BEST, PARENT, ROLE, TRIAL_ID
 from tests.conftest import REPO
 from tests.unit.test_distill_loop import make_shards, micro_spec
+from tests.waiting import CLI_TIMEOUT_S, wait_until
 
 pytestmark = pytest.mark.integration
 SPECRAY = str(Path(sys.executable).parent / "specray")
@@ -172,12 +172,12 @@ def test_a_killed_search_resumes_without_rerunning_finished_trials(micro_zoo, tm
     process = subprocess.Popen(
         tune_command(micro_zoo, tmp_path), cwd=tmp_path, env=env, start_new_session=True, **quiet
     )
-    deadline = time.monotonic() + 240
-    while process.poll() is None and time.monotonic() < deadline:
+
+    def one_trial_done_and_saved() -> bool:
         done = finished_trials(tmp_path)
-        if done and saved_as_terminated(tmp_path, set(done)):
-            break
-        time.sleep(0.5)
+        return bool(done) and saved_as_terminated(tmp_path, set(done))
+
+    wait_until(lambda: process.poll() is not None or one_trial_done_and_saved(), "a finished, saved trial")
     assert process.poll() is None, "the search ended before it could be interrupted"
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
@@ -189,7 +189,7 @@ def test_a_killed_search_resumes_without_rerunning_finished_trials(micro_zoo, tm
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=400,
+        timeout=CLI_TIMEOUT_S,
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "(resumed)" in resumed.stdout and "| in_domain | 1 |" in resumed.stdout
