@@ -78,8 +78,12 @@ def prepare_inputs(spec: SweepSpec, paradigm: str, mixture: Mapping[float, float
     check_same_vocabulary(tokenizer, draft_tokenizer, target_path, draft_path)
     truth = None
     if paradigm == "online" and spec.distill.sources.fixed > 0:
+        from specray.data.dataset import build_splits
+
+        outputs = {example.id: example.output for example in build_splits(spec.data)["train"]}
         # every shard holds the same prompts (the train split), so one table gives every prompt's truth
-        truth = ground_truth_responses(spec, next(iter(tables.values())), tokenizer)
+        table = next(iter(tables.values()))
+        truth = ground_truth_responses(table, outputs, tokenizer, spec.teacher.max_new_tokens)
     rows = {
         tau: rows_from_table(table, tau, spec.data.max_prompt_tokens, truth) for tau, table in tables.items()
     }
@@ -87,22 +91,19 @@ def prepare_inputs(spec: SweepSpec, paradigm: str, mixture: Mapping[float, float
 
 
 def ground_truth_responses(
-    spec: SweepSpec, table: pa.Table, tokenizer: PreTrainedTokenizerBase
+    table: pa.Table, outputs: Mapping[str, str], tokenizer: PreTrainedTokenizerBase, limit: int
 ) -> dict[str, tuple[int, ...]]:
-    """Prompt id -> the train example's `output` as a response to the shard's prompt, tokenised like
-    the teacher's responses: the tokens that follow the prompt's own in the tokenisation of prompt +
-    output (so the boundary is cut as a model continuing the prompt would see it; the output alone
-    where a merge crosses the boundary), then EOS, and cut at teacher.max_new_tokens like a response."""
-    from specray.data.dataset import build_splits
-
-    outputs = {example.id: example.output for example in build_splits(spec.data)["train"]}
+    """Prompt id -> its example's ground-truth `outputs[id]` as a response to the shard's prompt,
+    tokenised like the teacher's responses: the tokens that follow the prompt's own in the tokenisation
+    of prompt + output (so the boundary is cut as a model continuing the prompt sees it; the output alone
+    where a merge crosses the boundary), then EOS, cut at `limit` (teacher.max_new_tokens) tokens."""
     ids = table.column("prompt_id").to_pylist()
     missing = [i for i in ids if i not in outputs]
     if missing:
         raise DataError(f"{len(missing)} shard prompts are not in the train split (e.g. {missing[0]!r})")
     prompts = table.column("prompt").to_pylist()
     joint = tokenizer([prompt + outputs[i] for i, prompt in zip(ids, prompts, strict=True)])["input_ids"]
-    eos, limit = tokenizer.eos_token_id, spec.teacher.max_new_tokens
+    eos = tokenizer.eos_token_id
     truth = {}
     for i, prompt_ids, ids_joint in zip(
         ids, table.column("prompt_token_ids").to_pylist(), joint, strict=True

@@ -4,20 +4,22 @@ row fractions of every micro-batch, ground-truth responses, and every preset thr
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import get_args
 
+import pyarrow as pa
 import pytest
 import yaml
 
 from specray.config import SweepSpec, dump_spec
 from specray.distill.checkpoints import is_finished
 from specray.distill.data import TrainRow, onpolicy_indices, row_sources, with_ground_truth
-from specray.distill.inputs import prepare_inputs
+from specray.distill.inputs import ground_truth_responses, prepare_inputs
 from specray.distill.loop import _local_batch, _setup, train_draft
 from specray.distill.losses import IGNORE_INDEX
 from specray.distill.session import LocalSession
-from specray.errors import SpecError
+from specray.errors import DataError, SpecError
 from specray.kd_presets import DATA_PRESETS, DataPresetName
 from specray.models.loading import load_tokenizer
 from tests.unit.test_distill_loop import losses, make_shards, micro_spec
@@ -88,14 +90,8 @@ def test_the_default_is_the_original_online_recipe(micro_zoo) -> None:
     ],
 )
 def test_bad_data_sources_name_the_field(micro_zoo, overrides: list[str], message: str) -> None:
-    with pytest.raises(SpecError, match=".*".join(map(_escape, message.split("λ")))):
+    with pytest.raises(SpecError, match=re.escape(message)):
         micro_spec(micro_zoo, *overrides)
-
-
-def _escape(text: str) -> str:
-    import re
-
-    return re.escape(text)
 
 
 # ---------------------------------------------------------------- which rows
@@ -147,6 +143,45 @@ def test_with_ground_truth_replaces_only_the_chosen_rows() -> None:
 def _responses(batch) -> list[tuple[int, ...]]:
     """Each row's labelled (response) tokens."""
     return [tuple(row[row != IGNORE_INDEX].tolist()) for row in batch.labels]
+
+
+class MergingTokenizer:
+    """Characters as ids, except that "ab" is one token (999): a merge that can cross a boundary."""
+
+    eos_token_id = 0
+
+    def __call__(self, texts, add_special_tokens: bool = True) -> dict:
+        encoded = [
+            self._encode(text, add_special_tokens) for text in ([texts] if isinstance(texts, str) else texts)
+        ]
+        return {"input_ids": encoded[0] if isinstance(texts, str) else encoded}
+
+    @staticmethod
+    def _encode(text: str, bos: bool) -> list[int]:
+        ids, i = [1] if bos else [], 0
+        while i < len(text):
+            ids.append(999 if text[i : i + 2] == "ab" else ord(text[i]))
+            i += 2 if text[i : i + 2] == "ab" else 1
+        return ids
+
+
+def test_ground_truth_follows_the_prompt_tokens_or_falls_back_to_the_output_alone() -> None:
+    tokenizer = MergingTokenizer()
+    prompts = {"p1": "Q: x\n", "p2": "Q: a", "p3": "Q: y"}  # p2's "a" merges with the output's "b"
+    outputs = {"p1": "yes", "p2": "bc", "p3": "abcdefgh"}
+    table = pa.table(
+        {
+            "prompt_id": list(prompts),
+            "prompt": list(prompts.values()),
+            "prompt_token_ids": [tokenizer(p)["input_ids"] for p in prompts.values()],
+        }
+    )
+    truth = ground_truth_responses(table, outputs, tokenizer, limit=5)
+    assert truth["p1"] == (ord("y"), ord("e"), ord("s"), 0)  # what follows the prompt's tokens, then EOS
+    assert truth["p2"] == (ord("b"), ord("c"), 0)  # "ab" merged across the boundary: the output alone
+    assert truth["p3"] == (999, ord("c"), ord("d"), ord("e"), ord("f"))  # cut at the limit, no EOS
+    with pytest.raises(DataError, match="1 shard prompts are not in the train split"):
+        ground_truth_responses(table, {"p1": "yes", "p2": "bc"}, tokenizer, limit=5)
 
 
 def test_ground_truth_is_tokenised_as_a_response_to_the_shard_prompt(spec) -> None:
