@@ -10,11 +10,12 @@ from typing import get_args
 
 import pyarrow as pa
 import pytest
+import torch
 import yaml
 
 from specray.config import SweepSpec, dump_spec
 from specray.distill.checkpoints import is_finished
-from specray.distill.data import TrainRow, onpolicy_indices, row_sources, with_ground_truth
+from specray.distill.data import TrainRow, generator, onpolicy_indices, row_sources, with_ground_truth
 from specray.distill.inputs import ground_truth_responses, prepare_inputs
 from specray.distill.loop import _local_batch, _setup, train_draft
 from specray.distill.losses import IGNORE_INDEX
@@ -107,7 +108,10 @@ def test_row_sources_take_exact_counts_per_micro_batch() -> None:
                 assert len(sources.fixed) == round((fixed + student) * batch_size) - students
                 assert not sources.fixed & sources.student
                 assert sources.fixed | sources.student <= set(range(batch_size))
-                # the student rows are the ones the online paradigm always chose: old drafts keep their rows
+                # the student rows are the ones the online paradigm always chose (its formula before
+                # data sources, written out): drafts of the default recipe keep their rows
+                order = torch.randperm(batch_size, generator=generator(0, "onpolicy", 3, 1))
+                assert set(sources.student) == set(order[:students].tolist())
                 assert set(sources.student) == onpolicy_indices(batch_size, student, 0, 3, 1)
 
 
