@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from specray.errors import SpecError
+from specray.kd_presets import DATA_PRESETS, DEFAULT_PRESET, DataSources, DataSourcesField, resolve_sources
 
 # τ is a softmax temperature; 0 means greedy. Above 5 a 32k-vocab softmax is near uniform, so a larger
 # value is almost certainly a typo (the paper's out-of-range study stops at 2.0).
@@ -212,7 +213,13 @@ class DistillSpec(_Frozen):
     paradigms: list[Paradigm] = Field(default=["offline", "online"], min_length=1)
     divergence: Divergence = "fkl"
     jsd_beta: float = Field(default=0.5, gt=0.0, lt=1.0)
-    onpolicy_fraction: float = Field(default=0.5, ge=0.0, le=1.0, description="λ: share of student samples")
+    onpolicy_fraction: float = Field(
+        default=0.5, ge=0.0, le=1.0, description="λ: share of student samples (tempspec presets)"
+    )
+    data_sources: DataSourcesField = Field(
+        default=DEFAULT_PRESET,
+        description="online batches: a preset of specray/kd_presets.py or {fixed: λ1, student: λ2}",
+    )
     loss_temperature: float = Field(default=1.0, gt=0.0, le=MAX_TEMPERATURE)
     steps: int = Field(default=200, ge=1)
     batch_size: int = Field(default=16, ge=1)
@@ -229,6 +236,16 @@ class DistillSpec(_Frozen):
     report_every: int = Field(default=25, ge=1)
     mixtures: list[Mixture] = Field(default=[], description="extra composition recipes to distill")
     seed: int = 0
+
+    @property
+    def sources(self) -> DataSources:
+        """The online paradigm's fractions, a preset resolved with λ = onpolicy_fraction."""
+        return resolve_sources(self.data_sources, self.onpolicy_fraction)
+
+    @property
+    def reads_onpolicy_fraction(self) -> bool:
+        """Whether λ = onpolicy_fraction changes the batches (only the tempspec presets read it)."""
+        return isinstance(self.data_sources, str) and DATA_PRESETS[self.data_sources].reads_lambda
 
 
 class EvalSpec(_Frozen):
@@ -341,6 +358,12 @@ class SweepSpec(_Frozen):
             unknown = sorted(set(mixture.weights) - set(self.teacher.temperatures))
             if unknown:
                 raise ValueError(f"distill.mixtures uses τ_kd {unknown} not in teacher.temperatures")
+        if self.tune.onpolicy_fractions and not self.distill.reads_onpolicy_fraction:
+            raise ValueError(
+                f"tune.onpolicy_fractions searches λ, but distill.data_sources "
+                f"{self.distill.model_dump(mode='json')['data_sources']} does not read it "
+                "(only the presets tempspec and tempspec_teacher do)"
+            )
         return self
 
     @property
@@ -415,11 +438,13 @@ def _apply_override(raw: dict[str, Any], override: str) -> None:
 def _allowed_keys(model: type[BaseModel], loc: Sequence[int | str]) -> list[str] | None:
     """Field names allowed at `loc` (the parent of an unknown key), for the error message."""
     for part in loc:
-        if isinstance(part, int):  # a list index: the list's item model is already selected
+        # a list index, or the tag pydantic puts in the path of a tagged union (distill.data_sources):
+        # the item's model is already selected
+        if isinstance(part, int) or part not in model.model_fields:
             continue
-        field = model.model_fields.get(part)
-        annotation = field.annotation if field else None
-        candidates = [annotation, *get_args(annotation)]
+        annotation = model.model_fields[part].annotation
+        # union members may be Annotated[Model, Tag(...)]: look inside those too
+        candidates = [annotation, *(get_args(a)[0] if get_args(a) else a for a in get_args(annotation))]
         model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
         if model is None:
             return None

@@ -8,8 +8,9 @@ exactly the rows one worker sees), and runs are deterministic.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -22,12 +23,14 @@ from specray.distill.losses import IGNORE_INDEX
 @dataclass(frozen=True)
 class TrainRow:
     """One prompt and a response to learn from: a teacher response from the τ_kd shard, or (online) a
-    student sample at that τ_kd. `response_ids` keeps the EOS the sampler emitted (a draft must learn
-    to stop)."""
+    student sample at that τ_kd or the dataset's ground truth. `response_ids` keeps the EOS the sampler
+    emitted (a draft must learn to stop). `ground_truth_ids` is the prompt's ground-truth output tokenised
+    as a response (EOS included), loaded only when a run trains on fixed data."""
 
     prompt_ids: tuple[int, ...]
     response_ids: tuple[int, ...]
     tau_kd: float
+    ground_truth_ids: tuple[int, ...] = ()
 
 
 def derive_seed(*parts: object) -> int:
@@ -40,14 +43,22 @@ def generator(*parts: object) -> torch.Generator:
     return torch.Generator().manual_seed(derive_seed(*parts))
 
 
-def rows_from_table(table: pa.Table, tau_kd: float, max_prompt_tokens: int) -> list[TrainRow]:
+def rows_from_table(
+    table: pa.Table,
+    tau_kd: float,
+    max_prompt_tokens: int,
+    ground_truth: Mapping[str, tuple[int, ...]] | None = None,
+) -> list[TrainRow]:
     """A shard's rows; prompts keep their last `max_prompt_tokens` tokens (the end of an Alpaca prompt,
-    "### Response:", is what the response continues), as the evaluation does."""
+    "### Response:", is what the response continues), as the evaluation does. `ground_truth` maps a
+    prompt id to its ground-truth response tokens (fixed data), attached to the row."""
+    ids = table.column("prompt_id").to_pylist()
     prompts = table.column("prompt_token_ids").to_pylist()
     responses = table.column("response_token_ids").to_pylist()
+    truth = ground_truth or {}
     return [
-        TrainRow(tuple(p[-max_prompt_tokens:]), tuple(r), tau_kd)
-        for p, r in zip(prompts, responses, strict=True)
+        TrainRow(tuple(p[-max_prompt_tokens:]), tuple(r), tau_kd, truth.get(i, ()))
+        for i, p, r in zip(ids, prompts, responses, strict=True)
         if p and r  # an empty response teaches nothing; an empty prompt has no position to predict from
     ]
 
@@ -115,12 +126,47 @@ class MixtureSampler:
         return [self.rows[tau][index] for tau, index in self.draws[start : start + self.batch_size]]
 
 
+@dataclass(frozen=True)
+class RowSources:
+    """Global row indices of one micro-batch by where their response comes from; every other row keeps
+    its teacher response from the τ_kd shard."""
+
+    fixed: frozenset[int]  # the dataset's ground truth
+    student: frozenset[int]  # an on-policy student sample at the row's τ_kd
+
+
+def row_sources(
+    batch_size: int, fixed_fraction: float, student_fraction: float, seed: int, step: int, micro: int
+) -> RowSources:
+    """Exactly round(λ2·B) student rows and round((λ1 + λ2)·B) − round(λ2·B) fixed rows of a global
+    micro-batch, at random positions (so every source spreads over the DDP ranks' slices).
+
+    A pure function of (seed, step, micro): resume and DDP need no state. The student rows are the first
+    of the same permutation `onpolicy_indices` always drew, so runs without fixed data keep their rows.
+    """
+    order = torch.randperm(batch_size, generator=generator(seed, "onpolicy", step, micro)).tolist()
+    students = round(student_fraction * batch_size)
+    # rounding the cumulative share keeps fixed + student <= B whatever the fractions' round-off
+    either = min(batch_size, round((fixed_fraction + student_fraction) * batch_size))
+    return RowSources(frozenset(order[students:either]), frozenset(order[:students]))
+
+
 def onpolicy_indices(batch_size: int, fraction: float, seed: int, step: int, micro: int) -> set[int]:
     """Which rows of a global micro-batch are replaced by student samples: exactly round(λ·B) of them,
     chosen at random (so they spread over the DDP ranks' slices)."""
-    count = round(fraction * batch_size)
-    order = torch.randperm(batch_size, generator=generator(seed, "onpolicy", step, micro))
-    return set(order[:count].tolist())
+    return set(row_sources(batch_size, 0.0, fraction, seed, step, micro).student)
+
+
+def with_ground_truth(rows: Sequence[TrainRow], chosen: Collection[int]) -> list[TrainRow]:
+    """`rows` with the responses of the `chosen` indices replaced by their ground-truth outputs."""
+    replaced = list(rows)
+    for i in chosen:
+        if not rows[i].ground_truth_ids:
+            raise ValueError(
+                f"row {i} has no ground-truth output: fixed data needs prepare_inputs to load it"
+            )
+        replaced[i] = dataclasses.replace(rows[i], response_ids=rows[i].ground_truth_ids)
+    return replaced
 
 
 def rank_slice(batch_size: int, rank: int, world_size: int) -> range:

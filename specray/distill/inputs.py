@@ -9,12 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from specray.config import SweepSpec
 from specray.distill.data import TrainRow, rows_from_table
 from specray.distill.probe import probe_prompts
-from specray.errors import SpecError
+from specray.errors import DataError, SpecError
 from specray.models.loading import check_same_vocabulary, load_tokenizer, resolve_model_path
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from transformers import PreTrainedTokenizerBase
 
 PARADIGMS = ("offline", "online")
 
@@ -65,18 +70,57 @@ def check_request(spec: SweepSpec, paradigm: str, mixture: Mapping[float, float]
 
 def prepare_inputs(spec: SweepSpec, paradigm: str, mixture: Mapping[float, float]) -> DistillInputs:
     """Validate the request, read the τ_kd shards (DataError if `specray generate` has not made them)
-    and resolve both models (building the tiny zoo if needed)."""
+    and resolve both models (building the tiny zoo if needed). An online run with fixed data
+    (`distill.data_sources`) also gets each row's ground-truth response."""
     from specray.data.shards import load_train_shards
 
     weights = check_request(spec, paradigm, mixture)
     tables = load_train_shards(spec, list(weights))
-    rows = {tau: rows_from_table(table, tau, spec.data.max_prompt_tokens) for tau, table in tables.items()}
     draft_path = resolve_model_path(spec.models.draft, spec.models.zoo)
     target_path = resolve_model_path(spec.models.target, spec.models.zoo)
     tokenizer = load_tokenizer(target_path, spec.models.target.trust_remote_code)
     draft_tokenizer = load_tokenizer(draft_path, spec.models.draft.trust_remote_code)
     check_same_vocabulary(tokenizer, draft_tokenizer, target_path, draft_path)
+    truth = None
+    if paradigm == "online" and spec.distill.sources.fixed > 0:
+        from specray.data.dataset import build_splits
+
+        outputs = {example.id: example.output for example in build_splits(spec.data)["train"]}
+        # every shard holds the same prompts (the train split), so one table gives every prompt's truth
+        table = next(iter(tables.values()))
+        truth = ground_truth_responses(table, outputs, tokenizer, spec.teacher.max_new_tokens)
+    rows = {
+        tau: rows_from_table(table, tau, spec.data.max_prompt_tokens, truth) for tau, table in tables.items()
+    }
     return DistillInputs(draft_path, target_path, rows, probe_prompts(spec, tokenizer))
+
+
+def ground_truth_responses(
+    table: pa.Table, outputs: Mapping[str, str], tokenizer: PreTrainedTokenizerBase, limit: int
+) -> dict[str, tuple[int, ...]]:
+    """Prompt id -> its example's ground-truth `outputs[id]` as a response to the shard's prompt,
+    tokenised like the teacher's responses: the tokens that follow the prompt's own in the tokenisation
+    of prompt + output (so the boundary is cut as a model continuing the prompt sees it; the output alone
+    where a merge crosses the boundary), then EOS, cut at `limit` (teacher.max_new_tokens) tokens."""
+    ids = table.column("prompt_id").to_pylist()
+    missing = [i for i in ids if i not in outputs]
+    if missing:
+        raise DataError(f"{len(missing)} shard prompts are not in the train split (e.g. {missing[0]!r})")
+    prompts = table.column("prompt").to_pylist()
+    joint = tokenizer([prompt + outputs[i] for i, prompt in zip(ids, prompts, strict=True)])["input_ids"]
+    eos = tokenizer.eos_token_id
+    truth = {}
+    for i, prompt_ids, ids_joint in zip(
+        ids, table.column("prompt_token_ids").to_pylist(), joint, strict=True
+    ):
+        if ids_joint[: len(prompt_ids)] == prompt_ids:
+            response = ids_joint[len(prompt_ids) :]
+        else:
+            response = tokenizer(outputs[i], add_special_tokens=False)["input_ids"]
+        if eos is not None and response[-1:] != [eos]:
+            response = [*response, eos]
+        truth[i] = tuple(response[:limit])
+    return truth
 
 
 def parse_mixture(text: str) -> dict[float, float]:

@@ -3,9 +3,12 @@
 One run distils the draft (student) towards the target (teacher) for `distill.steps` optimizer steps:
 
 - *offline* (SeqKD, black-box): cross-entropy on teacher responses read from the τ_kd shards, prompt masked.
-- *online* (white-box): in every micro-batch a fraction λ = `distill.onpolicy_fraction` of the rows get a
-  fresh response sampled from the current student (KV cache, no grad, eval mode) at the row's own τ_kd —
-  so in a mixture each τ_kd keeps its weight in the on-policy half too — and the loss is the chosen
+- *online* (white-box): every micro-batch draws its rows from the sources of `distill.data_sources`
+  (DistillSpec Table 1; presets in specray/kd_presets.py): a fraction λ2 of the rows get a fresh response
+  sampled from the current student (KV cache, no grad, eval mode) at the row's own τ_kd — so in a mixture
+  each τ_kd keeps its weight in the on-policy share too —, a fraction λ1 the dataset's ground-truth
+  response to the same prompt, and the rest keep the teacher's response from the τ_kd shard. The default
+  preset (tempspec_teacher) is λ2 = λ = `distill.onpolicy_fraction`, λ1 = 0. The loss is the chosen
   divergence between teacher and student distributions on the response tokens (teacher under no_grad).
 
 Data rows follow `data.MixtureSampler`: every random choice is a function of (seed, step, row), so a resumed
@@ -50,8 +53,9 @@ from specray.distill.data import (
     TrainRow,
     collate,
     derive_seed,
-    onpolicy_indices,
     rank_slice,
+    row_sources,
+    with_ground_truth,
 )
 from specray.distill.inputs import DistillInputs, check_request, draft_name, prepare_inputs
 from specray.distill.losses import distillation_divergence, response_cross_entropy
@@ -259,13 +263,15 @@ def _with_student_samples(
 
 
 def _local_batch(run: _Run, step: int, micro: int) -> Batch:
-    """This rank's slice of global micro-batch `micro` of `step`, with on-policy rows when online."""
+    """This rank's slice of global micro-batch `micro` of `step`; online, its fixed-data and on-policy
+    rows replace their teacher responses (which rows is the same choice on every rank count)."""
     d, session = run.spec.distill, run.session
     rows = run.data.micro_batch(step, micro)
     local = rank_slice(len(rows), session.rank, session.world_size)
     if run.paradigm == "online":
-        onpolicy = onpolicy_indices(len(rows), d.onpolicy_fraction, d.seed, step, micro)
-        rows = _with_student_samples(run, rows, sorted(onpolicy & set(local)), step, micro)
+        sources = row_sources(len(rows), d.sources.fixed, d.sources.student, d.seed, step, micro)
+        rows = with_ground_truth(rows, sources.fixed & set(local))
+        rows = _with_student_samples(run, rows, sorted(sources.student & set(local)), step, micro)
     return collate([rows[i] for i in local], run.tokenizer.pad_token_id)
 
 

@@ -1,4 +1,4 @@
-"""Pure torch math for specray: temperature warp, KD divergences, speculative decoding formulas.
+"""Pure torch math for specray: temperature warp, KD divergences, speculative decoding formulas, lenience.
 
 Imports only torch and the standard library (never ray, mlflow, vllm or transformers), so it runs anywhere
 and is cheap to test; tests/unit/test_import_boundaries.py enforces this.
@@ -24,11 +24,24 @@ from specray.ops.divergences import (
     reverse_kl,
     total_variation,
 )
+from specray.ops.lenience import (
+    LENIENCES,
+    get_lenience,
+    lenience_exp,
+    lenience_lin,
+    lenience_sq,
+    lenient_acceptance,
+    lenient_acceptance_from_logits,
+    lenient_target,
+    lenient_token_acceptance,
+    verify_block_lenient,
+)
 from specray.ops.speculative import verify_block
 from specray.ops.warp import log_warp, sample, warp
 
 __all__ = [
     "DIVERGENCES",
+    "LENIENCES",
     "acceptance_from_logits",
     "acceptance_rate_from_counts",
     "block_efficiency_from_counts",
@@ -36,7 +49,15 @@ __all__ = [
     "expected_block_efficiency",
     "forward_kl",
     "get_divergence",
+    "get_lenience",
     "jsd",
+    "lenience_exp",
+    "lenience_lin",
+    "lenience_sq",
+    "lenient_acceptance",
+    "lenient_acceptance_from_logits",
+    "lenient_target",
+    "lenient_token_acceptance",
     "log_warp",
     "reverse_kl",
     "sample",
@@ -45,5 +66,6 @@ __all__ = [
     "token_acceptance",
     "total_variation",
     "verify_block",
+    "verify_block_lenient",
     "warp",
 ]
