@@ -102,6 +102,7 @@ FIELDS: dict[str, Direct | Via] = {
     "distill.divergence": _direct("draft:online"),
     "distill.jsd_beta": _direct("draft:online"),  # dropped from the key unless divergence is jsd
     "distill.onpolicy_fraction": _direct("draft:online"),
+    "distill.data_sources": _direct("draft:online"),  # fixed / teacher / student rows (online runs only)
     "distill.loss_temperature": _direct("draft:online"),
     "distill.steps": _direct("draft"),
     "distill.batch_size": _direct("draft"),

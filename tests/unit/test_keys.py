@@ -74,6 +74,7 @@ def _candidates(value: Any) -> list[Any]:
     if isinstance(value, str):
         return [
             "vllm",
+            "tempspec",
             "float32",
             "bfloat16",
             "jsd",
