@@ -183,6 +183,7 @@ def distill(
     from specray.distill.inputs import draft_folder_name, draft_name, parse_mixture
     from specray.distill.ray_train import distill as run_distill
     from specray.errors import SpecError
+    from specray.progress import curve_progress
 
     with user_errors():
         spec = load_spec(sweep, overrides or [])
@@ -192,19 +193,14 @@ def distill(
         name = draft_name(paradigm, weights)
         target = output or Path(spec.output_dir) / spec.name / "drafts" / draft_folder_name(name)  # as `run`
         typer.echo(f"distilling {name} for {spec.distill.steps} steps -> {target}")
-        result = run_distill(spec, paradigm, weights, target, report=_print_curve)
+        steps, tau_decs = spec.distill.steps, spec.eval.temperatures
+        with curve_progress(name, steps, tau_decs) as report:
+            result = run_distill(spec, paradigm, weights, target, report=report)
     typer.echo(f"draft written to {result.output_dir}")
     first, last = result.curves[0], result.curves[-1]
     for key in (k for k in last if k.startswith("acceptance_rate/")):
         tau_dec = key.split("=", 1)[1]
         typer.echo(f"  acceptance_rate at τ_dec={tau_dec}: {first[key]:.3f} (step 0) -> {last[key]:.3f}")
-
-
-def _print_curve(curve: dict) -> None:
-    parts = [f"step {curve['step']}"]
-    parts += [f"loss {curve['loss']:.4f}", f"{curve['tokens_per_s']:.0f} tokens/s"] if "loss" in curve else []
-    parts += [f"α@{k.split('=', 1)[1]} {v:.3f}" for k, v in curve.items() if k.startswith("acceptance_rate/")]
-    typer.echo("  " + "  ".join(parts))
 
 
 @app.command()
@@ -328,7 +324,11 @@ def run(
             f"  {stage:15s} {figures['seconds']:8.1f}s   peak memory in use {figures['peak_gib']:.2f} GiB"
         )
     typer.echo(f"report: {outcome.report}")
-    typer.echo(f"MLflow UI: mlflow ui --backend-store-uri {spec.tracking.uri} --host 127.0.0.1")
+    if not spec.tracking.uri.startswith(("http://", "https://")):
+        typer.echo(
+            f"MLflow UI: mlflow ui --backend-store-uri {spec.tracking.uri} --host 127.0.0.1, then open"
+        )
+    typer.echo(f"MLflow runs: {outcome.runs_page}")
 
 
 @app.command()

@@ -13,6 +13,13 @@ Layout of a sweep in MLflow (experiment = the sweep's name, or `tracking.experim
 per Tune trial (`specray.role=trial`, tag `trial_id`; its config as params, its curves as metrics, the
 best one tagged `specray.best=true`), one child run per baseline draft, and the winner's draft registered
 in the Model Registry with its mixture in the version's tags.
+
+What the UI shows (MLflow 3.17): the experiment is tagged a model-development one (`mlflow.experimentKind`)
+and described (`mlflow.note.content`); runs are named for people (`tiny · online τ_kd=0.6`) and described;
+the data a run used are its dataset inputs (name, content key as digest, context); every finished draft is
+a logged model (a thin pyfunc over its HF folder, the KD recipe in its metadata and params) linked to its
+run and, for the tuned winner, to its registered version; and a saved runs view (an experiment tag the UI
+lists under "Views") shows the drafts ranked, with the columns a user compares.
 """
 
 from __future__ import annotations
@@ -23,18 +30,32 @@ import logging
 import math
 import re
 import socket
-from collections.abc import Iterable, Mapping
+import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import requests
 import urllib3.exceptions
-from mlflow.entities import Metric, Param, RunStatus, RunTag
+from mlflow.entities import (
+    Dataset,
+    DatasetInput,
+    InputTag,
+    LoggedModelOutput,
+    LoggedModelStatus,
+    Metric,
+    Param,
+    RunStatus,
+    RunTag,
+)
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_MODEL_VERSIONS
 
 from specray.config import SweepSpec, dump_spec
 from specray.errors import SpecError, TrackingError, find_cause
+from specray.lineage import DatasetRef, DraftModel, RunsView, model_name, run_title
 
 if TYPE_CHECKING:
     from specray.specdec.records import CellRecord
@@ -66,6 +87,17 @@ ROLE, SWEEP_KEY, PARENT = "specray.role", "specray.sweep_key", "mlflow.parentRun
 DRAFT_KEY = "specray.draft_key"
 BEST, TRIAL_ID = "specray.best", "trial_id"
 MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param value
+NOTE = "mlflow.note.content"  # a run's or experiment's description, Markdown
+# the experiment kind MLflow 3's UI reads (`mlflow.experimentKind`, values in its JS: genai_development,
+# custom_model_development); 3.17's UI routes by its sidebar switch instead (`runs_page` says how to open)
+EXPERIMENT_KIND, MODEL_DEVELOPMENT = "mlflow.experimentKind", "custom_model_development"
+DATA_CONTEXT = "mlflow.data.context"  # training | evaluation | generation, shown beside a dataset's name
+# Saved runs views: the UI keeps them as experiment tags `mlflow.sharedViewState.<id>` holding
+# {name, createdAt, updatedAt, state} and opens one at runs?viewStateShareKey=<id> (not in MLflow's Python
+# API; the format is read from 3.17's UI code, where `state` is its runs-table state as JSON).
+SAVED_VIEW, VIEW_PARAM = "mlflow.sharedViewState.", "viewStateShareKey"
+DRAFT_DIR, MODEL_TYPE = "draft", "specray-draft"  # the HF folder inside a draft's logged model
+PYFUNC_LOADER = "specray.models.pyfunc"
 
 
 def metric_key(name: str) -> str:
@@ -117,6 +149,7 @@ class Tracker:
         self.uri = uri
         self.client = MlflowClient(tracking_uri=uri)
         self.experiment_id = self._call(self._experiment, experiment)
+        self.sweep = experiment  # the sweep's name in run titles, once a parent run is known
 
     def _call(self, fn, *args, **kwargs):
         try:
@@ -126,8 +159,13 @@ class Tracker:
             raise _tracking_error(self.uri, e) from e
 
     def _experiment(self, name: str) -> str:
+        """The experiment, created (or, from before specray tagged it, tagged) as a model-development one."""
         found = self.client.get_experiment_by_name(name)
-        return found.experiment_id if found else self.client.create_experiment(name)
+        if found is None:
+            return self.client.create_experiment(name, tags={EXPERIMENT_KIND: MODEL_DEVELOPMENT})
+        if EXPERIMENT_KIND not in found.tags:
+            self.client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND, MODEL_DEVELOPMENT)
+        return found.experiment_id
 
     def _find(self, filter_string: str) -> list:
         return self._call(
@@ -139,27 +177,33 @@ class Tracker:
 
     def parent_run(self, spec: SweepSpec) -> tuple[str, bool]:
         """The parent run; an unfinished one with the same sweep key is resumed. -> (run id, resumed)."""
-        return self._parent(spec, "sweep", f"{spec.name}-", resume=True)
+        return self._parent(spec, "sweep", f"{spec.name} · sweep ", resume=True)
 
-    def child_run(self, parent_id: str, draft: str, draft_key: str, tags: Mapping[str, str]) -> str:
-        """The draft's run under the parent, identified by its draft key, created once."""
+    def child_run(
+        self, parent_id: str, draft: str, draft_key: str, tags: Mapping[str, str], note: str = ""
+    ) -> str:
+        """The draft's run under the parent (named `run_title`, described by `note`), identified by its
+        draft key, created once."""
         existing = self._find(f"tags.`{PARENT}` = '{parent_id}' AND tags.`{DRAFT_KEY}` = '{draft_key}'")
         if existing:
             return existing[0].info.run_id
         all_tags = {PARENT: parent_id, ROLE: "draft", "draft": draft, DRAFT_KEY: draft_key, **tags}
+        all_tags |= {NOTE: note} if note else {}
+        title = run_title(self.sweep, tags)
         return self._call(
-            self.client.create_run, self.experiment_id, tags=all_tags, run_name=draft
+            self.client.create_run, self.experiment_id, tags=all_tags, run_name=title
         ).info.run_id
 
     def tune_parent_run(self, spec: SweepSpec, resume: bool) -> tuple[str, bool]:
         """The parent run of a Tune search: with `resume`, the unfinished one of this spec if there is one
         (-> its id, True); otherwise a new one."""
-        return self._parent(spec, "tune", f"{spec.name}-tune-", resume)
+        return self._parent(spec, "tune", f"{spec.name} · tune ", resume)
 
     def _parent(self, spec: SweepSpec, role: str, name_prefix: str, resume: bool) -> tuple[str, bool]:
         """With `resume`, the newest unfinished run of this role and sweep key, set RUNNING again; else a new
         run with the resolved spec as params and as `spec.yaml`. -> (run id, resumed)."""
         key = sweep_key(spec, with_tune=role == "tune")
+        self.sweep = spec.name
         if resume:
             for run in self._find(f"tags.`{ROLE}` = '{role}' AND tags.`{SWEEP_KEY}` = '{key}'"):
                 if run.info.status != RunStatus.to_string(RunStatus.FINISHED):
@@ -179,8 +223,9 @@ class Tracker:
         if existing:
             return existing[0].info.run_id
         all_tags = {PARENT: parent_id, ROLE: "trial", TRIAL_ID: trial_id, "draft": name, **tags}
+        title = f"{run_title(self.sweep, tags)} · trial {trial_id}"
         return self._call(
-            self.client.create_run, self.experiment_id, tags=all_tags, run_name=name
+            self.client.create_run, self.experiment_id, tags=all_tags, run_name=title
         ).info.run_id
 
     def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
@@ -188,17 +233,74 @@ class Tracker:
         for start in range(0, len(batch), 100):  # MLflow takes at most 100 params per batch
             self._call(self.client.log_batch, run_id, params=batch[start : start + 100])
 
-    def register_draft(self, name: str, run_id: str, artifact_path: str, tags: Mapping[str, str]) -> str:
-        """Register the draft logged at `artifact_path` of `run_id` as a version of model `name` (created
-        if needed), once per run; returns the version."""
+    def register_draft(self, name: str, run_id: str, model_id: str, tags: Mapping[str, str]) -> str:
+        """Register the logged model `model_id` (of `run_id`) as a version of model `name` (created if
+        needed), once per run; returns the version."""
         versions = self._call(self.client.search_model_versions, f"name = '{name}' AND run_id = '{run_id}'")
         if versions:
             return str(versions[0].version)
         if not self._call(self.client.search_registered_models, f"name = '{name}'"):
             self._call(self.client.create_registered_model, name)
-        source = f"runs:/{run_id}/{artifact_path}"
-        version = self._call(self.client.create_model_version, name, source, run_id, tags=dict(tags))
+        # `models:/<id>`, as mlflow.register_model links them; a sqlite registry looks that up through
+        # MLflow's global tracking URI, not this client's (a TODO in its sqlalchemy store, 3.17), hence
+        # MLflow's own (private) context manager that sets it for the call
+        from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+        create, source = self.client.create_model_version, f"models:/{model_id}"
+        with _use_tracking_uri(self.uri):
+            version = self._call(create, name, source, run_id, tags=dict(tags), model_id=model_id)
+        link = json.dumps([{"name": name, "version": str(version.version)}])  # the model's side of the link
+        self._call(self.client.set_logged_model_tags, model_id, {MLFLOW_MODEL_VERSIONS: link})
         return str(version.version)
+
+    def log_datasets(self, run_id: str, datasets: Sequence[DatasetRef]) -> None:
+        """`datasets` as the run's inputs (each once: a resumed sweep logs only what is missing)."""
+        have = {(i.dataset.name, i.dataset.digest) for i in self.run(run_id).inputs.dataset_inputs}
+        inputs = [_dataset_input(d) for d in datasets if (d.name, d.digest) not in have]
+        if inputs:
+            self._call(self.client.log_inputs, run_id, datasets=inputs)
+
+    def log_draft_model(self, run_id: str, model: DraftModel) -> str:
+        """The draft as a logged model of `run_id`, once: an `MLmodel` (a pyfunc whose loader reads the HF
+        folder, the recipe as metadata) beside the HF folder, uploaded once (the run holds no other copy).
+        A model a killed driver left unfinished is deleted and logged again. Returns the model id."""
+        query = f"source_run_id = '{run_id}' AND tags.`{DRAFT_KEY}` = '{model.key}'"
+        for found in self._call(self.client.search_logged_models, [self.experiment_id], filter_string=query):
+            if found.status == LoggedModelStatus.READY:
+                return found.model_id
+            self._call(self.client.delete_logged_model, found.model_id)
+        logged = self._call(
+            self.client.create_logged_model,
+            self.experiment_id,
+            name=model_name(self.sweep, model.draft),
+            source_run_id=run_id,
+            tags={DRAFT_KEY: model.key, "draft": model.draft, **model.tags},
+            params=flatten(dict(model.recipe)),
+            model_type=MODEL_TYPE,
+        )
+        self._call(self.client.log_outputs, run_id, [LoggedModelOutput(logged.model_id, step=0)])
+        with tempfile.TemporaryDirectory() as tmp:
+            path = _mlmodel_file(logged, run_id, model, Path(tmp))
+            self._call(self.client.log_model_artifact, logged.model_id, str(path))
+        self._call(self.client.log_model_artifacts, logged.model_id, str(model.folder), DRAFT_DIR)
+        self._call(self.client.finalize_logged_model, logged.model_id, LoggedModelStatus.READY)
+        return logged.model_id
+
+    def save_runs_view(self, view: RunsView) -> None:
+        """`view` among the experiment's saved runs views (replacing an older one with its id)."""
+        state = {"selectedColumns": list(view.columns), "orderByKey": view.order_by, "orderByAsc": False}
+        now = _now_ms()
+        envelope = {"name": view.name, "createdAt": now, "updatedAt": now, "state": json.dumps(state)}
+        tag = SAVED_VIEW + view.view_id
+        self._call(self.client.set_experiment_tag, self.experiment_id, tag, json.dumps(envelope))
+
+    def runs_page(self, view_id: str) -> str:
+        """The UI's address of the experiment's runs table in `view_id` (a server's own address; for a
+        database, where `mlflow ui` serves by default). 3.17's UI opens an experiment on the GenAI pages
+        unless told `workflowType=machine_learning` (its sidebar switch, remembered by the browser)."""
+        served = self.uri.startswith(("http://", "https://"))
+        page = f"{self.uri.rstrip('/') if served else 'http://127.0.0.1:5000'}/#/experiments/{self.experiment_id}"
+        return f"{page}/runs?workflowType=machine_learning&{VIEW_PARAM}={view_id}"
 
     def children(self, parent_id: str) -> list:
         return self._find(f"tags.`{PARENT}` = '{parent_id}'")
@@ -339,9 +441,32 @@ def _with_status(words: str, text: str) -> str:
 
 
 def _now_ms() -> int:
-    import time
-
     return int(time.time() * 1000)
+
+
+def _dataset_input(d: DatasetRef) -> DatasetInput:
+    source, profile = json.dumps({"uri": d.source}), json.dumps({"num_rows": d.rows})
+    dataset = Dataset(d.name, d.digest, d.source_type, source, profile=profile)
+    return DatasetInput(dataset, [InputTag(DATA_CONTEXT, d.context)])
+
+
+def _mlmodel_file(logged: Any, run_id: str, model: DraftModel, folder: Path) -> Path:
+    """The `MLmodel` of a draft's logged model: a pyfunc flavour (`specray.models.pyfunc` loads the HF
+    folder at `draft/`) and the KD recipe as metadata."""
+    from mlflow.models import Model, ModelSignature
+    from mlflow.pyfunc import add_to_model
+    from mlflow.types import ColSpec, ParamSchema, ParamSpec, Schema
+
+    metadata = {"specray": {"draft": model.draft, "draft_key": model.key, "recipe": dict(model.recipe)}}
+    params = ParamSchema([ParamSpec("temperature", "double", 0.0), ParamSpec("max_new_tokens", "long", 48)])
+    text = Schema([ColSpec("string")])  # prompts in, responses out
+    signature = ModelSignature(inputs=text, outputs=text, params=params)
+    ids = {"model_uuid": logged.model_id, "model_id": logged.model_id}
+    mlmodel = Model(logged.artifact_location, run_id, signature=signature, metadata=metadata, **ids)
+    add_to_model(mlmodel, loader_module=PYFUNC_LOADER, data=DRAFT_DIR)
+    path = folder / "MLmodel"
+    mlmodel.save(str(path))
+    return path
 
 
 def fetch_sweep_records(uri: str, run_id: str, destination: Path) -> dict[str, Any]:

@@ -16,10 +16,10 @@ from typing import Any
 
 import ray
 from ray.exceptions import RayActorError
-from tqdm.auto import tqdm
 
 from specray.faults import Faults
 from specray.keys import device_kind
+from specray.progress import bar
 from specray.specdec.evaluator import Evaluator
 from specray.specdec.records import CellRecord, CostRatio, EvalJob, EvalSettings
 
@@ -110,7 +110,7 @@ class EvalPool:
         done: dict[int, list[CellRecord]] = {}
         failures: dict[int, int] = {}
         total = sum(len(unit) for unit in passes)
-        with tqdm(total=total, desc="eval cells", unit="cell", disable=not show_progress) as bar:
+        with bar(total, "eval", "cells", enabled=show_progress) as meter:
             while queue or in_flight:
                 while queue and idle:
                     unit, actor = queue.popleft(), idle.pop()
@@ -125,7 +125,7 @@ class EvalPool:
                     continue
                 done[id(unit)] = records
                 idle.append(actor)
-                bar.update(len(records))
+                meter.update(len(records))
                 if on_result is not None:
                     on_result(records)
         return [record for unit in passes for record in done[id(unit)]]

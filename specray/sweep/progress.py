@@ -1,13 +1,16 @@
-"""One progress display for a whole sweep: a bar per stage (units done, elapsed, ETA) and, per stage,
-its wall time and the machine's peak memory in use (read from /proc/meminfo, so Ray workers count too)."""
+"""One progress display for a whole sweep: per stage, units done, elapsed and ETA — a live bar per stage on
+a terminal (rich), plain lines at a steady pace anywhere else (`specray.progress.LineMeter`: a log, a pipe,
+a Ray job) — and, per stage, its wall time and the machine's peak memory in use (read from /proc/meminfo,
+so Ray workers count too)."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.progress import (
     BarColumn,
@@ -17,6 +20,11 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+
+from specray.progress import LineMeter, curve_note, live_display, progress_console
+
+if TYPE_CHECKING:
+    from specray.config import SweepSpec
 
 MEMINFO = Path("/proc/meminfo")
 
@@ -31,19 +39,26 @@ def memory_in_use_gib() -> float:
 
 
 class SweepDisplay:
-    """`with display.stage(name, total): ... display.advance()`; `summary` has seconds and peak GiB."""
+    """`with display.stage(name, total, unit): ... display.advance()`; `summary` has seconds and peak GiB.
+    `enabled=False` shows nothing; otherwise a terminal gets the live display and anything else lines."""
 
     def __init__(self, enabled: bool = True, interval_s: float = 0.5):
+        console = progress_console()
+        self.live = enabled and live_display(console)
+        self.lines = enabled and not self.live
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
-            disable=not enabled,
+            TextColumn("{task.fields[note]}"),
+            console=console,
+            disable=not self.live,
         )
         self.summary: dict[str, dict[str, float]] = {}
         self._task = None
+        self._meter: LineMeter | None = None
         self._peak = 0.0
         self._interval = interval_s
         self._stop = threading.Event()
@@ -63,17 +78,42 @@ class SweepDisplay:
         self.progress.stop()
 
     @contextmanager
-    def stage(self, name: str, total: int) -> Iterator[None]:
-        self._task = self.progress.add_task(name, total=max(total, 1))
+    def stage(self, name: str, total: int, unit: str = "units") -> Iterator[None]:
+        self._task = self.progress.add_task(name, total=max(total, 1), note="")
+        self._meter = LineMeter(name, total, unit) if self.lines else None
         self._peak = memory_in_use_gib()
         started = time.perf_counter()
-        yield
+        with self._meter if self._meter is not None else nullcontext():
+            yield
         self.progress.update(self._task, completed=max(total, 1))
+        self._meter = None
         self.summary[name] = {
             "seconds": round(time.perf_counter() - started, 1),
             "peak_gib": round(self._peak, 2),
         }
 
-    def advance(self, units: int = 1) -> None:
+    def advance(self, units: int = 1, reused: bool = False) -> None:
+        """`units` more done; `reused` ones were found done (they do not count towards the rate)."""
         if self._task is not None:
             self.progress.advance(self._task, units)
+        if self._meter is not None:
+            self._meter.update(units, reused=reused)
+
+    def set_counts(self, done: int, total: int) -> None:
+        """Absolute counts, from a worker that reports how far it is."""
+        if self._task is not None:
+            self.progress.update(self._task, completed=done, total=max(total, 1))
+        if self._meter is not None:
+            self._meter.set_counts(done, total)
+
+    def note(self, text: str) -> None:
+        """What the stage is doing right now (thread-safe: distillations report from their own threads)."""
+        if self._task is not None:
+            self.progress.update(self._task, note=text)
+        if self._meter is not None:
+            self._meter.set_postfix_str(text)
+
+    def curve_reporter(self, draft: str, spec: SweepSpec) -> Callable[[dict], None]:
+        """A `distill(..., report=...)` callback: the draft's latest step, loss and acceptance as the note."""
+        steps, tau_decs = spec.distill.steps, spec.eval.temperatures
+        return lambda curve: self.note(curve_note(draft, curve, steps, tau_decs))

@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,6 +30,7 @@ from specray.config import SweepSpec
 from specray.data.shards import is_complete, train_shard_keys
 from specray.files import write_json
 from specray.keys import cost_ratio_inputs, digest, model_id
+from specray.lineage import DRAFTS_VIEW, DatasetRef, SweepData, describe_sweep, draft_model, draft_note
 from specray.models.loading import load_tokenizer, resolve_model_path
 from specray.report.build import build_report
 from specray.specdec.cells import (
@@ -70,6 +71,7 @@ class SweepOutcome:
     cost_ratio: CostRatio
     plan: list[StagePlan]
     stages: dict[str, dict[str, float]] = field(default_factory=dict)  # seconds and peak memory per stage
+    runs_page: str = ""  # the MLflow UI's runs table of the sweep, in the drafts view
 
 
 @dataclass
@@ -124,31 +126,36 @@ def run_sweep(
         on_plan(work)
     tracker = open_tracker(spec.tracking.uri, spec.experiment)  # unreachable MLflow fails before any work
     parent, resumed = tracker.parent_run(spec)
+    data = describe_sweep(tracker, parent, spec, len(work.drafts))  # its datasets, description, runs view
     display = SweepDisplay(enabled=show_progress)
     with ray_session(spec.ray), display:
-        with display.stage("zoo", 1):
+        with display.stage("zoo", 1, "models"):
             target_path = resolve_model_path(spec.models.target, spec.models.zoo)
             draft_path = resolve_model_path(spec.models.draft, spec.models.zoo)
             display.advance()
-        with display.stage("teacher shards", len(spec.teacher.temperatures)):
+        responses = len(spec.teacher.temperatures) * spec.data.train_size
+        with display.stage("teacher shards", responses, "responses"):
             from specray.teacher.pool import generate_teacher_shards
 
-            generate_teacher_shards(spec, show_progress=False)
-            display.advance(len(spec.teacher.temperatures))
-        runs = {p.name: tracker.child_run(parent, p.name, p.key, p.tags) for p in work.drafts}
-        with display.stage("distill", len(work.drafts)):
-            curves = _distill_all(spec, work, tracker, runs, display)
+            generate_teacher_shards(spec, show_progress=False, on_progress=display.set_counts)
+        runs = {
+            p.name: tracker.child_run(parent, p.name, p.key, p.tags, draft_note(spec, p)) for p in work.drafts
+        }
+        with display.stage("distill", len(work.drafts), "drafts"):
+            curves = _distill_all(spec, work, tracker, runs, display, data)
         baseline = baseline_plan(spec, draft_path)
-        runs[baseline.name] = tracker.child_run(parent, baseline.name, baseline.key, baseline.tags)
+        note = draft_note(spec, baseline)
+        runs[baseline.name] = tracker.child_run(parent, baseline.name, baseline.key, baseline.tags, note)
+        tracker.log_datasets(runs[baseline.name], data.tests)
         prompts = encode_test_prompts(spec, load_tokenizer(target_path))
         everything = [baseline, *work.drafts]
         pool = _LazyPool(spec, target_path, prompts)
         with pool:
-            with display.stage("cost ratio", 1):
+            with display.stage("cost ratio", 1, "measurements"):
                 cost = work.cost_ratio or save_cost_ratio(spec, pool.get(), draft_path, out)
                 display.advance()
             jobs = _cell_jobs(spec, everything, cost)
-            with display.stage("eval", len(jobs)):
+            with display.stage("eval", len(jobs), "cells"):
                 records = _evaluate_all(spec, jobs, pool, cost, tracker, runs, display, out / "cells")
     lengths = _output_lengths(spec, prompts)
     drafts = {plan.name: plan.info for plan in everything}
@@ -157,7 +164,8 @@ def run_sweep(
     tracker.log_metrics(parent, stage_metrics | _cost_metrics(cost))
     for run_id in [*runs.values(), parent]:
         tracker.finish(run_id)
-    return SweepOutcome(parent, resumed, report, records, cost, work.stages, display.summary)
+    page = tracker.runs_page(DRAFTS_VIEW)
+    return SweepOutcome(parent, resumed, report, records, cost, work.stages, display.summary, page)
 
 
 class _LazyPool:
@@ -234,18 +242,32 @@ def _concurrent_runs(spec: SweepSpec) -> int:
 
 
 def _distill_all(
-    spec: SweepSpec, work: SweepWork, tracker: Tracker, runs: dict[str, str], display: SweepDisplay
+    spec: SweepSpec,
+    work: SweepWork,
+    tracker: Tracker,
+    runs: dict[str, str],
+    display: SweepDisplay,
+    data: SweepData,
 ) -> dict[str, list[dict]]:
-    """Distil every draft the plan lists (several at once where resources allow); log each finished one."""
+    """Distil every draft the plan lists (several at once where resources allow); log each finished one.
+    Each distillation's latest loss and acceptance reach the display as they are reported."""
     from specray.distill.ray_train import distill
 
     curves: dict[str, list[dict]] = {}
     for plan in work.drafts:
         if plan not in work.drafts_todo:
-            curves[plan.name] = finish_draft(plan, tracker, runs[plan.name], display)
+            datasets = data.for_draft(plan.mixture)
+            curves[plan.name] = finish_draft(plan, tracker, runs[plan.name], display, datasets, reused=True)
     with ThreadPoolExecutor(max_workers=_concurrent_runs(spec)) as executor:
         pending: dict[Future, DraftPlan] = {
-            executor.submit(distill, spec, plan.paradigm, plan.mixture, plan.output_dir): plan
+            executor.submit(
+                distill,
+                spec,
+                plan.paradigm,
+                plan.mixture,
+                plan.output_dir,
+                report=display.curve_reporter(plan.name, spec),
+            ): plan
             for plan in work.drafts_todo
         }
         while pending:
@@ -253,18 +275,27 @@ def _distill_all(
             for future in done:
                 plan = pending.pop(future)
                 future.result()  # a failed distillation stops the sweep; finished drafts stay finished
-                curves[plan.name] = finish_draft(plan, tracker, runs[plan.name], display)
+                datasets = data.for_draft(plan.mixture)
+                curves[plan.name] = finish_draft(plan, tracker, runs[plan.name], display, datasets)
     return curves
 
 
-def finish_draft(plan: DraftPlan, tracker: Tracker, run_id: str, display: SweepDisplay) -> list[dict]:
-    """Log a finished draft's curves and model dir to its run, once."""
+def finish_draft(
+    plan: DraftPlan,
+    tracker: Tracker,
+    run_id: str,
+    display: SweepDisplay,
+    datasets: Sequence[DatasetRef] = (),
+    reused: bool = False,
+) -> list[dict]:
+    """Log a finished draft's curves, the datasets it used and the draft as a logged model to its run, each
+    once (a driver may die between any two); `reused`: it was found finished, not trained now."""
     curves = json.loads((plan.output_dir / "curves.json").read_text())
     if "loss" not in tracker.metric_keys(run_id):
         tracker.log_curves(run_id, curves)
-    if "draft" not in tracker.artifact_paths(run_id):  # checked apart: a driver may die between the two
-        tracker.log_artifacts(run_id, plan.output_dir, "draft")
-    display.advance()
+    tracker.log_datasets(run_id, datasets)
+    tracker.log_draft_model(run_id, draft_model(plan))
+    display.advance(reused=reused)
     return curves
 
 
@@ -306,7 +337,7 @@ def _evaluate_all(
             metrics = cell_metrics(saved[job.key], with_gamma)
             if not set(metrics) <= logged[job.draft]:
                 tracker.log_metrics(runs[job.draft], metrics)
-    display.advance(stage.reused)
+    display.advance(stage.reused, reused=True)
 
     def on_result(records: list[CellRecord]) -> None:
         for record in records:

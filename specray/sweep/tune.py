@@ -48,6 +48,7 @@ from specray.distill.inputs import draft_folder_name
 from specray.errors import SpecError
 from specray.files import write_atomic
 from specray.keys import digest
+from specray.lineage import DatasetRef, SweepData, draft_model, draft_note, sweep_data
 from specray.models.loading import load_tokenizer, resolve_model_path
 from specray.specdec.cells import encode_test_prompts, eval_settings
 from specray.specdec.records import EvalJob
@@ -104,6 +105,7 @@ class _Run:
     runs: dict[str, str] = field(default_factory=dict)  # baseline draft name -> MLflow run id
     validation: list[dict[str, Any]] = field(default_factory=list)  # single τ_kd drafts' records
     inputs: Any = None  # ObjectRef of the DistillInputs of every τ_kd shard (read once)
+    data: SweepData | None = None  # the datasets MLflow shows on the runs
 
     @property
     def cost_ratio(self) -> float:
@@ -142,12 +144,13 @@ def run_tune(spec: SweepSpec, resume: bool = False, show_progress: bool = True) 
     tracker = open_tracker(spec.tracking.uri, spec.experiment)  # unreachable MLflow fails before any work
     parent, resumed = tracker.tune_parent_run(spec, resume)
     out.mkdir(parents=True, exist_ok=True)
-    run = _Run(spec, out, tracker, parent, SweepDisplay(enabled=show_progress), state)
+    run = _Run(spec, out, tracker, parent, SweepDisplay(enabled=show_progress), state, data=sweep_data(spec))
+    tracker.log_datasets(parent, run.data.everything())
     with ray_session(spec.ray), run.display:
         context = _prepare(run)
         singles = _single_tau_kd_baselines(run)
         contenders, manual = _manual_baselines(run, singles)
-        with run.display.stage("search", spec.tune.num_samples):
+        with run.display.stage("search", spec.tune.num_samples, "trials"):
             results = search(spec, context, out / SEARCH_DIR, resume, run.display.advance)
         trials, winner = record_trials(spec, tracker, parent, results, out / TRIALS_DIR)
         run.runs[TUNED + winner.recipe.name] = winner.run_id
@@ -172,13 +175,13 @@ def _prepare(run: _Run) -> TrialContext:
     from specray.teacher.pool import generate_teacher_shards
 
     spec = run.spec
-    with run.display.stage("zoo", 1):
+    with run.display.stage("zoo", 1, "models"):
         run.target_path = _local(resolve_model_path(spec.models.target, spec.models.zoo))
         run.draft_path = _local(resolve_model_path(spec.models.draft, spec.models.zoo))
         run.display.advance()
-    with run.display.stage("teacher shards", len(spec.teacher.temperatures)):
-        generate_teacher_shards(spec, show_progress=False)  # a cache hit when `specray generate` ran
-        run.display.advance(len(spec.teacher.temperatures))
+    responses = len(spec.teacher.temperatures) * spec.data.train_size
+    with run.display.stage("teacher shards", responses, "responses"):  # a cache hit after `specray generate`
+        generate_teacher_shards(spec, show_progress=False, on_progress=run.display.set_counts)
     tokenizer = load_tokenizer(run.target_path, spec.models.target.trust_remote_code)
     run.prompts = {VALIDATION: _validation_prompts(spec, tokenizer), **encode_test_prompts(spec, tokenizer)}
     if "cost_ratio" not in run.state:
@@ -244,9 +247,12 @@ def _distil_baselines(run: _Run, plans: list[DraftPlan], role: str) -> None:
     pending = {}
     for plan in plans:
         tags = plan.tags | {"tune_role": role}
-        run.runs[plan.name] = run.tracker.child_run(run.parent, plan.name, plan.key, tags)
+        note = draft_note(run.spec, plan)
+        run.runs[plan.name] = run.tracker.child_run(run.parent, plan.name, plan.key, tags, note)
         if is_finished(plan.output_dir, plan.key):
-            finish_draft(plan, run.tracker, run.runs[plan.name], run.display)
+            finish_draft(
+                plan, run.tracker, run.runs[plan.name], run.display, _datasets(run, plan), reused=True
+            )
         else:
             ref = task.remote(spec_json, plan.paradigm, plan.mixture, str(plan.output_dir), run.inputs)
             pending[ref] = plan
@@ -254,14 +260,18 @@ def _distil_baselines(run: _Run, plans: list[DraftPlan], role: str) -> None:
         (done,), _ = ray.wait(list(pending), num_returns=1)
         plan = pending.pop(done)
         ray.get(done)  # a failed distillation stops the search; finished drafts stay finished
-        finish_draft(plan, run.tracker, run.runs[plan.name], run.display)
+        finish_draft(plan, run.tracker, run.runs[plan.name], run.display, _datasets(run, plan))
+
+
+def _datasets(run: _Run, plan: DraftPlan) -> list[DatasetRef]:
+    return run.data.for_draft(plan.mixture) if run.data is not None else []
 
 
 def _single_tau_kd_baselines(run: _Run) -> dict[float, DraftPlan]:
     """One draft per τ_kd of the grid, and its validation records (logged to its run)."""
     grid = run.spec.teacher.temperatures
     plans = {tau: _baseline_plan(run, baseline_recipe(run.spec, {tau: 1.0})) for tau in grid}
-    with run.display.stage("single τ_kd drafts", len(plans)):
+    with run.display.stage("single τ_kd drafts", len(plans), "drafts"):
         _distil_baselines(run, list(plans.values()), "single")
     drafts = {plan.name: str(plan.output_dir) for plan in plans.values()}
     if run.state.get("validation_drafts") != drafts:  # a resumed search keeps the records it saved
@@ -282,7 +292,7 @@ def _manual_baselines(run: _Run, singles: dict[float, DraftPlan]) -> tuple[Conte
         recipe = manual_recipe(spec.teacher.temperatures, peak, spec.tune.manual_top_k)
         manual[tau_dec] = _baseline_plan(run, baseline_recipe(spec, recipe))
     unique = {plan.name: plan for plan in manual.values()}
-    with run.display.stage("manual recipes", len(unique)):
+    with run.display.stage("manual recipes", len(unique), "drafts"):
         _distil_baselines(run, list(unique.values()), "manual")
     labels = {singles[peak].name: f"{peak:g}" for peak in by_tau_dec.values()}
     labels |= {plan.name: "+".join(f"{tau:g}" for tau in sorted(plan.mixture)) for plan in unique.values()}
@@ -328,7 +338,7 @@ def _evaluate(run: _Run, drafts: dict[str, str], test_sets: list[str], stage: st
     prompts = {test_set: run.prompts[test_set] for test_set in test_sets}
     model = {"dtype": target.dtype, "trust_remote_code": target.trust_remote_code}
     with (
-        run.display.stage(stage, len(jobs)),
+        run.display.stage(stage, len(jobs), "cells"),
         EvalPool(run.target_path, prompts, settings, e.replicas, e.num_cpus, e.num_gpus, **model) as pool,
     ):
         records = pool.run(
@@ -399,11 +409,12 @@ def _gains(frame: pd.DataFrame) -> dict[str, float]:
 
 
 def _register(run: _Run, winner: TrialRecord) -> tuple[str, str]:
-    """Log the winner's draft to its trial run, tag it best and register it with its mixture as tags."""
+    """Log the winner's draft as its trial run's model, tag it best and register that model with its
+    mixture as tags."""
     spec, tracker, recipe = run.spec, run.tracker, winner.recipe
     name = spec.tune.registered_model or f"{spec.name}-tuned-draft"
-    if "draft" not in tracker.artifact_paths(winner.run_id):
-        tracker.log_artifacts(winner.run_id, Path(winner.draft_dir), "draft")
+    plan = replace(_baseline_plan(run, recipe), output_dir=Path(winner.draft_dir))
+    model_id = tracker.log_draft_model(winner.run_id, draft_model(plan))
     tracker.set_tags(winner.run_id, {BEST: "true"})
     tracker.set_tags(run.parent, {"best_trial": winner.trial_id, "best_mixture": recipe.mixture_tag})
     tags = {
@@ -415,5 +426,5 @@ def _register(run: _Run, winner: TrialRecord) -> tuple[str, str]:
         "sweep": spec.name,
         **{f"distill.{k}": str(v) for k, v in recipe.distill.items()},
     }
-    version = tracker.register_draft(name, winner.run_id, "draft", tags)
+    version = tracker.register_draft(name, winner.run_id, model_id, tags)
     return name, version

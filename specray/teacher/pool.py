@@ -36,7 +36,6 @@ from typing import Any, Protocol
 import pyarrow as pa
 import ray
 from ray.util.actor_pool import ActorPool
-from tqdm.auto import tqdm
 
 from specray.cluster.runtime import ray_session
 from specray.config import SweepSpec, TeacherSpec
@@ -54,6 +53,7 @@ from specray.data.shards import (
 from specray.data.templates import format_prompt
 from specray.errors import USER_ERRORS, DataError, SpecError
 from specray.faults import Faults
+from specray.progress import bar
 from specray.teacher.engines import GenerationRequest, GenerationResult, make_engine
 
 log = logging.getLogger(__name__)
@@ -272,9 +272,10 @@ def _run_pass(
     progress: dict[float, _Progress],
     prompt_ids: list[str],
     root: Path | None,
-    show_progress: bool,
+    advance: Callable[[int, str], None],
 ) -> None:
-    """Generate `requests`, saving each finished batch as part files and completing shards as they fill.
+    """Generate `requests`, saving each finished batch as part files and completing shards as they fill;
+    `advance(responses, rates)` after each batch.
 
     Timing: the wall time since the previous batch arrived is charged to the temperatures of the batch
     that just arrived, by row share. With R busy replicas a batch arrives every ~(batch time / R), so
@@ -282,7 +283,6 @@ def _run_pass(
     """
     prompts = {(r.tau, r.prompt_id): r.prompt for r in requests}
     last = time.perf_counter()
-    bar = tqdm(total=len(requests), desc="teacher", unit="resp", disable=not show_progress)
 
     def on_results(results: list[GenerationResult]) -> None:
         nonlocal last
@@ -301,12 +301,10 @@ def _run_pass(
             state.report.seconds += elapsed * len(group) / len(results)
             if not state.missing:
                 finalize_shard(state.key, prompt_ids, root, {"tau": tau, "split": state.report.split})
-        bar.update(len(results))
         rates = [f"τ={t:g} {s.report.tokens_per_s:.0f}" for t, s in progress.items() if s.report.generated]
-        bar.set_postfix_str("tok/s " + ", ".join(rates))
+        advance(len(results), "tok/s " + ", ".join(rates))
 
-    with bar:
-        pool.generate(requests, on_results)
+    pool.generate(requests, on_results)
 
 
 def _check_prompt_ids(examples: Sequence[Example], split: str) -> list[str]:
@@ -353,16 +351,34 @@ def generate_shards(
     pool: GenerationPool | None = None,
     root: Path | None = None,
     show_progress: bool = True,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> dict[float, ShardReport]:
     """Make sure a complete shard of `examples` exists for every τ: reuse complete ones, finish partial
     ones, generate the rest in one pass. Starts Ray (per `spec.ray`) and a teacher pool over the sweep's
-    target only when something is missing, unless a `pool` (hosting that same model) is given."""
+    target only when something is missing, unless a `pool` (hosting that same model) is given.
+    `on_progress(done, total)` counts responses over every τ (saved ones included): once after planning,
+    then after every batch."""
     reports, progress = _plan(spec, examples, temperatures, max_new_tokens, seed, split, root)
+    total = len(examples) * len(temperatures)
+    done = total - sum(len(state.missing) for state in progress.values())
+    report = on_progress or (lambda done, total: None)
+    report(done, total)
     if progress:
         requests = _requests(progress, examples, spec.data.template)
         prompt_ids = [example.id for example in examples]
-        with nullcontext(pool) if pool is not None else _own_pool(spec) as active:
-            _run_pass(active, requests, progress, prompt_ids, root, show_progress)
+        with (
+            nullcontext(pool) if pool is not None else _own_pool(spec) as active,
+            bar(len(requests), "teacher", "responses", enabled=show_progress) as meter,
+        ):
+
+            def advance(responses: int, rates: str) -> None:
+                nonlocal done
+                done += responses
+                meter.update(responses)
+                meter.set_postfix_str(rates)
+                report(done, total)
+
+            _run_pass(active, requests, progress, prompt_ids, root, advance)
     return reports
 
 
@@ -406,8 +422,10 @@ def generate_teacher_shards(
     pool: GenerationPool | None = None,
     root: Path | None = None,
     show_progress: bool = True,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> dict[float, ShardReport]:
-    """Every τ_kd shard of the sweep's train split (what `specray generate` runs)."""
+    """Every τ_kd shard of the sweep's train split (what `specray generate` runs); `on_progress` as in
+    `generate_shards`."""
     from specray.data.dataset import build_splits
 
     train = build_splits(spec.data)["train"]
@@ -422,6 +440,7 @@ def generate_teacher_shards(
         pool=pool,
         root=root,
         show_progress=show_progress,
+        on_progress=on_progress,
     )
 
 

@@ -1,0 +1,199 @@
+"""What the MLflow UI shows about a sweep, built from the spec and the plan (the calls are in `tracking.py`):
+the datasets each run used, with their content keys as digests; a finished draft as a model with its KD
+recipe; run names and descriptions a person reads; and the saved runs view with the columns a user compares.
+
+Datasets: the train prompts (the teacher's input), one teacher shard per τ_kd (its shard key: the same key
+the Parquet cache uses) and the test sets (the fingerprint of their prompts' token ids). The parent run of
+a sweep lists them all; a draft's run its shard(s) and the test sets; the un-distilled draft's the test sets.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from specray.config import SourceSpec, SweepSpec
+    from specray.sweep.plan import DraftPlan
+    from specray.tracking import Tracker
+
+DRAFTS_VIEW = "specray-drafts"  # the saved runs view's id (stable: a re-run replaces it)
+_MODEL_NAME_FORBIDDEN = re.compile(r"[/:.%\"']")  # characters MLflow refuses in a logged model's name
+
+
+@dataclass(frozen=True)
+class DatasetRef:
+    """A dataset as a run's input: `digest` is its content key (a shard key, a split's fingerprint)."""
+
+    name: str
+    digest: str
+    context: str  # generation | training | evaluation
+    source: str  # where it lives: a folder, a file, or how it is made
+    rows: int
+    source_type: str = "local"
+
+
+@dataclass(frozen=True)
+class DraftModel:
+    """A finished draft as a logged model: its HF folder, and the KD recipe its draft key hashes."""
+
+    draft: str  # offline/tau_kd=0.6
+    key: str  # the draft key
+    folder: Path
+    recipe: Mapping[str, Any]
+    tags: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class RunsView:
+    """A saved runs view; `columns` as the UI names them, e.g. metrics.`speedup_model/in_domain/tau_dec_1`."""
+
+    view_id: str
+    name: str
+    columns: tuple[str, ...]
+    order_by: str
+
+
+def run_title(sweep: str, tags: Mapping[str, str]) -> str:
+    """A draft run's name for people: `tiny · online τ_kd=0.6`, `tiny · online mix 0.7:1,0.9:1`,
+    `tiny · non-distill` (from the draft tags `paradigm`, `tau_kd`, `mixture`)."""
+    paradigm = tags.get("paradigm", "none")
+    if paradigm == "none":
+        return f"{sweep} · non-distill"
+    recipe = f"τ_kd={tags['tau_kd']}" if tags.get("tau_kd") else f"mix {tags.get('mixture', '')}"
+    return f"{sweep} · {paradigm} {recipe}"
+
+
+def model_name(sweep: str, draft: str) -> str:
+    """A logged model's name MLflow accepts: `tiny-online-tau_kd=0_6` (no `/ : . % " '`)."""
+    return _MODEL_NAME_FORBIDDEN.sub(lambda m: {"/": "-", ":": "x"}.get(m.group(), "_"), f"{sweep}-{draft}")
+
+
+# ---------------------------------------------------------------- datasets
+
+
+@dataclass(frozen=True)
+class SweepData:
+    train: DatasetRef
+    shards: dict[float, DatasetRef]  # by τ_kd
+    tests: tuple[DatasetRef, ...]
+
+    def everything(self) -> list[DatasetRef]:
+        return [self.train, *self.shards.values(), *self.tests]
+
+    def for_draft(self, mixture: Mapping[float, float]) -> list[DatasetRef]:
+        """What a draft used: the shards of its τ_kd (or mixture) and the test sets it is evaluated on."""
+        return [self.shards[float(tau)] for tau in sorted(mixture) if float(tau) in self.shards] + [
+            *self.tests
+        ]
+
+
+def sweep_data(spec: SweepSpec) -> SweepData:
+    """The sweep's datasets, keyed as the caches key them (builds the splits; loads no model)."""
+    from specray.data.dataset import build_splits
+    from specray.data.shards import shard_dir, train_shard_keys
+    from specray.data.splits import fingerprint
+    from specray.specdec.cells import TEST_SPLITS, prompts_fingerprints
+
+    splits = build_splits(spec.data)
+    train = splits["train"]
+    where, kind = _source(spec.data.train)
+    shards = {
+        tau: DatasetRef(f"teacher τ_kd={tau:g}", key.digest, "training", str(shard_dir(key)), len(train))
+        for tau, key in train_shard_keys(spec, train).items()
+    }
+    sources = {"in_domain": spec.data.train, "out_of_domain": spec.data.out_of_domain}
+    tests = []
+    for test_set, digest in prompts_fingerprints(spec).items():
+        where_test, kind_test = _source(sources[test_set])
+        rows = len(splits[TEST_SPLITS[test_set]])
+        tests.append(DatasetRef(f"{test_set} test", digest, "evaluation", where_test, rows, kind_test))
+    prompts = DatasetRef("train prompts", fingerprint(train), "generation", where, len(train), kind)
+    return SweepData(prompts, shards, tuple(tests))
+
+
+def _source(source: SourceSpec) -> tuple[str, str]:
+    """(where the examples come from, MLflow's source type) for a data source."""
+    if source.kind == "synthetic":
+        families = ",".join(source.families) if source.families else "in-domain"
+        return f"specray synthetic corpus (size {source.size}, seed {source.seed}, {families})", "code"
+    path = str(source.path)
+    return (str(Path(path).absolute()), "local") if Path(path).exists() else (path, "hugging_face")
+
+
+# ---------------------------------------------------------------- models, names and descriptions
+
+
+def draft_model(plan: DraftPlan) -> DraftModel:
+    """A finished draft's logged model: its folder, and what its draft key hashes as the KD recipe."""
+    return DraftModel(plan.name, plan.key, plan.output_dir, dict(plan.key_inputs), plan.tags)
+
+
+def sweep_note(spec: SweepSpec, drafts: int) -> str:
+    """The parent run's description (Markdown)."""
+    taus = ", ".join(f"{t:g}" for t in spec.teacher.temperatures)
+    return (
+        f"specray sweep **{spec.name}**: {drafts} drafts distilled ({', '.join(spec.distill.paradigms)}) "
+        f"on the teacher's responses at τ_kd ∈ {{{taus}}}, and the un-distilled draft, evaluated at "
+        f"{_grid(spec)}. The drafts are this run's child runs (the view *specray: drafts* ranks them); "
+        "the report is under Artifacts → `report/report.md`."
+    )
+
+
+def draft_note(spec: SweepSpec, plan: DraftPlan) -> str:
+    """A draft run's description (Markdown): what it was trained on and how, and where its results are."""
+    if plan.paradigm is None:
+        return f"The un-distilled draft (the student as loaded), evaluated like the others at {_grid(spec)}."
+    d = spec.distill
+    how = (
+        "cross-entropy on the teacher's responses (SeqKD)"
+        if plan.paradigm == "offline"
+        else (f"white-box KD, divergence `{d.divergence}`, on-policy fraction {d.onpolicy_fraction:g}")
+    )
+    data = f"τ_kd={plan.tau_kd:g}" if plan.tau_kd is not None else f"the mixture {plan.tags['mixture']}"
+    return (
+        f"**{plan.paradigm}** draft trained on the teacher's responses at **{data}** — {how}; "
+        f"{d.steps} steps, lr {d.lr:g}. Evaluated at {_grid(spec)}. The draft is this run's logged model "
+        f"(Models); its key `{plan.key}` is the hash of its recipe (the model's params)."
+    )
+
+
+def _grid(spec: SweepSpec) -> str:
+    e = spec.eval
+    taus = ", ".join(f"{t:g}" for t in e.temperatures)
+    gammas = ", ".join(str(g) for g in e.gamma)
+    return f"τ_dec ∈ {{{taus}}} on {', '.join(e.test_sets)} (γ {gammas})"
+
+
+def runs_view(spec: SweepSpec) -> RunsView:
+    """The drafts ranked by modelled speedup at the highest τ_dec ≤ 1 on the first test set, with the
+    columns a user compares: speedup and acceptance per τ_dec, paradigm, τ_kd, the data and the model."""
+    from specray.tracking import ACCEPTANCE_RATE, SPEEDUP_MODEL, cell_key
+
+    e = spec.eval
+    test_set, gamma = e.test_sets[0], e.gamma[0] if len(e.gamma) > 1 else None
+    in_range = [t for t in e.temperatures if t <= 1.0] or list(e.temperatures)
+
+    def metric(name: str, tau: float) -> str:
+        return f"metrics.`{cell_key(name, test_set, tau, gamma)}`"
+
+    columns = ["attributes.`Models`", "attributes.`Dataset`", "tags.`paradigm`", "tags.`tau_kd`"]
+    columns += [metric(SPEEDUP_MODEL, t) for t in e.temperatures]
+    columns += [metric(ACCEPTANCE_RATE, t) for t in e.temperatures]
+    sort = metric(SPEEDUP_MODEL, max(in_range))
+    return RunsView(DRAFTS_VIEW, "specray: drafts", tuple(columns), sort)
+
+
+def describe_sweep(tracker: Tracker, parent: str, spec: SweepSpec, drafts: int) -> SweepData:
+    """What the UI shows of a sweep before any work: the parent run's description and datasets, and the
+    drafts view. Returns the datasets, for the draft runs."""
+    from specray.tracking import NOTE
+
+    data = sweep_data(spec)
+    tracker.set_tags(parent, {NOTE: sweep_note(spec, drafts)})
+    tracker.log_datasets(parent, data.everything())
+    tracker.save_runs_view(runs_view(spec))
+    return data

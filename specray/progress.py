@@ -1,0 +1,204 @@
+"""Progress a person can follow: a live display on a terminal, plain lines at a steady pace in a log.
+
+On a terminal specray keeps rich's live display (the sweep's stages) and tqdm's bars (the pools). Anywhere
+else — a file, a pipe, a Ray job's log — neither library has a mode that helps, so `LineMeter` prints the
+lines itself:
+- rich's `Live` renders only on a terminal: on a file it prints the final state once, when it stops;
+- tqdm writes only when `update()` is called, so a stage that finishes nothing for ten minutes prints
+  nothing for ten minutes (what a user cannot tell from a hang); it ends its updates with "\\r", not a
+  newline; and it writes only when both `mininterval` and `miniters` hold, not when either does.
+What the libraries do well is used as is: whether the output is a terminal is rich's `Console.is_terminal`
+(which honours FORCE_COLOR and TTY_COMPATIBLE), and each line's text is tqdm's `format_meter` (count,
+elapsed < remaining, rate).
+
+A line is printed when a stage starts, every `SPECRAY_PROGRESS_INTERVAL_S` seconds (default 30) from a
+heartbeat thread, whenever the count passes another 5% of the total, and when the stage ends; each line is
+flushed at once (a Ray job's log is a pipe).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+from rich.console import Console
+from tqdm.auto import tqdm
+
+log = logging.getLogger(__name__)
+
+INTERVAL_ENV = "SPECRAY_PROGRESS_INTERVAL_S"
+DEFAULT_INTERVAL_S = 30.0
+STEP_FRACTION = 0.05  # a line whenever another 5% of the stage is done
+PREFIX = "progress"  # every line starts with it: `grep '^progress'` on a job's log
+_FORMAT = (
+    "{desc}: {n_fmt}/{total_fmt} {unit} ({percentage:.0f}%) [{elapsed}<{remaining}, {rate_fmt}]{postfix}"
+)
+_FORMAT_NO_TOTAL = "{desc}: {n_fmt} {unit} [{elapsed}, {rate_fmt}]{postfix}"
+
+
+def progress_console() -> Console:
+    """The console progress goes to: standard error, like logging and tqdm."""
+    return Console(stderr=True)
+
+
+def live_display(console: Console | None = None) -> bool:
+    """Whether a live display can work here (rich's own test); if not, progress is printed as lines."""
+    console = console or progress_console()
+    return console.is_terminal and not console.is_dumb_terminal
+
+
+def interval_s() -> float:
+    """Seconds between heartbeat lines: `SPECRAY_PROGRESS_INTERVAL_S`, default 30."""
+    text = os.environ.get(INTERVAL_ENV, "")
+    try:
+        value = float(text) if text else DEFAULT_INTERVAL_S
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        log.warning(
+            "%s=%r is not a positive number of seconds; using %g", INTERVAL_ENV, text, DEFAULT_INTERVAL_S
+        )
+        return DEFAULT_INTERVAL_S
+    return value
+
+
+def _print_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)  # sys.stderr looked up now: whatever it is at this moment
+
+
+class LineMeter(AbstractContextManager):
+    """One stage's progress as plain lines. `update`, `set_postfix_str` and the context manager are tqdm's,
+    so a pool takes either. Units marked `reused` (found done) count as done but not towards the rate."""
+
+    def __init__(
+        self,
+        label: str,
+        total: int,
+        unit: str,
+        interval: float | None = None,
+        write: Callable[[str], None] = _print_line,
+    ) -> None:
+        self.label, self.total, self.unit = label, total, unit
+        self.done = self.reused = 0
+        self.note = ""
+        self._interval = interval or interval_s()
+        self._write = write
+        self._lock = threading.Lock()
+        self._started = self._last_time = time.monotonic()
+        self._last_done = 0
+        self._stop = threading.Event()
+        self._heartbeat = threading.Thread(target=self._beat, name=f"progress-{label}", daemon=True)
+
+    def __enter__(self) -> LineMeter:
+        with self._lock:
+            self._emit()
+        self._heartbeat.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        self._stop.set()
+        self._heartbeat.join()
+        with self._lock:
+            if exc_type is None:
+                self.done = max(self.done, self.total)
+                self.note = "done"
+            self._emit()
+
+    def update(self, n: int = 1, reused: bool = False) -> None:
+        with self._lock:
+            self.done += n
+            self.reused += n if reused else 0
+            if self._crossed_step():
+                self._emit()
+
+    def set_counts(self, done: int, total: int) -> None:
+        """Absolute counts, for a worker that reports how far it is (the teacher pool)."""
+        with self._lock:
+            self.done, self.total = done, total
+            if self._crossed_step():
+                self._emit()
+
+    def set_postfix_str(self, text: str) -> None:
+        with self._lock:
+            self.note = text
+
+    def line(self) -> str:
+        """The current line (tqdm's format_meter: count, elapsed < remaining, rate over computed units)."""
+        return tqdm.format_meter(
+            self.done,
+            self.total or None,
+            time.monotonic() - self._started,
+            prefix=f"{PREFIX} {self.label}",
+            unit=self.unit,
+            initial=self.reused,
+            bar_format=_FORMAT if self.total else _FORMAT_NO_TOTAL,
+            postfix=self.note or None,
+        )
+
+    def _crossed_step(self) -> bool:
+        step = max(1, math.ceil(self.total * STEP_FRACTION))
+        return self.done // step > self._last_done // step
+
+    def _emit(self) -> None:  # holds the lock: lines never interleave, counts never go back
+        self._write(self.line())
+        self._last_time, self._last_done = time.monotonic(), self.done
+
+    def _beat(self) -> None:
+        while not self._stop.wait(min(self._interval, 1.0)):
+            with self._lock:
+                if time.monotonic() - self._last_time >= self._interval:
+                    self._emit()
+
+
+def bar(total: int, label: str, unit: str, enabled: bool = True) -> Any:
+    """A pool's progress bar: tqdm on a terminal, a `LineMeter` elsewhere, a silent tqdm if not `enabled`."""
+    if enabled and not live_display():
+        return LineMeter(label, total, unit)
+    return tqdm(total=total, desc=label, unit=unit, disable=not enabled)
+
+
+def curve_note(draft: str, curve: Mapping[str, Any], steps: int, tau_decs: Sequence[float]) -> str:
+    """`online/tau_kd=0.6 step 120/200: loss 1.234, acceptance 0.412 (mean over 6 τ_dec)` from a curve
+    point of the train loop (the loss is absent at step 0, before training)."""
+    from specray.distill.probe import acceptance_key
+
+    parts = [f"loss {curve['loss']:.4f}"] if "loss" in curve else []
+    acceptance = [curve[acceptance_key(t)] for t in tau_decs if acceptance_key(t) in curve]
+    if acceptance:
+        mean = sum(acceptance) / len(acceptance)
+        parts.append(f"acceptance {mean:.3f} (mean over {len(acceptance)} τ_dec)")
+    return f"{draft} step {curve['step']}/{steps}" + (": " + ", ".join(parts) if parts else "")
+
+
+def curve_line(curve: Mapping[str, Any], tau_decs: Sequence[float]) -> str:
+    """`  step 40  loss 1.2345  5210 tokens/s  α@0.6 0.412  α@1 0.388`: one curve point, as reported."""
+    from specray.distill.probe import acceptance_key
+
+    parts = [f"step {curve['step']}"]
+    parts += [f"loss {curve['loss']:.4f}", f"{curve['tokens_per_s']:.0f} tokens/s"] if "loss" in curve else []
+    parts += [f"α@{t:g} {curve[acceptance_key(t)]:.3f}" for t in tau_decs if acceptance_key(t) in curve]
+    return "  " + "  ".join(parts)
+
+
+@contextmanager
+def curve_progress(draft: str, steps: int, tau_decs: Sequence[float]) -> Iterator[Callable[[dict], None]]:
+    """A `distill(..., report=...)` callback for one draft: on a terminal a line per curve point as it
+    arrives; elsewhere a `LineMeter` over the training steps whose lines carry the latest loss and
+    acceptance."""
+    if live_display():
+        yield lambda curve: print(curve_line(curve, tau_decs), flush=True)
+        return
+    with LineMeter(f"distill {draft}", steps, "steps") as meter:
+
+        def report(curve: dict) -> None:
+            meter.set_postfix_str(curve_note(draft, curve, steps, tau_decs))
+            meter.set_counts(int(curve["step"]), steps)
+
+        yield report
