@@ -37,10 +37,11 @@ INTERVAL_ENV = "SPECRAY_PROGRESS_INTERVAL_S"
 DEFAULT_INTERVAL_S = 30.0
 STEP_FRACTION = 0.05  # a line whenever another 5% of the stage is done
 PREFIX = "progress"  # every line starts with it: `grep '^progress'` on a job's log
+# `unit` is singular (the rate reads 2.1cell/s or 26.3s/draft); counts add the plural s
 _FORMAT = (
-    "{desc}: {n_fmt}/{total_fmt} {unit} ({percentage:.0f}%) [{elapsed}<{remaining}, {rate_fmt}]{postfix}"
+    "{desc}: {n_fmt}/{total_fmt} {unit}s ({percentage:.0f}%) [{elapsed}<{remaining}, {rate_fmt}]{postfix}"
 )
-_FORMAT_NO_TOTAL = "{desc}: {n_fmt} {unit} [{elapsed}, {rate_fmt}]{postfix}"
+_FORMAT_NO_TOTAL = "{desc}: {n_fmt} {unit}s [{elapsed}, {rate_fmt}]{postfix}"
 
 
 def progress_console() -> Console:
@@ -75,7 +76,8 @@ def _print_line(line: str) -> None:
 
 class LineMeter(AbstractContextManager):
     """One stage's progress as plain lines. `update`, `set_postfix_str` and the context manager are tqdm's,
-    so a pool takes either. Units marked `reused` (found done) count as done but not towards the rate."""
+    so a pool takes either. Units marked `reused` (found done) count as done but not towards the rate.
+    `unit` is singular: `cell`, `draft`."""
 
     def __init__(
         self,
@@ -108,7 +110,7 @@ class LineMeter(AbstractContextManager):
         with self._lock:
             if exc_type is None:
                 self.done = max(self.done, self.total)
-                self.note = "done"
+                self.note = f"{self.note}; done" if self.note else "done"
             self._emit()
 
     def update(self, n: int = 1, reused: bool = False) -> None:
@@ -118,10 +120,11 @@ class LineMeter(AbstractContextManager):
             if self._crossed_step():
                 self._emit()
 
-    def set_counts(self, done: int, total: int) -> None:
-        """Absolute counts, for a worker that reports how far it is (the teacher pool)."""
+    def set_counts(self, done: int, total: int, reused: int = 0) -> None:
+        """Absolute counts, for a worker that reports how far it is (the teacher pool); `reused` of `done`
+        were found done."""
         with self._lock:
-            self.done, self.total = done, total
+            self.done, self.total, self.reused = done, total, reused
             if self._crossed_step():
                 self._emit()
 
@@ -143,8 +146,9 @@ class LineMeter(AbstractContextManager):
         )
 
     def _crossed_step(self) -> bool:
+        """Another 5% done since the last line (the last unit is left to the stage's closing line)."""
         step = max(1, math.ceil(self.total * STEP_FRACTION))
-        return self.done // step > self._last_done // step
+        return self.done // step > self._last_done // step and not (self.total and self.done >= self.total)
 
     def _emit(self) -> None:  # holds the lock: lines never interleave, counts never go back
         self._write(self.line())
@@ -195,7 +199,7 @@ def curve_progress(draft: str, steps: int, tau_decs: Sequence[float]) -> Iterato
     if live_display():
         yield lambda curve: print(curve_line(curve, tau_decs), flush=True)
         return
-    with LineMeter(f"distill {draft}", steps, "steps") as meter:
+    with LineMeter(f"distill {draft}", steps, "step") as meter:
 
         def report(curve: dict) -> None:
             meter.set_postfix_str(curve_note(draft, curve, steps, tau_decs))

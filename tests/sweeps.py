@@ -57,6 +57,18 @@ def assert_tracked_once(uri: str, drafts: Sequence[str], experiment: str = "smok
             assert len(history) == 1, (child.data.tags["draft"], key)
         assert {"paradigm", "tau_kd", "mixture"} <= set(child.data.tags)
         assert child.info.status == "FINISHED"
+        _assert_lineage_once(client, child.info.run_id, child.data.tags["draft"] != "non-distill")
+
+
+def _assert_lineage_once(client: MlflowClient, run_id: str, distilled: bool) -> None:
+    """A draft run's datasets each once; a distilled draft exactly one (finished) logged model."""
+    run = client.get_run(run_id)
+    names = [i.dataset.name for i in run.inputs.dataset_inputs]
+    assert len(names) == len(set(names)) == (3 if distilled else 2), names  # its shard, two test sets
+    models = client.search_logged_models(
+        [run.info.experiment_id], filter_string=f"source_run_id = '{run_id}'"
+    )
+    assert [m.status for m in models] == (["READY"] if distilled else []), models
 
 
 def assert_cells_once(output_dir: Path, drafts: Sequence[str]) -> None:

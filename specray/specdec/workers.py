@@ -110,7 +110,7 @@ class EvalPool:
         done: dict[int, list[CellRecord]] = {}
         failures: dict[int, int] = {}
         total = sum(len(unit) for unit in passes)
-        with bar(total, "eval", "cells", enabled=show_progress) as meter:
+        with bar(total, "eval", "cell", enabled=show_progress) as meter:
             while queue or in_flight:
                 while queue and idle:
                     unit, actor = queue.popleft(), idle.pop()

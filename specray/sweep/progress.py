@@ -78,7 +78,8 @@ class SweepDisplay:
         self.progress.stop()
 
     @contextmanager
-    def stage(self, name: str, total: int, unit: str = "units") -> Iterator[None]:
+    def stage(self, name: str, total: int, unit: str = "unit") -> Iterator[None]:
+        """A stage of `total` units (`unit` singular: `cell`, `draft`)."""
         self._task = self.progress.add_task(name, total=max(total, 1), note="")
         self._meter = LineMeter(name, total, unit) if self.lines else None
         self._peak = memory_in_use_gib()
@@ -99,12 +100,12 @@ class SweepDisplay:
         if self._meter is not None:
             self._meter.update(units, reused=reused)
 
-    def set_counts(self, done: int, total: int) -> None:
-        """Absolute counts, from a worker that reports how far it is."""
+    def set_counts(self, done: int, total: int, reused: int = 0) -> None:
+        """Absolute counts, from a worker that reports how far it is (`reused` of `done` were found done)."""
         if self._task is not None:
             self.progress.update(self._task, completed=done, total=max(total, 1))
         if self._meter is not None:
-            self._meter.set_counts(done, total)
+            self._meter.set_counts(done, total, reused)
 
     def note(self, text: str) -> None:
         """What the stage is doing right now (thread-safe: distillations report from their own threads)."""

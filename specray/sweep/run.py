@@ -104,7 +104,7 @@ def plan_sweep(spec: SweepSpec) -> SweepWork:
     draft_plan, drafts_todo = draft_stage(spec, drafts)
     cost_plan, cost = cost_ratio_stage(spec, out)
     jobs = _cell_jobs(spec, [baseline_plan(spec, ""), *drafts], cost)
-    cells_plan, _ = cell_stage(jobs, read_cells(out / "cells"))
+    cells_plan, _ = cell_stage(jobs, read_cells(out / "cell"))
     if cost is None and cells_plan.todo:
         cells_plan.note = "analytic cells are keyed by c, which is measured first"
     return SweepWork([shards, draft_plan, cost_plan, cells_plan], drafts, drafts_todo, cost)
@@ -129,19 +129,19 @@ def run_sweep(
     data = describe_sweep(tracker, parent, spec, len(work.drafts))  # its datasets, description, runs view
     display = SweepDisplay(enabled=show_progress)
     with ray_session(spec.ray), display:
-        with display.stage("zoo", 1, "models"):
+        with display.stage("zoo", 1, "model"):
             target_path = resolve_model_path(spec.models.target, spec.models.zoo)
             draft_path = resolve_model_path(spec.models.draft, spec.models.zoo)
             display.advance()
         responses = len(spec.teacher.temperatures) * spec.data.train_size
-        with display.stage("teacher shards", responses, "responses"):
+        with display.stage("teacher shards", responses, "response"):
             from specray.teacher.pool import generate_teacher_shards
 
             generate_teacher_shards(spec, show_progress=False, on_progress=display.set_counts)
         runs = {
             p.name: tracker.child_run(parent, p.name, p.key, p.tags, draft_note(spec, p)) for p in work.drafts
         }
-        with display.stage("distill", len(work.drafts), "drafts"):
+        with display.stage("distill", len(work.drafts), "draft"):
             curves = _distill_all(spec, work, tracker, runs, display, data)
         baseline = baseline_plan(spec, draft_path)
         note = draft_note(spec, baseline)
@@ -151,12 +151,12 @@ def run_sweep(
         everything = [baseline, *work.drafts]
         pool = _LazyPool(spec, target_path, prompts)
         with pool:
-            with display.stage("cost ratio", 1, "measurements"):
+            with display.stage("cost ratio", 1, "measurement"):
                 cost = work.cost_ratio or save_cost_ratio(spec, pool.get(), draft_path, out)
                 display.advance()
             jobs = _cell_jobs(spec, everything, cost)
-            with display.stage("eval", len(jobs), "cells"):
-                records = _evaluate_all(spec, jobs, pool, cost, tracker, runs, display, out / "cells")
+            with display.stage("eval", len(jobs), "cell"):
+                records = _evaluate_all(spec, jobs, pool, cost, tracker, runs, display, out / "cell")
     lengths = _output_lengths(spec, prompts)
     drafts = {plan.name: plan.info for plan in everything}
     report = _report(spec, tracker, parent, records, drafts, curves, lengths, cost, out)

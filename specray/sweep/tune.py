@@ -150,7 +150,7 @@ def run_tune(spec: SweepSpec, resume: bool = False, show_progress: bool = True) 
         context = _prepare(run)
         singles = _single_tau_kd_baselines(run)
         contenders, manual = _manual_baselines(run, singles)
-        with run.display.stage("search", spec.tune.num_samples, "trials"):
+        with run.display.stage("search", spec.tune.num_samples, "trial"):
             results = search(spec, context, out / SEARCH_DIR, resume, run.display.advance)
         trials, winner = record_trials(spec, tracker, parent, results, out / TRIALS_DIR)
         run.runs[TUNED + winner.recipe.name] = winner.run_id
@@ -175,12 +175,12 @@ def _prepare(run: _Run) -> TrialContext:
     from specray.teacher.pool import generate_teacher_shards
 
     spec = run.spec
-    with run.display.stage("zoo", 1, "models"):
+    with run.display.stage("zoo", 1, "model"):
         run.target_path = _local(resolve_model_path(spec.models.target, spec.models.zoo))
         run.draft_path = _local(resolve_model_path(spec.models.draft, spec.models.zoo))
         run.display.advance()
     responses = len(spec.teacher.temperatures) * spec.data.train_size
-    with run.display.stage("teacher shards", responses, "responses"):  # a cache hit after `specray generate`
+    with run.display.stage("teacher shards", responses, "response"):  # a cache hit after `specray generate`
         generate_teacher_shards(spec, show_progress=False, on_progress=run.display.set_counts)
     tokenizer = load_tokenizer(run.target_path, spec.models.target.trust_remote_code)
     run.prompts = {VALIDATION: _validation_prompts(spec, tokenizer), **encode_test_prompts(spec, tokenizer)}
@@ -271,7 +271,7 @@ def _single_tau_kd_baselines(run: _Run) -> dict[float, DraftPlan]:
     """One draft per τ_kd of the grid, and its validation records (logged to its run)."""
     grid = run.spec.teacher.temperatures
     plans = {tau: _baseline_plan(run, baseline_recipe(run.spec, {tau: 1.0})) for tau in grid}
-    with run.display.stage("single τ_kd drafts", len(plans), "drafts"):
+    with run.display.stage("single τ_kd drafts", len(plans), "draft"):
         _distil_baselines(run, list(plans.values()), "single")
     drafts = {plan.name: str(plan.output_dir) for plan in plans.values()}
     if run.state.get("validation_drafts") != drafts:  # a resumed search keeps the records it saved
@@ -292,7 +292,7 @@ def _manual_baselines(run: _Run, singles: dict[float, DraftPlan]) -> tuple[Conte
         recipe = manual_recipe(spec.teacher.temperatures, peak, spec.tune.manual_top_k)
         manual[tau_dec] = _baseline_plan(run, baseline_recipe(spec, recipe))
     unique = {plan.name: plan for plan in manual.values()}
-    with run.display.stage("manual recipes", len(unique), "drafts"):
+    with run.display.stage("manual recipes", len(unique), "draft"):
         _distil_baselines(run, list(unique.values()), "manual")
     labels = {singles[peak].name: f"{peak:g}" for peak in by_tau_dec.values()}
     labels |= {plan.name: "+".join(f"{tau:g}" for tau in sorted(plan.mixture)) for plan in unique.values()}
@@ -338,7 +338,7 @@ def _evaluate(run: _Run, drafts: dict[str, str], test_sets: list[str], stage: st
     prompts = {test_set: run.prompts[test_set] for test_set in test_sets}
     model = {"dtype": target.dtype, "trust_remote_code": target.trust_remote_code}
     with (
-        run.display.stage(stage, len(jobs), "cells"),
+        run.display.stage(stage, len(jobs), "cell"),
         EvalPool(run.target_path, prompts, settings, e.replicas, e.num_cpus, e.num_gpus, **model) as pool,
     ):
         records = pool.run(

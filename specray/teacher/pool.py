@@ -351,24 +351,24 @@ def generate_shards(
     pool: GenerationPool | None = None,
     root: Path | None = None,
     show_progress: bool = True,
-    on_progress: Callable[[int, int], None] | None = None,
+    on_progress: Callable[[int, int, int], None] | None = None,
 ) -> dict[float, ShardReport]:
     """Make sure a complete shard of `examples` exists for every τ: reuse complete ones, finish partial
     ones, generate the rest in one pass. Starts Ray (per `spec.ray`) and a teacher pool over the sweep's
     target only when something is missing, unless a `pool` (hosting that same model) is given.
-    `on_progress(done, total)` counts responses over every τ (saved ones included): once after planning,
-    then after every batch."""
+    `on_progress(done, total, saved)` counts responses over every τ (`saved`: found saved, of `done`):
+    once after planning, then after every batch."""
     reports, progress = _plan(spec, examples, temperatures, max_new_tokens, seed, split, root)
     total = len(examples) * len(temperatures)
-    done = total - sum(len(state.missing) for state in progress.values())
-    report = on_progress or (lambda done, total: None)
-    report(done, total)
+    done = saved = total - sum(len(state.missing) for state in progress.values())
+    report = on_progress or (lambda done, total, saved: None)
+    report(done, total, saved)
     if progress:
         requests = _requests(progress, examples, spec.data.template)
         prompt_ids = [example.id for example in examples]
         with (
             nullcontext(pool) if pool is not None else _own_pool(spec) as active,
-            bar(len(requests), "teacher", "responses", enabled=show_progress) as meter,
+            bar(len(requests), "teacher", "response", enabled=show_progress) as meter,
         ):
 
             def advance(responses: int, rates: str) -> None:
@@ -376,7 +376,7 @@ def generate_shards(
                 done += responses
                 meter.update(responses)
                 meter.set_postfix_str(rates)
-                report(done, total)
+                report(done, total, saved)
 
             _run_pass(active, requests, progress, prompt_ids, root, advance)
     return reports
@@ -422,7 +422,7 @@ def generate_teacher_shards(
     pool: GenerationPool | None = None,
     root: Path | None = None,
     show_progress: bool = True,
-    on_progress: Callable[[int, int], None] | None = None,
+    on_progress: Callable[[int, int, int], None] | None = None,
 ) -> dict[float, ShardReport]:
     """Every τ_kd shard of the sweep's train split (what `specray generate` runs); `on_progress` as in
     `generate_shards`."""

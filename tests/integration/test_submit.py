@@ -173,6 +173,7 @@ def test_submitted_smoke_sweep_succeeds_streams_its_logs_and_tracks_to_mlflow(
     assert "sweep smoke: " in submitted.stdout and "MLflow run" in submitted.stdout
     assert "Connecting to existing Ray cluster" in submitted.stdout
     assert "Started a local Ray instance" not in submitted.stdout
+    assert "progress distill: " in submitted.stdout and "progress eval: " in submitted.stdout  # a job's log
 
     logs = _specray(ray_head, "jobs", "logs", job_id)
     assert logs.returncode == 0 and "sweep smoke: " in logs.stdout
@@ -210,6 +211,12 @@ def test_jobs_stop_ends_a_running_job(ray_head: RayHead, tmp_path: Path) -> None
     assert f"specray jobs logs {job_id} --follow" in submitted.stderr
     started = wait_until(lambda: _started(ray_head, job_id), f"job {job_id} to start", poll_s=1.0)
     assert "RUNNING" in started, started
+
+    # progress lines reach the job's log while it runs (the job is stopped below, so it had not ended)
+    def logged_progress() -> bool:
+        return "progress zoo: " in _specray(ray_head, "jobs", "logs", job_id).stdout
+
+    wait_until(logged_progress, f"a progress line in the logs of job {job_id}", poll_s=1.0)
 
     stopped = _specray(ray_head, "jobs", "stop", job_id)
     assert stopped.returncode == 0 and "stop requested; now STOPPED" in stopped.stdout, stopped.stderr

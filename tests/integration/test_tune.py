@@ -125,7 +125,9 @@ def test_a_search_reads_cached_shards_logs_every_trial_and_registers_the_winner(
 
     name, version = outcome.registered
     registered = client.get_model_version(name, version)
-    assert registered.run_id == best[0].info.run_id and registered.source.endswith("/draft")
+    assert registered.run_id == best[0].info.run_id and registered.source.startswith("models:/")
+    model = client.get_logged_model(registered.source.removeprefix("models:/"))  # the winner's logged model
+    assert model.source_run_id == best[0].info.run_id and model.status == "READY"
     assert registered.tags["mixture"] == winner.recipe.mixture_tag
 
     frame = outcome.table
