@@ -122,7 +122,7 @@ def test_runs_read_back_from_the_server(tracked_sweep: TrackedSweep, tmp_path: P
     parents = [r for r in runs if r.data.tags.get(ROLE) == "sweep"]
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     parent = parents[0]
-    assert parent.data.params["eval.gamma"] == "3"
+    assert parent.data.params["eval.gamma"] == "[3]"  # γ is a grid axis: a list
     assert parent.data.params["teacher.temperatures"] == "[0.0, 1.0]"
     assert parent.data.params["tracking.uri"] == tracked_sweep.url
 

@@ -158,7 +158,13 @@ class _RunWithFailingDownloads(_Handler):
     every file download."""
 
     ANSWERS = {
-        "/api/2.0/mlflow/experiments/get-by-name": {"experiment": {"experiment_id": "0", "name": "smoke"}},
+        "/api/2.0/mlflow/experiments/get-by-name": {
+            "experiment": {
+                "experiment_id": "0",
+                "name": "smoke",
+                "tags": [{"key": "mlflow.experimentKind", "value": "custom_model_development"}],
+            }
+        },
         "/api/2.0/mlflow/runs/get": {
             "run": {"info": {"run_id": "r1", "artifact_uri": "mlflow-artifacts:/0/r1/artifacts"}, "data": {}}
         },

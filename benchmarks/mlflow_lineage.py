@@ -1,0 +1,141 @@
+"""What MLflow datasets and logged models add to a sweep's wall time: the tiny sweep's 22 distilled drafts
+and its un-distilled one, logged the old way and the new way, side by side in one run, per store.
+
+    .venv/bin/python benchmarks/mlflow_lineage.py                 # sqlite and an `mlflow server` over HTTP
+    .venv/bin/python benchmarks/mlflow_lineage.py --stores sqlite --repeats 1
+
+old: what `finish_draft` did before: the HF folder as the draft run's artifacts (`log_artifacts`).
+new: what it does now: the run's datasets (`log_datasets`: its shard and the test sets) and the draft as a
+     logged model (`log_draft_model`: create, link to the run, MLmodel, the HF folder, finalize), plus the
+     un-distilled draft's datasets and, once per sweep, the parent's datasets, description and drafts view
+     (`describe_sweep`).
+Each repeat uses fresh runs in a fresh experiment of the same store, old and new alternating; the drafts
+are copies of the default tiny zoo's draft (5.3M-parameter zoo; its draft folder is what a tiny sweep
+publishes per draft). Both sides include the search MLflow needs to log each thing once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+from specray.config import ZooSpec, load_spec
+from specray.lineage import describe_sweep, draft_model, draft_note
+from specray.models.zoo import build_zoo
+from specray.sweep.plan import baseline_plan, plan_drafts
+from specray.tracking import Tracker
+
+REPO = Path(__file__).resolve().parents[1]
+QUIET = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
+
+
+@contextmanager
+def sqlite_store(folder: Path) -> Iterator[str]:
+    yield f"sqlite:///{folder / 'bench.db'}"
+
+
+@contextmanager
+def mlflow_server(folder: Path, port: int = 5399) -> Iterator[str]:
+    """`mlflow server` on 127.0.0.1 with a sqlite backend and proxied artifacts, as the tests run it."""
+    command = [str(Path(sys.executable).parent / "mlflow"), "server", "--host=127.0.0.1", f"--port={port}"]
+    command += [f"--backend-store-uri=sqlite:///{folder / 'server.db'}", "--workers=1"]
+    command += [f"--artifacts-destination={folder / 'served-artifacts'}"]
+    env = os.environ | QUIET
+    with open(folder / "server.log", "w") as log:
+        server = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=2)
+                break
+            except OSError:
+                time.sleep(0.5)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+def one_sweep(uri: str, experiment: str, spec, plans, baseline, way: str) -> float:
+    """Seconds to log one sweep's drafts `way` (old or new) into fresh runs."""
+    tracker = Tracker(uri, experiment)
+    parent, _ = tracker.parent_run(spec)
+    runs = {p.name: tracker.child_run(parent, p.name, p.key, p.tags, draft_note(spec, p)) for p in plans}
+    runs[baseline.name] = tracker.child_run(parent, baseline.name, baseline.key, baseline.tags)
+    started = time.perf_counter()
+    if way == "old":
+        for plan in plans:
+            if "draft" not in tracker.artifact_paths(runs[plan.name]):
+                tracker.log_artifacts(runs[plan.name], plan.output_dir, "draft")
+    else:
+        data = describe_sweep(tracker, parent, spec, len(plans))
+        for plan in plans:
+            tracker.log_datasets(runs[plan.name], data.for_draft(plan.mixture))
+            tracker.log_draft_model(runs[plan.name], draft_model(plan))
+        tracker.log_datasets(runs[baseline.name], data.tests)
+    return time.perf_counter() - started
+
+
+def measure(uri: str, spec, plans, baseline, repeats: int) -> dict[str, list[float]]:
+    seconds: dict[str, list[float]] = {"old": [], "new": []}
+    for repeat in range(repeats):
+        for way in ("old", "new") if repeat % 2 == 0 else ("new", "old"):
+            elapsed = one_sweep(uri, f"bench-{way}-{repeat}", spec, plans, baseline, way)
+            seconds[way].append(elapsed)
+            print(f"  pass {repeat + 1} {way}: {elapsed:6.2f} s", flush=True)
+    return seconds
+
+
+def report(store: str, seconds: dict[str, list[float]], drafts: int) -> None:
+    old, new = statistics.median(seconds["old"]), statistics.median(seconds["new"])
+    print(
+        f"{store:>6}: old {old:6.2f} s, new {new:6.2f} s (median of {len(seconds['old'])}); "
+        f"new/old {new / old:.2f}x; +{new - old:.2f} s per sweep, +{(new - old) / drafts:.3f} s per draft"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--stores", nargs="+", default=["sqlite", "server"], choices=["sqlite", "server"])
+    args = parser.parse_args()
+    os.environ.update(QUIET)
+    spec = load_spec(REPO / "sweeps" / "tiny.yaml")
+    draft_dir = build_zoo(ZooSpec()).draft  # the default tiny zoo, cached after its first build
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        plans = []
+        for plan in plan_drafts(spec):
+            folder = root / "drafts" / plan.output_dir.name
+            shutil.copytree(draft_dir, folder)
+            plans.append(replace(plan, output_dir=folder))
+        baseline = baseline_plan(spec, str(draft_dir))
+        size = sum(f.stat().st_size for f in Path(draft_dir).iterdir()) / 2**20
+        print(f"{len(plans)} distilled drafts + 1 un-distilled, {size:.1f} MiB per draft folder")
+        os.chdir(root)  # the sqlite store's artifacts (./mlruns) go to the temp folder
+        results = {}
+        for store in args.stores:
+            print(f"{store}:", flush=True)
+            with sqlite_store(root) if store == "sqlite" else mlflow_server(root) as uri:
+                results[store] = measure(uri, spec, plans, baseline, args.repeats)
+        print()
+        for store, seconds in results.items():
+            report(store, seconds, len(plans) + 1)
+
+
+if __name__ == "__main__":
+    main()
