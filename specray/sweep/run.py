@@ -104,7 +104,7 @@ def plan_sweep(spec: SweepSpec) -> SweepWork:
     draft_plan, drafts_todo = draft_stage(spec, drafts)
     cost_plan, cost = cost_ratio_stage(spec, out)
     jobs = _cell_jobs(spec, [baseline_plan(spec, ""), *drafts], cost)
-    cells_plan, _ = cell_stage(jobs, read_cells(out / "cell"))
+    cells_plan, _ = cell_stage(jobs, read_cells(out / "cells"))
     if cost is None and cells_plan.todo:
         cells_plan.note = "analytic cells are keyed by c, which is measured first"
     return SweepWork([shards, draft_plan, cost_plan, cells_plan], drafts, drafts_todo, cost)
@@ -156,7 +156,7 @@ def run_sweep(
                 display.advance()
             jobs = _cell_jobs(spec, everything, cost)
             with display.stage("eval", len(jobs), "cell"):
-                records = _evaluate_all(spec, jobs, pool, cost, tracker, runs, display, out / "cell")
+                records = _evaluate_all(spec, jobs, pool, cost, tracker, runs, display, out / "cells")
     lengths = _output_lengths(spec, prompts)
     drafts = {plan.name: plan.info for plan in everything}
     report = _report(spec, tracker, parent, records, drafts, curves, lengths, cost, out)
