@@ -21,6 +21,11 @@ if TYPE_CHECKING:
     from specray.tracking import Tracker
 
 DRAFTS_VIEW = "specray-drafts"  # the saved runs view's id (stable: a re-run replaces it)
+EXPERIMENT_NOTE = (  # MLflow 3.17 shows it on every page of the experiment, its GenAI overview included
+    "specray sweeps: one parent run per sweep, one child run per draft. Choose **Model training** in the "
+    "sidebar, then the view **specray: drafts** (Views) to compare the drafts; each draft's model is under "
+    "**Models**."
+)
 _MODEL_NAME_FORBIDDEN = re.compile(r"[/:.%\"']")  # characters MLflow refuses in a logged model's name
 
 
@@ -193,6 +198,7 @@ def describe_sweep(tracker: Tracker, parent: str, spec: SweepSpec, drafts: int) 
     from specray.tracking import NOTE
 
     data = sweep_data(spec)
+    tracker.describe_experiment(EXPERIMENT_NOTE)
     tracker.set_tags(parent, {NOTE: sweep_note(spec, drafts)})
     tracker.log_datasets(parent, data.everything())
     tracker.save_runs_view(runs_view(spec))

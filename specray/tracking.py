@@ -286,6 +286,9 @@ class Tracker:
         self._call(self.client.finalize_logged_model, logged.model_id, LoggedModelStatus.READY)
         return logged.model_id
 
+    def describe_experiment(self, note: str) -> None:
+        self._call(self.client.set_experiment_tag, self.experiment_id, NOTE, note)
+
     def save_runs_view(self, view: RunsView) -> None:
         """`view` among the experiment's saved runs views (replacing an older one with its id)."""
         state = {"selectedColumns": list(view.columns), "orderByKey": view.order_by, "orderByAsc": False}

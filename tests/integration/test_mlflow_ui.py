@@ -215,6 +215,7 @@ def test_datasets_models_and_views_read_back(tracked_sweep: TrackedSweep) -> Non
     assert (
         experiment.tags[EXPERIMENT_KIND] == MODEL_DEVELOPMENT and SAVED_VIEW + DRAFTS_VIEW in experiment.tags
     )
+    assert "specray: drafts" in experiment.tags[NOTE]  # what to open, on every page of the experiment
     runs = [client.get_run(r.info.run_id) for r in client.search_runs([tracked_sweep.experiment_id])]
     parent = next(r for r in runs if r.data.tags.get(ROLE) == "sweep")
     assert parent.info.run_name.startswith("smoke · sweep ") and "smoke" in parent.data.tags[NOTE]

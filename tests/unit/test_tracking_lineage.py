@@ -18,6 +18,7 @@ from specray.lineage import (
     DRAFTS_VIEW,
     DatasetRef,
     DraftModel,
+    describe_sweep,
     draft_note,
     model_name,
     run_title,
@@ -185,3 +186,14 @@ def test_the_sweeps_datasets_carry_the_cache_keys() -> None:
     ]
     assert "τ_kd=1" in draft_note(SMOKE, offline_1) and offline_1.key in draft_note(SMOKE, offline_1)
     assert "un-distilled" in draft_note(SMOKE, baseline_plan(SMOKE, "draft"))
+
+
+def test_a_sweep_is_described_before_any_work(tracker: Tracker) -> None:
+    parent, _ = tracker.parent_run(SMOKE)
+    data = describe_sweep(tracker, parent, SMOKE, drafts=4)
+    experiment = tracker.client.get_experiment(tracker.experiment_id)
+    assert "Model training" in experiment.tags[NOTE] and SAVED_VIEW + DRAFTS_VIEW in experiment.tags
+    run = tracker.run(parent)
+    assert run.info.run_name.startswith("smoke · sweep ") and "4 drafts" in run.data.tags[NOTE]
+    logged = sorted((i.dataset.name, i.dataset.digest) for i in run.inputs.dataset_inputs)
+    assert logged == sorted((d.name, d.digest) for d in data.everything())
