@@ -199,7 +199,7 @@ def curve_progress(draft: str, steps: int, tau_decs: Sequence[float]) -> Iterato
     if live_display():
         yield lambda curve: print(curve_line(curve, tau_decs), flush=True)
         return
-    with LineMeter(f"distill {draft}", steps, "step") as meter:
+    with LineMeter("distill", steps, "step") as meter:
 
         def report(curve: dict) -> None:
             meter.set_postfix_str(curve_note(draft, curve, steps, tau_decs))

@@ -156,7 +156,7 @@ def test_cli_generates_then_reports_a_cache_hit(micro_zoo, tmp_path: Path) -> No
     assert first.returncode == 0, first.stderr
     for tau in (0, 1):
         assert f"τ={tau}: generated 64 of 64 responses" in first.stdout
-    assert "tokens/s" in first.stdout and "teacher: 100%" in first.stderr
+    assert "tokens/s" in first.stdout and "progress teacher: 128/128 responses (100%)" in first.stderr
 
     second = specray("generate", "sweeps/smoke.yaml", MICRO_ZOO, cache=tmp_path)
     assert second.returncode == 0, second.stderr
