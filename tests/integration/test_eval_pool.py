@@ -108,6 +108,9 @@ def test_evaluate_cli_prints_the_table_and_refuses_a_foreign_draft(tmp_path: Pat
     assert run.returncode == 0, run.stderr[-2000:]
     assert "non-distill on in_domain (γ=3)" in run.stdout and "acceptance_rate" in run.stdout
     assert "c = " in run.stdout  # the cost ratio, measured once for every draft
+    assert (
+        "progress eval: 0/4 cells" in run.stderr and "progress eval: 4/4 cells (100%)" in run.stderr
+    )  # a pipe
     records = json.loads(out.read_text())
     assert len(records) == 2 * 2  # 2 τ_dec × 2 test sets
     foreign = build_zoo(micro_zoo_spec(vocab_size=300, corpus_size=100), root=tmp_path / "zoo")
