@@ -91,9 +91,8 @@ class SweepData:
 
     def for_draft(self, mixture: Mapping[float, float]) -> list[DatasetRef]:
         """What a draft used: the shards of its τ_kd (or mixture) and the test sets it is evaluated on."""
-        return [self.shards[float(tau)] for tau in sorted(mixture) if float(tau) in self.shards] + [
-            *self.tests
-        ]
+        shards = [self.shards[float(tau)] for tau in sorted(mixture) if float(tau) in self.shards]
+        return [*shards, *self.tests]
 
 
 def sweep_data(spec: SweepSpec) -> SweepData:
