@@ -21,10 +21,9 @@ if TYPE_CHECKING:
     from specray.tracking import Tracker
 
 DRAFTS_VIEW = "specray-drafts"  # the saved runs view's id (stable: a re-run replaces it)
-EXPERIMENT_NOTE = (  # MLflow 3.17 shows it on every page of the experiment, its GenAI overview included
-    "specray sweeps: one parent run per sweep, one child run per draft. Choose **Model training** in the "
-    "sidebar, then the view **specray: drafts** (Views) to compare the drafts; each draft's model is under "
-    "**Models**."
+EXPERIMENT_NOTE = (  # MLflow 3.17 shows its first line on every page of the experiment (GenAI ones too)
+    "To compare the drafts: **Model training** (sidebar) → Runs → Views → **specray: drafts**. "
+    "One parent run per sweep, one child run per draft; each draft's model is under **Models**."
 )
 _MODEL_NAME_FORBIDDEN = re.compile(r"[/:.%\"']")  # characters MLflow refuses in a logged model's name
 
