@@ -283,7 +283,7 @@ class EvalSpec(_Frozen):
     @field_validator("gamma", mode="before")
     @classmethod
     def _one_or_many(cls, v: Any) -> Any:
-        return [v] if isinstance(v, int) and not isinstance(v, bool) else v
+        return v if isinstance(v, list | tuple) else [v]  # one γ; a wrong scalar is then named as one
 
     @field_validator("gamma")
     @classmethod
