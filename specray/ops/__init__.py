@@ -17,10 +17,17 @@ from specray.ops.acceptance import (
     token_acceptance,
 )
 from specray.ops.divergences import (
+    AVERAGINGS,
     DIVERGENCES,
+    Averaging,
+    averaging_units,
+    chunked_rows,
     forward_kl,
     get_divergence,
+    get_per_token_divergence,
     jsd,
+    masked_average,
+    masked_sum,
     reverse_kl,
     total_variation,
 )
@@ -28,16 +35,23 @@ from specray.ops.speculative import verify_block
 from specray.ops.warp import log_warp, sample, warp
 
 __all__ = [
+    "AVERAGINGS",
     "DIVERGENCES",
+    "Averaging",
     "acceptance_from_logits",
     "acceptance_rate_from_counts",
+    "averaging_units",
     "block_efficiency_from_counts",
+    "chunked_rows",
     "draft_acceptance_from_counts",
     "expected_block_efficiency",
     "forward_kl",
     "get_divergence",
+    "get_per_token_divergence",
     "jsd",
     "log_warp",
+    "masked_average",
+    "masked_sum",
     "reverse_kl",
     "sample",
     "simulated_block_efficiency",
