@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -200,6 +201,7 @@ def local_cluster(head_cpus: int = 1) -> Iterator[LocalCluster]:
         for pid in leftovers:  # a process that left its group (none should)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(temp_dir, ignore_errors=True)
         assert not leftovers, f"Ray processes of the test cluster survived its process groups: {leftovers}"
 
 
