@@ -221,6 +221,17 @@ class DistillSpec(_Frozen):
         description="online batches: a preset of specray/kd_presets.py or {fixed: λ1, student: λ2}",
     )
     loss_temperature: float = Field(default=1.0, gt=0.0, le=MAX_TEMPERATURE)
+    loss_averaging: Literal["token", "sequence"] = Field(
+        default="token",
+        description="token: mean over all response tokens; sequence: mean within each response, then "
+        "over responses (DistillSpec Eq. 2)",
+    )
+    loss_chunk_size: int = Field(
+        default=256,
+        ge=0,
+        description="response tokens per LM-head chunk once a micro-batch has more: the [batch, seq, "
+        "vocab] logits are never built (large vocabularies); same loss up to fp round-off; 0 = never",
+    )
     steps: int = Field(default=200, ge=1)
     batch_size: int = Field(default=16, ge=1)
     grad_accum: int = Field(default=1, ge=1)
@@ -283,7 +294,7 @@ class EvalSpec(_Frozen):
     @field_validator("gamma", mode="before")
     @classmethod
     def _one_or_many(cls, v: Any) -> Any:
-        return [v] if isinstance(v, int) and not isinstance(v, bool) else v
+        return v if isinstance(v, list | tuple) else [v]  # one γ; a wrong scalar is then named as one
 
     @field_validator("gamma")
     @classmethod

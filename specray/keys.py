@@ -103,6 +103,8 @@ FIELDS: dict[str, Direct | Via] = {
     "distill.jsd_beta": _direct("draft:online"),  # dropped from the key unless divergence is jsd
     "distill.onpolicy_fraction": _direct("draft:online"),
     "distill.data_sources": _direct("draft:online"),  # fixed / teacher / student rows (online runs only)
+    "distill.loss_averaging": _direct("draft"),  # a token mean or DistillSpec's per-sequence mean
+    "distill.loss_chunk_size": NONE,  # LM heads in chunks: the same loss up to fp round-off
     "distill.loss_temperature": _direct("draft:online"),
     "distill.steps": _direct("draft"),
     "distill.batch_size": _direct("draft"),

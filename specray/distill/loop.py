@@ -13,10 +13,12 @@ One run distils the draft (student) towards the target (teacher) for `distill.st
 
 Data rows follow `data.MixtureSampler`: every random choice is a function of (seed, step, row), so a resumed
 run and an N-worker run see exactly the rows of an uninterrupted single-worker run. The loss of a step is a
-mean over all its response tokens (every micro-batch, every rank): each rank backpropagates
-`its token sum × world_size / global token count`, which DDP's gradient averaging turns into the gradient of
-the global mean. AdamW, linear warm-up then cosine decay to 10% (nanoGPT), gradient clipping, gradient
-accumulation, bf16 autocast on CUDA only.
+mean over all its response tokens (every micro-batch, every rank), or with `distill.loss_averaging: sequence`
+a mean over all its responses of each one's token mean: each rank backpropagates
+`its sum × world_size / global count` (tokens or responses: `ResponseLoss.units`), which DDP's gradient
+averaging turns into the gradient of the global mean. At a large vocabulary the loss is chunked over the
+LM heads (`distill.loss_chunk_size`, see `losses.py`). AdamW, linear warm-up then cosine decay to 10%
+(nanoGPT), gradient clipping, gradient accumulation, bf16 autocast on CUDA only.
 
 Every `report_every` steps (and at step 0 and the last step) a curve point is reported: loss, tokens/s,
 learning rate and the analytic acceptance at each eval τ_dec on a few validation prompts (`probe.py`).
@@ -58,7 +60,7 @@ from specray.distill.data import (
     with_ground_truth,
 )
 from specray.distill.inputs import DistillInputs, check_request, draft_name, prepare_inputs
-from specray.distill.losses import distillation_divergence, response_cross_entropy
+from specray.distill.losses import ResponseLoss, check_chunkable
 from specray.distill.probe import AcceptanceProbe
 from specray.distill.session import LocalSession, Session
 from specray.keys import curve_inputs
@@ -98,16 +100,17 @@ class _Run:
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
     probe: AcceptanceProbe | None  # rank 0 only
+    loss: ResponseLoss
     eos_ids: set[int]
     state: dict  # step, curves, resumed_from, fingerprint: saved with every checkpoint
 
 
 @dataclass
 class _Window:
-    """Training progress since the last report (loss is token-weighted, time excludes probes)."""
+    """Training progress since the last report (loss is weighted by its units, time excludes probes)."""
 
     loss_sum: float = 0.0
-    loss_tokens: float = 0.0
+    loss_units: float = 0.0
     tokens: float = 0.0
     seconds: float = 0.0
     steps: list[int] = field(default_factory=list)
@@ -200,9 +203,22 @@ def _setup(
         optimizer,
         scheduler,
         probe,
+        _response_loss(spec, paradigm, model, teacher),
         eos_ids,
         state,
     )
+
+
+def _response_loss(
+    spec: SweepSpec, paradigm: str, student: PreTrainedModel, teacher: PreTrainedModel | None
+) -> ResponseLoss:
+    """The paradigm's loss; a model whose head cannot be chunked fails here, before any step."""
+    d = spec.distill
+    if d.loss_chunk_size > 0:
+        for model in (student, teacher) if teacher is not None else (student,):
+            check_chunkable(model)
+    divergence = d.divergence if paradigm == "online" else None
+    return ResponseLoss(divergence, d.loss_temperature, d.jsd_beta, d.loss_averaging, d.loss_chunk_size)
 
 
 def _teacher_and_probe(
@@ -275,36 +291,21 @@ def _local_batch(run: _Run, step: int, micro: int) -> Batch:
     return collate([rows[i] for i in local], run.tokenizer.pad_token_id)
 
 
-def _loss_sum(run: _Run, batch: Batch) -> torch.Tensor:
-    """Sum of the per-token loss over this batch's response tokens (mean × count)."""
-    d = run.spec.distill
-    logits = run.student(
-        input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
-    ).logits
-    if run.paradigm == "offline":
-        return response_cross_entropy(logits, batch.labels) * batch.loss_tokens
-    with torch.no_grad():
-        teacher_logits = run.teacher(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-    loss = distillation_divergence(
-        logits, teacher_logits, batch.labels, d.divergence, d.loss_temperature, d.jsd_beta
-    )
-    return loss * batch.loss_tokens
-
-
 def _train_step(run: _Run, step: int, window: _Window) -> None:
     """One optimizer step over `grad_accum` micro-batches; adds its loss and tokens to `window`."""
     d, session = run.spec.distill, run.session
     batches = [_local_batch(run, step, micro).to(session.device) for micro in range(d.grad_accum)]
-    local_counts = [sum(b.loss_tokens for b in batches), sum(b.tokens for b in batches)]
-    loss_tokens, tokens = session.all_reduce(torch.tensor(local_counts, dtype=torch.float64)).tolist()
-    scale = session.world_size / max(loss_tokens, 1.0)  # DDP averages gradients over ranks
+    local_counts = [sum(run.loss.units(b.labels) for b in batches), sum(b.tokens for b in batches)]
+    loss_units, tokens = session.all_reduce(torch.tensor(local_counts, dtype=torch.float64)).tolist()
+    scale = session.world_size / max(loss_units, 1.0)  # DDP averages gradients over ranks
     loss_sum = 0.0
     for i, batch in enumerate(batches):
         last = i == len(batches) - 1
         no_sync = getattr(run.student, "no_sync", None)  # DDP: all-reduce gradients once, at the end
         with nullcontext() if last or no_sync is None else no_sync():
             with _autocast(session.device):
-                loss = _loss_sum(run, batch)
+                inputs = (batch.input_ids, batch.attention_mask, batch.labels)
+                loss = run.loss(run.student, run.teacher, *inputs)
             (loss * scale).backward()
         loss_sum += float(loss.detach())
     torch.nn.utils.clip_grad_norm_(run.student.parameters(), d.max_grad_norm)
@@ -312,7 +313,7 @@ def _train_step(run: _Run, step: int, window: _Window) -> None:
     run.scheduler.step()
     run.optimizer.zero_grad(set_to_none=True)
     window.loss_sum += float(session.all_reduce(torch.tensor([loss_sum], dtype=torch.float64)))
-    window.loss_tokens += loss_tokens
+    window.loss_units += loss_units
     window.tokens += tokens
 
 
@@ -323,7 +324,7 @@ def _curve(run: _Run, step: int, window: _Window) -> dict:
     """One curve point: the window's loss and throughput, and (rank 0) the probe's acceptance."""
     curve: dict = {"step": step}
     if window.steps:
-        curve["loss"] = window.loss_sum / max(window.loss_tokens, 1.0)
+        curve["loss"] = window.loss_sum / max(window.loss_units, 1.0)
         curve["tokens_per_s"] = window.tokens / max(window.seconds, 1e-9)
         curve["seconds_per_step"] = window.seconds / len(window.steps)
         curve["lr"] = run.scheduler.get_last_lr()[0]

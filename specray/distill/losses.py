@@ -1,33 +1,63 @@
-"""The two distillation losses, as tiny pure functions (torchtune style).
+"""The distillation losses: tiny pure functions (torchtune style) and the loss module of the train loop.
 
-Shape contract (both): logits [batch, seq, vocab] and `labels` [batch, seq] are already aligned —
-`labels[:, t]` is the token that `logits[:, t]` predicts, and IGNORE_INDEX marks positions that do not count
-(the prompt and the padding; see `data.collate`). Each returns the mean over the counted positions
-(0.0 when none count), computed in at least fp32.
+Shape contract: logits [batch, seq, vocab] and `labels` [batch, seq] are already aligned — `labels[:, t]`
+is the token that `logits[:, t]` predicts, and IGNORE_INDEX marks positions that do not count (the prompt
+and the padding; see `data.collate`). Averages are over the counted positions, per token or per sequence
+(`specray.ops.masked_sum`), computed in at least fp32; 0.0 when none count.
+
+Memory at a large vocabulary. Plain, a micro-batch materialises the student's and the teacher's logits,
+[batch, seq, vocab] each, plus several fp32 tensors of that shape inside the divergence that autograd keeps
+for the backward pass: at a 32k vocabulary and 8 × 512 tokens that is 0.5 GB per tensor. `ResponseLoss`
+with a `chunk_size` never builds them: it takes the models' final hidden states ([batch, seq, hidden], small),
+keeps the counted positions, and applies each LM head to `chunk_size` positions at a time — the teacher's
+under no_grad, the student's under activation checkpointing, so the backward pass recomputes one chunk's
+logits at a time. The values equal the plain path's up to fp round-off (tests/unit/test_distill_losses.py).
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
-from specray.ops import get_divergence
+from specray.ops import (
+    Averaging,
+    averaging_units,
+    chunked_rows,
+    get_divergence,
+    get_per_token_divergence,
+    masked_sum,
+)
 
 IGNORE_INDEX = -100
 
 
-def response_cross_entropy(student_logits: Tensor, labels: Tensor) -> Tensor:
+def _spread(values: Tensor, counted: Tensor) -> Tensor:
+    """Per-token values of the counted positions [counted] back in place: [batch, seq], 0 elsewhere."""
+    zeros = torch.zeros(counted.shape, dtype=values.dtype, device=values.device)
+    return zeros.masked_scatter(counted, values)
+
+
+def _cross_entropy_sum(student_logits: Tensor, labels: Tensor, averaging: Averaging) -> tuple[Tensor, Tensor]:
+    """(sum, units) of the response cross-entropy; see `response_cross_entropy`."""
+    counted = labels != IGNORE_INDEX  # [batch, seq]
+    # select first, then upcast: only response positions are materialised in fp32
+    per_token = torch.nn.functional.cross_entropy(
+        student_logits[counted].float(), labels[counted], reduction="none"
+    )
+    return masked_sum(_spread(per_token, counted), counted, averaging)
+
+
+def response_cross_entropy(student_logits: Tensor, labels: Tensor, averaging: Averaging = "token") -> Tensor:
     """SeqKD (offline, black-box): cross-entropy of the student on the teacher's response tokens.
 
     student_logits: [batch, seq, vocab]; labels: [batch, seq] with IGNORE_INDEX on prompt and padding
     -> scalar. Logits at ignored positions never enter the sum, whatever their value.
     """
-    counted = labels != IGNORE_INDEX  # [batch, seq]
-    # select first, then upcast: only response positions are materialised in fp32
-    per_token = torch.nn.functional.cross_entropy(
-        student_logits[counted].float(), labels[counted], reduction="sum"
-    )
-    return per_token / counted.sum().clamp(min=1)
+    total, units = _cross_entropy_sum(student_logits, labels, averaging)
+    return total / units.clamp(min=1)
 
 
 def distillation_divergence(
@@ -37,6 +67,7 @@ def distillation_divergence(
     divergence: str,
     temperature: float = 1.0,
     jsd_beta: float = 0.5,
+    averaging: Averaging = "token",
 ) -> Tensor:
     """Online KD (white-box): divergence between teacher P and student Q on the response positions.
 
@@ -46,4 +77,130 @@ def distillation_divergence(
     """
     function = get_divergence(divergence)
     extra = {"beta": jsd_beta} if divergence == "jsd" else {}
-    return function(student_logits, teacher_logits, labels != IGNORE_INDEX, temperature, **extra)
+    mask = labels != IGNORE_INDEX
+    return function(student_logits, teacher_logits, mask, temperature, averaging=averaging, **extra)
+
+
+# ---------------------------------------------------------------- the train loop's loss module
+
+
+def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    return getattr(model, "module", model)  # DDP keeps the wrapped model in `.module`
+
+
+def final_hidden_states(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+    """[batch, seq, hidden]: what the model's LM head would see, without computing any logits.
+
+    Calls `model` itself (not its inner decoder), so DDP's forward hooks still run. An empty
+    `logits_to_keep` makes transformers' causal LMs apply their head to no position at all.
+    """
+    keep_none = torch.zeros(0, dtype=torch.long, device=input_ids.device)
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        use_cache=False,
+        output_hidden_states=True,
+        logits_to_keep=keep_none,
+    )
+    return out.hidden_states[-1]  # transformers puts the final (normed) hidden state last
+
+
+def check_chunkable(model: torch.nn.Module) -> None:
+    """ValueError unless the model's logits are its output embeddings applied to its final hidden state
+    (Llama, Mistral, Qwen...); models that scale or soft-cap logits after the head cannot be chunked."""
+    unwrapped = _unwrap(model)
+    device = next(unwrapped.parameters()).device
+    tokens = torch.arange(4, device=device).view(1, 4) % unwrapped.config.vocab_size  # [1, 4]
+    ones = torch.ones_like(tokens)
+    head, training = unwrapped.get_output_embeddings(), unwrapped.training
+    unwrapped.eval()  # no dropout: the two forwards must see the same network
+    with torch.no_grad():
+        logits = unwrapped(input_ids=tokens, attention_mask=ones, use_cache=False).logits
+        same = head is not None and torch.allclose(
+            head(final_hidden_states(unwrapped, tokens, ones)), logits, rtol=1e-4, atol=1e-5
+        )
+    unwrapped.train(training)
+    if not same:
+        raise ValueError(
+            f"distill.loss_chunk_size: the logits of {type(unwrapped).__name__} are not its output "
+            "embeddings applied to its last hidden state, so its loss cannot be chunked; "
+            "set distill.loss_chunk_size=0"
+        )
+
+
+@dataclass(frozen=True)
+class ResponseLoss:
+    """The loss of one micro-batch, either paradigm, as a sum over averaging units (see `units`).
+
+    `divergence` None = offline cross-entropy on the labels; else the online divergence between the
+    teacher and the student. `chunk_size` > 0 chunks the LM heads (see the module docstring) whenever the
+    micro-batch has more counted positions than that; smaller micro-batches take the plain path.
+    """
+
+    divergence: str | None = None
+    temperature: float = 1.0
+    jsd_beta: float = 0.5
+    averaging: Averaging = "token"
+    chunk_size: int = 0
+
+    def units(self, labels: Tensor) -> int:
+        """What the sum is a sum over: counted tokens, or sequences with a counted token."""
+        return int(averaging_units(labels != IGNORE_INDEX, self.averaging))
+
+    def __call__(
+        self,
+        student: torch.nn.Module,
+        teacher: torch.nn.Module | None,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        labels: Tensor,
+    ) -> Tensor:
+        """Sum of the loss over this micro-batch's units (mean × `units`), with the student's grad.
+
+        input_ids, attention_mask, labels: [batch, seq] (as `data.collate` makes them) -> scalar.
+        """
+        inputs = (input_ids, attention_mask, labels)
+        if self.chunk_size > 0 and int((labels != IGNORE_INDEX).sum()) > self.chunk_size:
+            return self._chunked(student, teacher, *inputs)
+        return self._plain(student, teacher, *inputs)
+
+    def _per_token(self) -> functools.partial[Tensor]:
+        """The divergence at each position: [..., vocab] x 2 -> [...]."""
+        assert self.divergence is not None
+        extra = {"beta": self.jsd_beta} if self.divergence == "jsd" else {}
+        function = get_per_token_divergence(self.divergence)
+        return functools.partial(function, temperature=self.temperature, **extra)
+
+    def _plain(self, student, teacher, input_ids: Tensor, attention_mask: Tensor, labels: Tensor) -> Tensor:
+        logits = student(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+        if self.divergence is None:
+            return _cross_entropy_sum(logits, labels, self.averaging)[0]
+        assert teacher is not None, "online distillation needs the teacher"
+        with torch.no_grad():
+            teacher_logits = teacher(input_ids=input_ids, attention_mask=attention_mask).logits
+        per_token = self._per_token()(logits, teacher_logits)  # [batch, seq]
+        return masked_sum(per_token, labels != IGNORE_INDEX, self.averaging)[0]
+
+    def _chunked(self, student, teacher, input_ids: Tensor, attention_mask: Tensor, labels: Tensor) -> Tensor:
+        counted = labels != IGNORE_INDEX  # [batch, seq]
+        hidden = final_hidden_states(student, input_ids, attention_mask)[counted]  # [counted, hidden]
+        head = _unwrap(student).get_output_embeddings()
+        if self.divergence is None:
+
+            def loss(h: Tensor, targets: Tensor) -> Tensor:  # [chunk, hidden], [chunk] -> [chunk]
+                return torch.nn.functional.cross_entropy(head(h).float(), targets, reduction="none")
+
+            per_token = chunked_rows(loss, (hidden, labels[counted]), self.chunk_size)
+        else:
+            assert teacher is not None, "online distillation needs the teacher"
+            with torch.no_grad():
+                teacher_hidden = final_hidden_states(teacher, input_ids, attention_mask)[counted]
+            teacher_head, divergence = _unwrap(teacher).get_output_embeddings(), self._per_token()
+
+            def loss(h: Tensor, teacher_h: Tensor) -> Tensor:  # [chunk, hidden] x 2 -> [chunk]
+                with torch.no_grad():
+                    teacher_logits = teacher_head(teacher_h)
+                return divergence(head(h), teacher_logits)
+
+            per_token = chunked_rows(loss, (hidden, teacher_hidden), self.chunk_size)
+        return masked_sum(_spread(per_token, counted), counted, self.averaging)[0]

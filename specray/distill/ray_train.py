@@ -42,6 +42,7 @@ import ray.train.torch
 import torch
 from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig, UserCallback
 from ray.util.queue import Empty, Queue
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from specray.cluster.runtime import ray_session
 from specray.config import DistillSpec, SweepSpec
@@ -267,7 +268,11 @@ def _run_trainer(
     report: Callable[[dict], None] | None,
     callbacks: Sequence[UserCallback],
 ) -> ray.train.Result:
-    queue = Queue(actor_options={"num_cpus": 0})
+    # On this process's node (the driver's, or a Tune trial's), like Train's controller: this process reads
+    # the queue for the whole run, and a lost worker node must not take the queue along with it, failing a
+    # run that Train itself survives (tests/integration/test_two_nodes.py).
+    on_driver_node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    queue = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": on_driver_node})
     run_config = RunConfig(
         name=RUN_NAME,
         storage_path=str(work),  # absolute: Ray Train resolves storage through pyarrow URIs

@@ -57,8 +57,9 @@ def expected_block_efficiency(alpha: float | Tensor, gamma: int) -> float | Tens
     return out.to(alpha.dtype) if alpha.is_floating_point() else out
 
 
-def simulated_block_efficiency(beta_per_position: Tensor, gamma: int, lengths: Tensor | None = None) -> float:
-    """Exact expected tokens per target call when position t's draft token is accepted with prob β_t.
+def expected_target_calls(beta_per_position: Tensor, gamma: int, lengths: Tensor | None = None) -> Tensor:
+    """Exact expected target calls to decode each sequence when position t's draft token is accepted
+    with probability β_t (speculative decoding with γ draft tokens per block).
 
     beta_per_position: [batch, T]; lengths: [batch] valid lengths (None = all T). Unlike
     `expected_block_efficiency`, the β's are not i.i.d.: a block starting at position t drafts positions
@@ -67,7 +68,7 @@ def simulated_block_efficiency(beta_per_position: Tensor, gamma: int, lengths: T
     (the target's bonus token). With E[s] the expected target calls to finish from start position s
     (E[s] = 0 for s ≥ length), the dynamic program
         E[t] = 1 + Σ_{k<γ} P(k)·E[t+k+1] + P(γ)·E[t+γ+1]
-    is solved backwards from the end. Returns Σ lengths / Σ E[0] over the batch (nan if no tokens).
+    is solved backwards from the end. Returns E[0] per sequence, [batch] float64 (0 for an empty one).
     """
     _check_gamma(gamma)
     batch, seq = beta_per_position.shape
@@ -87,7 +88,15 @@ def simulated_block_efficiency(beta_per_position: Tensor, gamma: int, lengths: T
         reject = torch.cat([1.0 - window, ones], dim=-1)  # (1 − β_{t+k}); k = γ means "all accepted"
         expected = 1.0 + (prefix * reject * calls[:, t + 1 : t + gamma + 2]).sum(dim=-1)
         calls[:, t] = torch.where(valid[:, t], expected, 0.0)
-    total_calls = float(calls[:, 0].sum())
+    return calls[:, 0]
+
+
+def simulated_block_efficiency(beta_per_position: Tensor, gamma: int, lengths: Tensor | None = None) -> float:
+    """Exact expected tokens per target call when position t's draft token is accepted with prob β_t:
+    Σ lengths / Σ E[0] over the batch (see `expected_target_calls`; nan if no tokens)."""
+    if lengths is None:
+        lengths = torch.full((beta_per_position.shape[0],), beta_per_position.shape[1], dtype=torch.long)
+    total_calls = float(expected_target_calls(beta_per_position, gamma, lengths).sum())
     return float(lengths.sum()) / total_calls if total_calls > 0 else math.nan
 
 

@@ -26,7 +26,7 @@ from transformers import PreTrainedModel
 
 from specray.ops import (
     expected_block_efficiency,
-    simulated_block_efficiency,
+    expected_target_calls,
     speedup_model,
     token_acceptance,
     warp,
@@ -81,6 +81,11 @@ class AnalyticResult:
     # the same acceptance on exactly the empirical cells' prompts, for a fair agreement check
     empirical_prompts_acceptance_rate: float
     empirical_prompts_acceptance_rate_ci95: float
+    # per test prompt, in order (0 for an empty response): what a paired bootstrap over prompts resamples —
+    # α = Σ beta_sum / Σ tokens and block efficiency = Σ tokens / Σ target_calls for any subset of prompts
+    per_prompt_tokens: list[int]
+    per_prompt_beta_sum: list[float]
+    per_prompt_target_calls: list[float]
 
 
 def sample_continuations(
@@ -236,7 +241,9 @@ def analytic_result(betas: Betas, gamma: int, c: float, subset: int | None = Non
     alpha = float(beta.sum() / tokens) if tokens else math.nan
     per_sequence = (beta.sum(dim=1)[reached] / lengths[reached]).mean() if reached.any() else math.nan
     per_position = (beta.sum(dim=0) / mask.sum(dim=0).clamp(min=1)).tolist()
-    simulated = simulated_block_efficiency(beta[reached], gamma, lengths[reached])
+    calls = expected_target_calls(beta, gamma, lengths)  # [n]
+    total_calls = float(calls.sum())
+    simulated = float(lengths.sum()) / total_calls if total_calls > 0 else math.nan
     head = betas.subset(subset if subset is not None else len(mask))
     head_tokens = head.mask.sum()
     return AnalyticResult(
@@ -252,6 +259,9 @@ def analytic_result(betas: Betas, gamma: int, c: float, subset: int | None = Non
         if head_tokens
         else math.nan,
         empirical_prompts_acceptance_rate_ci95=_head_ci(head),
+        per_prompt_tokens=lengths.tolist(),
+        per_prompt_beta_sum=beta.sum(dim=1).tolist(),
+        per_prompt_target_calls=calls.tolist(),
     )
 
 

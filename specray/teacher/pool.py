@@ -159,7 +159,10 @@ class TeacherPool:
 
 def _replica_options(spec: TeacherSpec) -> tuple[dict[str, Any], Any]:
     """Ray options for one replica, and the placement group it needs (tensor-parallel vLLM only)."""
-    options = {"max_restarts": MAX_RESTARTS, "max_task_retries": MAX_RESTARTS, "num_cpus": spec.num_cpus}
+    # Task retries unbounded: the restarts bound them (a replica out of restarts is dead and its batches
+    # fail). A finite count is spent while a lost node is unreachable but not yet declared dead: every
+    # retry fails fast with ActorUnavailableError and the pass would fail instead of waiting for the restart.
+    options = {"max_restarts": MAX_RESTARTS, "max_task_retries": -1, "num_cpus": spec.num_cpus}
     tensor_parallel = spec.vllm.tensor_parallel_size if spec.engine == "vllm" else 1
     if tensor_parallel == 1:
         return options | {"num_gpus": spec.num_gpus}, None

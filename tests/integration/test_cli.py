@@ -55,7 +55,7 @@ def test_validate_prints_the_resolved_spec() -> None:
     assert result.returncode == 0, result.stderr
     resolved = yaml.safe_load(result.stdout)
     assert resolved["name"] == "tiny"
-    assert resolved["eval"]["gamma"] == 6
+    assert resolved["eval"]["gamma"] == [6]  # one γ or a list: resolved as a list
     assert resolved["models"]["zoo"]["target"]["num_layers"] == 6  # defaults filled in
     assert len(resolved["teacher"]["temperatures"]) == 11
 

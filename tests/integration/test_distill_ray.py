@@ -45,8 +45,8 @@ def arm_train_fault(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setenv(FAULTS_DIR_ENV, str(tmp_path / "faults"))
 
 
-def ddp_spec(micro_zoo, workers: int):
-    overrides = ["distill.steps=6", "distill.report_every=1", "distill.checkpoint_every=2"]
+def ddp_spec(micro_zoo, workers: int, *extra: str):
+    overrides = ["distill.steps=6", "distill.report_every=1", "distill.checkpoint_every=2", *extra]
     spec = micro_spec(micro_zoo, *overrides, f"distill.workers={workers}", "distill.onpolicy_fraction=0.5")
     make_shards(spec)
     return spec
@@ -54,8 +54,10 @@ def ddp_spec(micro_zoo, workers: int):
 
 @pytest.fixture(scope="module")
 def two_workers(micro_zoo, local_ray, tmp_path_factory):
-    """The reference: online KD on a τ_kd mixture with 2 DDP workers, uninterrupted."""
-    return distill(ddp_spec(micro_zoo, 2), "online", MIXTURE, tmp_path_factory.mktemp("ddp") / "two")
+    """The reference: online KD on a τ_kd mixture with 2 DDP workers, uninterrupted, with the LM heads
+    chunked 4 response positions at a time (the other runs compared with it take the plain path)."""
+    spec = ddp_spec(micro_zoo, 2, "distill.loss_chunk_size=4")
+    return distill(spec, "online", MIXTURE, tmp_path_factory.mktemp("ddp") / "two")
 
 
 def test_two_ddp_workers_train_like_one_on_the_same_global_batch(micro_zoo, two_workers, tmp_path) -> None:

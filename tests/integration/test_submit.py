@@ -11,7 +11,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ from mlflow.tracking import MlflowClient
 
 from specray.tracking import PARENT, ROLE
 from tests.conftest import REPO
-from tests.servers import listening_addresses
+from tests.servers import free_ports, listening_addresses
 from tests.waiting import CLI_TIMEOUT_S, wait_until
 
 pytestmark = pytest.mark.integration
@@ -47,17 +46,6 @@ PORT_FLAGS = (
 )
 DASHBOARD_MODULES = ("aiohttp_cors", "opencensus", "prometheus_client")  # what ray[default] adds
 DRAFTS = ["non-distill", "offline/tau_kd=0", "offline/tau_kd=1", "online/tau_kd=0", "online/tau_kd=1"]
-
-
-def _free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for sock in sockets:  # all bound at once, so the n ports differ
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def _processes_of(temp_dir: Path) -> list[int]:
@@ -94,7 +82,7 @@ class RayHead:
 
 def _start_head(temp_dir: Path) -> RayHead:
     """`ray start --head` on loopback with free ports and a token of its own."""
-    ports = dict(zip(PORT_FLAGS, _free_ports(len(PORT_FLAGS)), strict=True))
+    ports = dict(zip(PORT_FLAGS, free_ports(len(PORT_FLAGS)), strict=True))
     command = [
         RAY,
         "start",

@@ -75,6 +75,7 @@ def _candidates(value: Any) -> list[Any]:
         return [
             "vllm",
             "tempspec",
+            "sequence",
             "float32",
             "bfloat16",
             "jsd",

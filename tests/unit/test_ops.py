@@ -331,3 +331,13 @@ def test_count_helpers() -> None:
     assert math.isnan(acceptance_rate_from_counts(0, 0))
     assert math.isnan(draft_acceptance_from_counts(0, 0))
     assert math.isnan(block_efficiency_from_counts(0, 0))
+
+
+def test_expected_target_calls_at_the_extremes() -> None:
+    """Every draft token accepted: ⌈L / (γ+1)⌉ calls; none accepted: one call per token."""
+    from specray.ops import expected_target_calls
+
+    lengths = torch.tensor([7, 4, 0])
+    ones, zeros = torch.ones(3, 7), torch.zeros(3, 7)
+    assert expected_target_calls(ones, 3, lengths).tolist() == [2.0, 1.0, 0.0]
+    assert expected_target_calls(zeros, 3, lengths).tolist() == [7.0, 4.0, 0.0]

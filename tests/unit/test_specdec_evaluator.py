@@ -207,3 +207,13 @@ def test_draft_with_another_vocabulary_is_refused_before_decoding(micro_zoo, tmp
         check_drafts(str(micro_zoo.target), {"other": str(other.draft)})
     with pytest.raises(ModelError, match="not found"):
         check_drafts(str(micro_zoo.target), {"missing": str(tmp_path / "missing")})
+
+
+def test_per_prompt_counts_rebuild_the_pooled_metrics(evaluator, micro_zoo) -> None:
+    """What a paired bootstrap over prompts resamples adds up to the cell's own numbers."""
+    (record,) = evaluator.evaluate([_job("d", micro_zoo.draft, 0.9, "in_domain", "analytic")])
+    m = record.metrics
+    tokens, calls = sum(m["per_prompt_tokens"]), sum(m["per_prompt_target_calls"])
+    assert len(m["per_prompt_tokens"]) == len(evaluator.prompts["in_domain"])
+    assert sum(m["per_prompt_beta_sum"]) / tokens == pytest.approx(m["acceptance_rate"], abs=1e-9)
+    assert tokens / calls == pytest.approx(m["block_efficiency_simulated"], abs=1e-9)
