@@ -24,7 +24,7 @@ from specray.ops.divergences import (
     reverse_kl,
     total_variation,
 )
-from specray.ops.speculative import verify_block
+from specray.ops.speculative import verify_block, verify_greedy
 from specray.ops.warp import log_warp, sample, warp
 
 __all__ = [
@@ -45,5 +45,6 @@ __all__ = [
     "token_acceptance",
     "total_variation",
     "verify_block",
+    "verify_greedy",
     "warp",
 ]

@@ -23,6 +23,7 @@ from specray.ops import (
     draft_acceptance_from_counts,
     sample,
     verify_block,
+    verify_greedy,
     warp,
 )
 
@@ -70,18 +71,48 @@ def _crop(cache: DynamicCache, length: int) -> None:
         cache.crop(-extra)
 
 
-def _step(model: PreTrainedModel, tokens: list[int], cache: DynamicCache) -> Tensor:
-    """Feed `tokens` after the cached prefix; returns their next-token logits [len(tokens), vocab]."""
-    input_ids = torch.tensor([tokens], device=model.device)
+def _step(model: PreTrainedModel, tokens: list[int], cache: DynamicCache, device: torch.device) -> Tensor:
+    """Feed `tokens` after the cached prefix; returns their next-token logits [len(tokens), vocab].
+
+    `device` is passed in: `model.device` walks the parameters, which costs 2% of a tiny model's step."""
+    input_ids = torch.tensor([tokens], device=device)
     return model(input_ids=input_ids, past_key_values=cache, use_cache=True).logits[0]
 
 
-def _prefill(model: PreTrainedModel, prompt: list[int]) -> DynamicCache:
+def _prefill(model: PreTrainedModel, prompt: list[int], device: torch.device) -> DynamicCache:
     """Cache every prompt token but the last, which the first step feeds."""
     cache = DynamicCache()
     if len(prompt) > 1:
-        _step(model, prompt[:-1], cache)
+        _step(model, prompt[:-1], cache, device)
     return cache
+
+
+def _pick(logits: Tensor, tau: float, generator: torch.Generator | None) -> tuple[int, Tensor | None]:
+    """One token from next-token logits [vocab], and the probabilities it was drawn from.
+
+    At τ = 0 the argmax, with no probabilities: sampling the one-hot warp would return the same token
+    whatever the generator, so greedy decodes skip the softmax, the one-hot and the random draw."""
+    if tau == 0.0:
+        return int(logits.argmax()), None
+    probs = warp(logits, tau)  # [vocab]
+    return int(sample(probs, generator)), probs
+
+
+def _verify(
+    proposals: list[int],
+    q_rows: list[Tensor | None],
+    target_logits: Tensor,
+    tau: float,
+    generator: torch.Generator | None,
+) -> tuple[int, int]:
+    """(accepted proposals, next token) from the target's logits for the block [len(proposals) + 1, vocab]."""
+    if tau == 0.0:
+        return verify_greedy(proposals, target_logits)
+    p = warp(target_logits, tau)  # [block + 1, vocab]
+    if not proposals:
+        return 0, int(sample(p[0], generator))
+    draft_tokens = torch.tensor(proposals, device=p.device)
+    return verify_block(draft_tokens, torch.stack(q_rows), p, generator)
 
 
 def _finish(tokens: list[int], new: list[int], eos_token_id: int | None, max_new_tokens: int) -> bool:
@@ -91,6 +122,13 @@ def _finish(tokens: list[int], new: list[int], eos_token_id: int | None, max_new
         if token == eos_token_id or len(tokens) >= max_new_tokens:
             return True
     return False
+
+
+def _check_settings(gamma: int, tau: float) -> None:
+    if gamma < 1:
+        raise ValueError(f"gamma must be >= 1, got {gamma}")
+    if not tau >= 0.0:  # NaN too
+        raise ValueError(f"tau must be >= 0, got {tau!r}")
 
 
 @torch.no_grad()
@@ -104,11 +142,13 @@ def speculative_decode(
     eos_token_id: int | None,
     generator: torch.Generator | None = None,
 ) -> Decoded:
-    """Decode one prompt with speculative sampling; the output is distributed as the target's at τ."""
-    if gamma < 1:
-        raise ValueError(f"gamma must be >= 1, got {gamma}")
+    """Decode one prompt with speculative sampling; the output is distributed as the target's at τ.
+
+    Both models and `generator` must be on one device."""
+    _check_settings(gamma, tau)
     started = time.perf_counter()
-    target_cache, draft_cache = _prefill(target, prompt), _prefill(draft, prompt)
+    device = target.device
+    target_cache, draft_cache = _prefill(target, prompt, device), _prefill(draft, prompt, device)
     out, stats = Decoded([]), DecodeStats()
     target_pending, draft_pending = [prompt[-1]], [prompt[-1]]
     done = False
@@ -117,18 +157,15 @@ def speculative_decode(
         block = min(gamma, max_new_tokens - len(out.tokens) - 1)
         proposals, q_rows = [], []
         for _ in range(block):
-            q = warp(_step(draft, draft_pending, draft_cache)[-1], tau)  # [vocab]
-            draft_pending = [int(sample(q, generator))]
-            proposals.append(draft_pending[0])
+            token, q = _pick(_step(draft, draft_pending, draft_cache, device)[-1], tau, generator)
+            draft_pending = [token]
+            proposals.append(token)
             q_rows.append(q)
-            if draft_pending[0] == eos_token_id:  # nothing after EOS is worth proposing or counting
+            if token == eos_token_id:  # nothing after EOS is worth proposing or counting
                 break
         block = len(proposals)
-        p = warp(_step(target, target_pending + proposals, target_cache), tau)  # [block + 1, vocab]
-        if block:
-            n, next_token = verify_block(torch.tensor(proposals), torch.stack(q_rows), p, generator)
-        else:
-            n, next_token = 0, int(sample(p[0], generator))
+        target_logits = _step(target, target_pending + proposals, target_cache, device)  # [block + 1, vocab]
+        n, next_token = _verify(proposals, q_rows, target_logits, tau, generator)
         stats.drafted += block
         stats.tested += min(n + 1, block)
         stats.accepted += n
@@ -159,12 +196,14 @@ def autoregressive_decode(
     generator: torch.Generator | None = None,
 ) -> Decoded:
     """Target-only decoding with the same KV cache handling and stopping rules: the speedup baseline."""
+    _check_settings(1, tau)
     started = time.perf_counter()
-    cache = _prefill(target, prompt)
+    device = target.device
+    cache = _prefill(target, prompt, device)
     out, pending = Decoded([]), [prompt[-1]]
     done = False
     while not done:
-        token = int(sample(warp(_step(target, pending, cache)[-1], tau), generator))
+        token, _ = _pick(_step(target, pending, cache, device)[-1], tau, generator)
         pending = [token]
         out.stats.target_calls += 1
         done = _finish(out.tokens, [token], eos_token_id, max_new_tokens)
@@ -182,14 +221,81 @@ def measure_cost_ratio(
     Steps of the two models are interleaved and each side's median is used, so a burst of load on the
     machine hits both sides alike and a single slow step does not skew the ratio.
     """
-    caches = {model: _prefill(model, prompt) for model in (draft, target)}
+    device = target.device
+    caches = {model: _prefill(model, prompt, device) for model in (draft, target)}
     lengths = {model: cache.get_seq_length() for model, cache in caches.items()}
     times: dict[PreTrainedModel, list[float]] = {draft: [], target: []}
     for i in range(steps + 2):
         for model, cache in caches.items():
             _crop(cache, lengths[model])
             started = time.perf_counter()
-            _step(model, [prompt[-1]], cache)
+            _step(model, [prompt[-1]], cache, device)
             if i >= 2:  # the first steps are warm-up
                 times[model].append(time.perf_counter() - started)
     return statistics.median(times[draft]) / statistics.median(times[target])
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """Median seconds of the forward passes a speculative decode is made of (plain HF forwards, KV cache)."""
+
+    draft_step: float  # the draft on 1 token after a cached context
+    target_step: float  # the target on 1 token after a cached context
+    target_verify: float  # the target on γ + 1 tokens after a cached context
+    draft_prefill: float  # the draft on a prompt, empty cache
+    target_prefill: float
+
+    @property
+    def cost_ratio(self) -> float:
+        """c of DESIGN.md: one draft step / one target step."""
+        return self.draft_step / self.target_step
+
+    def limit_seconds_per_token(self, stats: DecodeStats, decodes: int) -> float:
+        """The time per token the forward passes alone take: a decoder with no overhead of its own.
+
+            limit = (drafted · t_draft + target_calls · t_target_verify
+                     + decodes · (t_draft_prefill + t_target_prefill)) / emitted
+
+        with the counts of the `decodes` being judged (one draft forward per drafted token, one target pass
+        per verification step). When every block drafts γ tokens and the prefills are left out this is the
+        cost model's (γ · t_draft + t_target_verify) / τ_b, τ_b = emitted / target_calls.
+        """
+        forward = stats.drafted * self.draft_step + stats.target_calls * self.target_verify
+        prefills = decodes * (self.draft_prefill + self.target_prefill)
+        return (forward + prefills) / stats.emitted
+
+
+@torch.no_grad()
+def measure_step_times(
+    target: PreTrainedModel,
+    draft: PreTrainedModel,
+    context: list[int],
+    prompt_length: int,
+    gamma: int,
+    steps: int = 20,
+) -> StepTimes:
+    """Time each kind of forward pass `steps` times, interleaved so load bursts hit all kinds alike.
+
+    The steps run after the first `len(context) - γ - 1` tokens of `context` are cached (a cache as long as
+    mid-decode); the prefills run on `context[:prompt_length - 1]`, as `_prefill` does.
+    """
+    cached, device = len(context) - gamma - 1, target.device
+    caches = {model: _prefill(model, context[: cached + 1], device) for model in (draft, target)}
+    kinds = {
+        "draft_step": (draft, context[cached : cached + 1]),
+        "target_step": (target, context[cached : cached + 1]),
+        "target_verify": (target, context[cached:]),
+    }
+    times: dict[str, list[float]] = {name: [] for name in [*kinds, "draft_prefill", "target_prefill"]}
+    for _ in range(steps + 2):
+        for name, (model, tokens) in kinds.items():
+            _crop(caches[model], cached)
+            started = time.perf_counter()
+            _step(model, tokens, caches[model], device)
+            times[name].append(time.perf_counter() - started)
+        for name, model in (("draft_prefill", draft), ("target_prefill", target)):
+            started = time.perf_counter()
+            _prefill(model, context[:prompt_length], device)
+            times[name].append(time.perf_counter() - started)
+    # the first two rounds are warm-up
+    return StepTimes(**{name: statistics.median(values[2:]) for name, values in times.items()})

@@ -9,7 +9,7 @@ import torch
 from scipy.stats import chisquare
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specray.ops import verify_block, warp
+from specray.ops import verify_block, verify_greedy, warp
 from specray.specdec.decoder import autoregressive_decode, measure_cost_ratio, speculative_decode
 
 VOCAB = 6
@@ -198,6 +198,35 @@ def test_verify_block_greedy_rules() -> None:
     assert verify_block(torch.tensor([2, 0, 3]), q, p) == (2, 1)
     q_all = torch.nn.functional.one_hot(torch.tensor([2, 0, 1]), 4).float()
     assert verify_block(torch.tensor([2, 0, 1]), q_all, p) == (3, 3)
+
+
+def test_verify_greedy_equals_verify_block_on_one_hot_distributions() -> None:
+    """The τ = 0 shortcut gives what rejection sampling gives on the one-hot warps, whatever the seed."""
+    generator = torch.Generator().manual_seed(0)
+    for trial in range(200):
+        gamma = 1 + trial % 5
+        target_logits = torch.randn(gamma + 1, 7, generator=generator)
+        best = target_logits.argmax(dim=-1)
+        # proposals that follow the target's argmax for a random prefix, then differ
+        proposals = [
+            int(t) if torch.rand(1, generator=generator) < 0.7 else (int(t) + 1) % 7 for t in best[:gamma]
+        ]
+        q = torch.nn.functional.one_hot(torch.tensor(proposals), 7).float()
+        expected = verify_block(torch.tensor(proposals), q, warp(target_logits, 0.0), generator)
+        assert verify_greedy(proposals, target_logits) == expected
+
+
+def test_greedy_decodes_ignore_the_generator(pair) -> None:
+    target, draft = pair
+    runs = {
+        tuple(
+            speculative_decode(
+                target, draft, PROMPT, 0.0, 3, 20, None, torch.Generator().manual_seed(s)
+            ).tokens
+        )
+        for s in range(3)
+    }
+    assert len(runs) == 1
 
 
 def test_cost_ratio_of_a_smaller_draft_is_below_one() -> None:
