@@ -282,7 +282,10 @@ def check_draft_scores(draft: PreTrainedModel, trace: AssistedTrace, tau: float)
     )  # [drafted, vocab]
     expected = logits / tau if tau > 0 else logits
     error = float((scores[0] - expected).abs().max())
-    if error > 1e-3 * max(1.0, float(expected.abs().max())):
+    # an uncached pass vs HF's cached steps: fp32 agrees to ~1e-6, bf16 to its 8 mantissa bits; the traps
+    # are far larger (τ² at τ = 0.6 scales the scores by 1/0.6, top-k puts -inf in them)
+    tolerance = 1e-3 if draft.dtype == torch.float32 else 3e-2
+    if not error <= tolerance * max(1.0, float(expected.abs().max())):
         return [f"draft scores differ from its logits / τ by up to {error:.3g} (τ={tau})"]
     return []
 
