@@ -101,8 +101,8 @@ def target_only(target, comparison: Comparison) -> float:
 
 
 def print_throughput(result: Result, baseline_tokens_per_s: float) -> None:
-    last = result.rounds[-1]
-    ours, hf = 1000 / last.ours.ms_per_token, 1000 / last.hf.ms_per_token
+    last = result.rounds[-1].wall
+    ours, hf = 1000 / last.ours_ms, 1000 / last.hf_ms
     print(
         f"    tokens/s (last round): ours {ours:.1f}, HF {hf:.1f}, target alone {baseline_tokens_per_s:.1f} "
         f"(speedup ours {ours / baseline_tokens_per_s:.2f}x, HF {hf / baseline_tokens_per_s:.2f}x); "

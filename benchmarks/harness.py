@@ -29,26 +29,26 @@ from specray.specdec.hf_compare import (
     verify_comparison,
 )
 
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
 
 @dataclass(frozen=True)
-class Timed:
-    """One side's decodes of every prompt of a comparison in one round."""
+class Timing:
+    """One round under one clock (wall time, or this process's CPU time); milliseconds per emitted token."""
 
-    seconds: float
-    stats: DecodeStats  # pooled over the prompts
-
-    @property
-    def ms_per_token(self) -> float:
-        return 1000 * self.seconds / self.stats.emitted
+    ours_ms: float
+    hf_ms: float
+    limit_ms: float  # the forward passes alone, with our decodes' counts
+    hf_limit_ms: float  # the same, with HF's counts
+    steps: StepTimes
 
 
 @dataclass(frozen=True)
 class Round:
-    ours: Timed
-    hf: Timed
-    steps: StepTimes
-    limit_ms_per_token: float  # for our decodes' counts
-    hf_limit_ms_per_token: float  # the same forward passes, HF's counts
+    ours: DecodeStats  # pooled over the prompts
+    hf: DecodeStats
+    wall: Timing
+    cpu: Timing
 
 
 @dataclass(frozen=True)
@@ -65,24 +65,35 @@ def time_side_by_side(
     comparison: Comparison,
     checked: list[AssistedTrace],
     hf_first: bool,
-) -> tuple[Timed, Timed]:
-    """Each prompt through both decoders, one right after the other. HF runs uninstrumented; its counts are
-    those of the `checked` traces, whose tokens it must repeat (same seeds)."""
+) -> tuple[DecodeStats, DecodeStats, dict[str, dict[str, float]]]:
+    """Each prompt through both decoders, one right after the other, under both clocks. HF runs
+    uninstrumented; its counts are those of the `checked` traces, whose tokens it must repeat (same seeds).
+    Returns our stats, HF's stats and {clock: {"ours": seconds, "hf": seconds}}."""
     kwargs = assisted_kwargs(comparison)
-    seconds = {"ours": 0.0, "hf": 0.0}
+    seconds = {clock: {"ours": 0.0, "hf": 0.0} for clock in CLOCKS}
     ours_stats, hf_tokens = DecodeStats(), []
     for prompt, seed in zip(comparison.prompts, comparison.seeds, strict=True):
         for side in ("hf", "ours") if hf_first else ("ours", "hf"):
-            started = time.perf_counter()
+            started = {clock: read() for clock, read in CLOCKS.items()}
             if side == "ours":
                 ours_stats = ours_stats + run_ours(target, draft, list(prompt), seed, comparison).stats
             else:
                 hf_tokens.append(tuple(run_assisted(target, draft, list(prompt), seed, kwargs)[0]))
-            seconds[side] += time.perf_counter() - started
+            for clock, read in CLOCKS.items():
+                seconds[clock][side] += read() - started[clock]
     if hf_tokens != [trace.tokens for trace in checked]:
         raise MisconfiguredComparison("the timed HF decodes differ from the checked ones (same seeds)")
-    hf_stats = sum((trace.stats for trace in checked), DecodeStats())
-    return Timed(seconds["ours"], ours_stats), Timed(seconds["hf"], hf_stats)
+    return ours_stats, sum((trace.stats for trace in checked), DecodeStats()), seconds
+
+
+def _timing(ours: DecodeStats, hf: DecodeStats, seconds: dict[str, float], steps: StepTimes, decodes: int):
+    return Timing(
+        1000 * seconds["ours"] / ours.emitted,
+        1000 * seconds["hf"] / hf.emitted,
+        1000 * steps.limit_seconds_per_token(ours, decodes),
+        1000 * steps.limit_seconds_per_token(hf, decodes),
+        steps,
+    )
 
 
 def compare(target: PreTrainedModel, draft: PreTrainedModel, comparison: Comparison, rounds: int) -> Result:
@@ -96,18 +107,18 @@ def compare(target: PreTrainedModel, draft: PreTrainedModel, comparison: Compari
     context = prompt + list(ours[0].tokens[: max(comparison.gamma + 1, comparison.max_new_tokens // 2)])
     done = []
     for r in range(rounds):
-        ours_timed, hf_timed = time_side_by_side(target, draft, comparison, traces, hf_first=r % 2 == 1)
-        steps = measure_step_times(target, draft, context, len(prompt), comparison.gamma)
-        decodes = len(comparison.prompts)
-        done.append(
-            Round(
-                ours_timed,
-                hf_timed,
-                steps,
-                1000 * steps.limit_seconds_per_token(ours_timed.stats, decodes),
-                1000 * steps.limit_seconds_per_token(hf_timed.stats, decodes),
+        ours_stats, hf_stats, seconds = time_side_by_side(target, draft, comparison, traces, r % 2 == 1)
+        timings = {
+            clock: _timing(
+                ours_stats,
+                hf_stats,
+                seconds[clock],
+                measure_step_times(target, draft, context, len(prompt), comparison.gamma, clock=read),
+                len(comparison.prompts),
             )
-        )
+            for clock, read in CLOCKS.items()
+        }
+        done.append(Round(ours_stats, hf_stats, **timings))
     return Result(comparison, tuple(done), same, (load_before, os.getloadavg()[0]))
 
 
@@ -119,44 +130,47 @@ def _acceptance(stats: DecodeStats) -> str:
     )
 
 
+def _round_line(i: int, clock: str, t: Timing) -> str:
+    s = t.steps
+    return (
+        f"    round {i} {clock:>4}: ours {t.ours_ms:.3f} ms/token, HF {t.hf_ms:.3f}, limit {t.limit_ms:.3f} "
+        f"(t_draft {1000 * s.draft_step:.3f} ms, t_target_verify {1000 * s.target_verify:.3f}, t_target "
+        f"{1000 * s.target_step:.3f}, prefills {1000 * s.draft_prefill:.2f}+{1000 * s.target_prefill:.2f}, "
+        f"c {s.cost_ratio:.3f})"
+    )
+
+
 def report(result: Result) -> None:
-    """Per-τ details: the checks that passed, every round, acceptance both ways, the cost model."""
+    """Per-τ details: the checks that passed, every round under both clocks, acceptance both ways."""
     c, first = result.comparison, result.rounds[0]
     processors = expected_processors(c.tau) or "none"
-    print(
-        f"  τ={c.tau}: checked before timing: every verification step drafted γ={c.gamma} (fewer only at the"
-    )
-    print(
-        f"    length limit or a drafted EOS); logits processors on each side: {processors}; lengths as asked;"
-    )
-    print(f"    same tokens as HF for the same seed: {result.same_tokens}/{len(c.prompts)} prompts")
+    print(f"  τ={c.tau}: checked before timing: every verification step drafted γ={c.gamma} (fewer only")
+    print(f"    at the length limit or a drafted EOS); logits processors on each side: {processors};")
+    print(f"    lengths as asked; same tokens as HF for the same seed: {result.same_tokens}/{len(c.prompts)}")
     for i, r in enumerate(result.rounds, 1):
-        s = r.steps
-        print(
-            f"    round {i}: ours {r.ours.ms_per_token:.3f} ms/token, HF {r.hf.ms_per_token:.3f}, limit "
-            f"{r.limit_ms_per_token:.3f} (t_draft {1000 * s.draft_step:.3f} ms, t_target_verify "
-            f"{1000 * s.target_verify:.3f}, t_target {1000 * s.target_step:.3f}, prefills "
-            f"{1000 * s.draft_prefill:.2f}+{1000 * s.target_prefill:.2f}, c {s.cost_ratio:.3f})"
-        )
-    print(f"    ours: {_acceptance(first.ours.stats)}")
-    print(f"    HF:   {_acceptance(first.hf.stats)}")
-    tau_b = first.ours.stats.block_efficiency
-    model = 1000 * (c.gamma * first.steps.draft_step + first.steps.target_verify) / tau_b
+        print(_round_line(i, "wall", r.wall))
+        print(_round_line(i, "cpu", r.cpu))
+    print(f"    ours: {_acceptance(first.ours)}")
+    print(f"    HF:   {_acceptance(first.hf)}")
+    steps = first.wall.steps
+    model = 1000 * (c.gamma * steps.draft_step + steps.target_verify) / first.ours.block_efficiency
     print(
-        f"    cost model (γ·t_draft + t_target_verify)/τ_b = {model:.3f} ms/token (round 1, prefills left"
-        f" out); load average {result.load[0]:.2f} before, {result.load[1]:.2f} after"
+        f"    cost model (γ·t_draft + t_target_verify)/τ_b = {model:.3f} ms/token (round 1 wall, prefills "
+        f"left out); load average {result.load[0]:.2f} before, {result.load[1]:.2f} after"
     )
+
+
+def _ratios(rounds: tuple[Round, ...], clock: str) -> str:
+    timings = [getattr(r, clock) for r in rounds]
+    ours_hf = statistics.median(t.ours_ms / t.hf_ms for t in timings)
+    ours_limit = statistics.median(t.ours_ms / t.limit_ms for t in timings)
+    hf_limit = statistics.median(t.hf_ms / t.hf_limit_ms for t in timings)
+    return f"ours / HF = {ours_hf:.3f}   ours / limit = {ours_limit:.3f}   (HF / its limit = {hf_limit:.3f})"
 
 
 def summary(results: list[Result]) -> None:
-    """The last lines: medians over rounds of the ratios, per τ."""
-    print("summary (median over rounds of each round's ratio):")
+    """The last lines: per τ the medians over rounds of each round's ratios, wall time then CPU time."""
+    print("summary, median over rounds of each round's ratio (wall time; then this process's CPU time):")
     for result in results:
-        rounds = result.rounds
-        ours_hf = statistics.median(r.ours.ms_per_token / r.hf.ms_per_token for r in rounds)
-        ours_limit = statistics.median(r.ours.ms_per_token / r.limit_ms_per_token for r in rounds)
-        hf_limit = statistics.median(r.hf.ms_per_token / r.hf_limit_ms_per_token for r in rounds)
-        print(
-            f"τ={result.comparison.tau}: ours / HF = {ours_hf:.3f}   ours / limit = {ours_limit:.3f}"
-            f"   (HF / its limit = {hf_limit:.3f})"
-        )
+        tau = result.comparison.tau
+        print(f"τ={tau}: {_ratios(result.rounds, 'wall')}  |  cpu: {_ratios(result.rounds, 'cpu')}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -273,11 +274,13 @@ def measure_step_times(
     prompt_length: int,
     gamma: int,
     steps: int = 20,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> StepTimes:
     """Time each kind of forward pass `steps` times, interleaved so load bursts hit all kinds alike.
 
     The steps run after the first `len(context) - γ - 1` tokens of `context` are cached (a cache as long as
-    mid-decode); the prefills run on `context[:prompt_length - 1]`, as `_prefill` does.
+    mid-decode); the prefills run on `context[:prompt_length - 1]`, as `_prefill` does. `clock` may be
+    `time.process_time` for CPU time, which a busy shared machine disturbs less than wall time.
     """
     cached, device = len(context) - gamma - 1, target.device
     caches = {model: _prefill(model, context[: cached + 1], device) for model in (draft, target)}
@@ -290,12 +293,12 @@ def measure_step_times(
     for _ in range(steps + 2):
         for name, (model, tokens) in kinds.items():
             _crop(caches[model], cached)
-            started = time.perf_counter()
+            started = clock()
             _step(model, tokens, caches[model], device)
-            times[name].append(time.perf_counter() - started)
+            times[name].append(clock() - started)
         for name, model in (("draft_prefill", draft), ("target_prefill", target)):
-            started = time.perf_counter()
+            started = clock()
             _prefill(model, context[:prompt_length], device)
-            times[name].append(time.perf_counter() - started)
+            times[name].append(clock() - started)
     # the first two rounds are warm-up
     return StepTimes(**{name: statistics.median(values[2:]) for name, values in times.items()})
