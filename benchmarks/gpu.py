@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # specray need not be installed on the GPU machine
+# specray need not be installed on the GPU machine; harness.py sits beside this file
+sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
