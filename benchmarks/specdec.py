@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import tempfile
@@ -50,7 +51,9 @@ def versus_hf_assisted(target, draft, tokenizer, prompts, args: argparse.Namespa
         f"[1] ours vs HF generate(assistant_model=...): γ={args.gamma}, max_new_tokens={args.max_new_tokens} "
         f"({'stopping at EOS' if args.eos else 'EOS ignored: every decode is that long'}), {len(prompts)} "
         f"in-domain prompts with seeds 0..{len(prompts) - 1}, {args.rounds} rounds (the order of the two "
-        f"decoders alternates), transformers {transformers.__version__}"
+        f"decoders alternates), {torch.get_num_threads()} torch thread(s), "
+        f"transformers {transformers.__version__}; HF generate() under "
+        f"{'inference_mode' if args.hf_inference_mode else 'its own no_grad'}"
     )
     results = []
     for tau in args.taus:
@@ -63,7 +66,9 @@ def versus_hf_assisted(target, draft, tokenizer, prompts, args: argparse.Namespa
             tuple(range(len(prompts))),
             tokenizer.pad_token_id,
         )
-        results.append(compare(target, draft, comparison, args.rounds))
+        # our decoder always runs under inference_mode; HF's generate() under no_grad unless asked
+        with torch.inference_mode() if args.hf_inference_mode else contextlib.nullcontext():
+            results.append(compare(target, draft, comparison, args.rounds))
         report(results[-1])
     return results
 
@@ -176,6 +181,18 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--prompts", type=int, default=32, help="in-domain test prompts for [1]")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds of [1] per τ")
     parser.add_argument("--eos", action="store_true", help="[1] stops at EOS (default: decode to the limit)")
+    parser.add_argument(
+        "--hf-inference-mode",
+        action="store_true",
+        help="[1] runs HF's generate() inside torch.inference_mode() too, as our decoder runs",
+    )
+    parser.add_argument(
+        "--decode-threads",
+        type=int,
+        default=1,
+        help="torch threads for [1]: batch-1 steps of a 5M model gain nothing from a second thread, and with "
+        "one thread the process's CPU time is a measure that other engineers' load disturbs little",
+    )
     return parser.parse_args()
 
 
@@ -199,6 +216,7 @@ def main() -> None:
     if "hf" in args.parts:  # last, so that its summary lines end the output
         if args.quick:
             args.prompts, args.rounds = min(args.prompts, 8), min(args.rounds, 2)
+        torch.set_num_threads(args.decode_threads)
         summary(versus_hf_assisted(target, draft, tokenizer, prompts[: args.prompts], args))
 
 
