@@ -280,29 +280,35 @@ def measure_step_times(
     steps: int = 20,
     clock: Callable[[], float] = time.perf_counter,
 ) -> StepTimes:
-    """Time each kind of forward pass `steps` times, interleaved so load bursts hit all kinds alike.
+    """Time the forward passes of a decode `steps` times, in the order a decode runs them.
 
-    The steps run after the first `len(context) - γ - 1` tokens of `context` are cached (a cache as long as
-    mid-decode); the prefills run on `context[:prompt_length - 1]`, as `_prefill` does. `clock` may be
-    `time.process_time` for CPU time, which a busy shared machine disturbs less than wall time.
+    Each round runs γ draft steps in a row, then the target's verification pass, then what a block does not
+    contain: the two prefills and (for c) one target step. The order matters on a CPU: the draft step right
+    after a target pass finds the draft's weights evicted from the caches and takes up to twice as long as
+    the next ones, so t_draft is the mean over the γ positions of each position's median. The steps run
+    after the first `len(context) - γ - 1` tokens of `context` are cached (a cache as long as mid-decode);
+    the prefills run on `context[:prompt_length]`. `clock` may be `time.process_time` for CPU time, which a
+    busy shared machine disturbs less than wall time. Medians over rounds; the first two are warm-up.
     """
     cached, device = len(context) - gamma - 1, target.device
     caches = {model: _prefill(model, context[: cached + 1], device) for model in (draft, target)}
-    kinds = {
-        "draft_step": (draft, context[cached : cached + 1]),
-        "target_step": (target, context[cached : cached + 1]),
-        "target_verify": (target, context[cached:]),
-    }
-    times: dict[str, list[float]] = {name: [] for name in [*kinds, "draft_prefill", "target_prefill"]}
+    times: dict[str, list[float]] = {}
+
+    def timed(name: str, model: PreTrainedModel, tokens: list[int]) -> None:
+        _crop(caches[model], cached)
+        started = clock()
+        _step(model, tokens, caches[model], device)
+        times.setdefault(name, []).append(clock() - started)
+
     for _ in range(steps + 2):
-        for name, (model, tokens) in kinds.items():
-            _crop(caches[model], cached)
-            started = clock()
-            _step(model, tokens, caches[model], device)
-            times[name].append(clock() - started)
+        for position in range(gamma):
+            timed(f"draft_{position}", draft, context[cached : cached + 1])
+        timed("target_verify", target, context[cached:])
         for name, model in (("draft_prefill", draft), ("target_prefill", target)):
             started = clock()
             _prefill(model, context[:prompt_length], device)
-            times[name].append(clock() - started)
-    # the first two rounds are warm-up
-    return StepTimes(**{name: statistics.median(values[2:]) for name, values in times.items()})
+            times.setdefault(name, []).append(clock() - started)
+        timed("target_step", target, context[cached : cached + 1])
+    median = {name: statistics.median(values[2:]) for name, values in times.items()}
+    draft_step = statistics.fmean(median.pop(f"draft_{position}") for position in range(gamma))
+    return StepTimes(draft_step=draft_step, **median)

@@ -10,7 +10,14 @@ from scipy.stats import chisquare
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specray.ops import verify_block, verify_greedy, warp
-from specray.specdec.decoder import autoregressive_decode, measure_cost_ratio, speculative_decode
+from specray.specdec.decoder import (
+    DecodeStats,
+    StepTimes,
+    autoregressive_decode,
+    measure_cost_ratio,
+    measure_step_times,
+    speculative_decode,
+)
 
 VOCAB = 6
 PROMPT = [1, 2, 3]
@@ -238,3 +245,22 @@ def test_cost_ratio_of_a_smaller_draft_is_below_one() -> None:
         )
     ).eval()
     assert measure_cost_ratio(big, target, PROMPT, steps=10) < 1.0
+
+
+def test_limit_is_the_cost_model_when_every_block_drafts_gamma() -> None:
+    """(γ·t_draft + t_target_verify)/τ_b, plus each decode's two prefills spread over its tokens."""
+    steps = StepTimes(
+        draft_step=1.0, target_step=3.0, target_verify=4.0, draft_prefill=2.0, target_prefill=6.0
+    )
+    # 2 decodes, 10 blocks of γ = 4, 30 tokens: τ_b = 3
+    stats = DecodeStats(drafted=40, tested=30, accepted=20, target_calls=10, emitted=30)
+    assert steps.limit_seconds_per_token(stats, decodes=2) == pytest.approx(
+        (4 * 1.0 + 4.0) / 3 + 2 * 8.0 / 30
+    )
+    assert steps.cost_ratio == pytest.approx(1 / 3)
+
+
+def test_step_times_are_measured_for_every_pass(pair) -> None:
+    target, draft = pair
+    times = measure_step_times(target, draft, list(range(1, 6)) * 4, prompt_length=8, gamma=3, steps=2)
+    assert all(value > 0 for value in vars(times).values())
