@@ -2,9 +2,11 @@
 
 Nothing is timed before `specray.specdec.hf_compare.verify_comparison` has checked that both sides do the
 same work (see that module for the transformers traps it guards against). Then each round times every
-prompt through both decoders back to back, alternating which goes first, and measures the forward-pass
-times the cost-model limit is computed from (`StepTimes.limit_seconds_per_token`). Imports no ray, mlflow or
-pydantic, so it runs on a bare GPU machine with torch and transformers.
+prompt through both decoders back to back, alternating which goes first, and after each prompt two rounds
+of the forward passes the cost-model limit is computed from (`StepTimes.limit_seconds_per_token`), so that
+decodes and step times see the same load. Every time is read on two clocks: wall time, and this process's
+CPU time, which other processes on a shared machine disturb much less (with one torch thread). Imports no
+ray, mlflow or pydantic, so it runs on a bare GPU machine with torch and transformers.
 """
 
 from __future__ import annotations
@@ -59,31 +61,50 @@ class Result:
     load: tuple[float, float]  # 1-minute load average before and after
 
 
-def time_side_by_side(
+def _mean(step_times: list[StepTimes]) -> StepTimes:
+    fields = vars(step_times[0]).keys()
+    return StepTimes(**{f: statistics.fmean(getattr(t, f) for t in step_times) for f in fields})
+
+
+def time_round(
     target: PreTrainedModel,
     draft: PreTrainedModel,
     comparison: Comparison,
     checked: list[AssistedTrace],
     hf_first: bool,
-) -> tuple[DecodeStats, DecodeStats, dict[str, dict[str, float]]]:
-    """Each prompt through both decoders, one right after the other, under both clocks. HF runs
-    uninstrumented; its counts are those of the `checked` traces, whose tokens it must repeat (same seeds).
-    Returns our stats, HF's stats and {clock: {"ours": seconds, "hf": seconds}}."""
-    kwargs = assisted_kwargs(comparison)
+) -> Round:
+    """Each prompt through both decoders, one right after the other, then a few of the forward passes the
+    limit is made of: so the decodes and the step times see the same load, under both clocks. HF runs
+    uninstrumented; its counts are those of the `checked` traces, whose tokens it must repeat (same seeds)."""
+    kwargs, gamma = assisted_kwargs(comparison), comparison.gamma
     seconds = {clock: {"ours": 0.0, "hf": 0.0} for clock in CLOCKS}
+    steps: dict[str, list[StepTimes]] = {clock: [] for clock in CLOCKS}
     ours_stats, hf_tokens = DecodeStats(), []
     for prompt, seed in zip(comparison.prompts, comparison.seeds, strict=True):
         for side in ("hf", "ours") if hf_first else ("ours", "hf"):
             started = {clock: read() for clock, read in CLOCKS.items()}
             if side == "ours":
-                ours_stats = ours_stats + run_ours(target, draft, list(prompt), seed, comparison).stats
+                decoded = run_ours(target, draft, list(prompt), seed, comparison)
+                ours_stats = ours_stats + decoded.stats
             else:
                 hf_tokens.append(tuple(run_assisted(target, draft, list(prompt), seed, kwargs)[0]))
             for clock, read in CLOCKS.items():
                 seconds[clock][side] += read() - started[clock]
+        # a cache as long as mid-decode: the prompt and the first half of this decode
+        context = list(prompt) + decoded.tokens[: max(gamma + 1, comparison.max_new_tokens // 2)]
+        measured = measure_step_times(
+            target, draft, context, len(prompt), gamma, 2, 0, tuple(CLOCKS.values())
+        )
+        for clock, times in zip(CLOCKS, measured, strict=True):
+            steps[clock].append(times)
     if hf_tokens != [trace.tokens for trace in checked]:
         raise MisconfiguredComparison("the timed HF decodes differ from the checked ones (same seeds)")
-    return ours_stats, sum((trace.stats for trace in checked), DecodeStats()), seconds
+    hf_stats = sum((trace.stats for trace in checked), DecodeStats())
+    decodes = len(comparison.prompts)
+    timings = {
+        clock: _timing(ours_stats, hf_stats, seconds[clock], _mean(steps[clock]), decodes) for clock in CLOCKS
+    }
+    return Round(ours_stats, hf_stats, **timings)
 
 
 def _timing(ours: DecodeStats, hf: DecodeStats, seconds: dict[str, float], steps: StepTimes, decodes: int):
@@ -97,29 +118,13 @@ def _timing(ours: DecodeStats, hf: DecodeStats, seconds: dict[str, float], steps
 
 
 def compare(target: PreTrainedModel, draft: PreTrainedModel, comparison: Comparison, rounds: int) -> Result:
-    """Check the comparison, then time `rounds` rounds of it with the step times measured in each."""
+    """Check the comparison, then time `rounds` rounds of it (the order of the decoders alternates)."""
     load_before = os.getloadavg()[0]
     configure_assistant(draft, comparison)
     traces, ours = verify_comparison(target, draft, comparison)  # raises before anything is timed
     same = sum(trace.tokens == tuple(decoded.tokens) for trace, decoded in zip(traces, ours, strict=True))
-    # a context as long as mid-decode: a prompt followed by half of one of its decodes
-    prompt = list(comparison.prompts[0])
-    context = prompt + list(ours[0].tokens[: max(comparison.gamma + 1, comparison.max_new_tokens // 2)])
-    done = []
-    for r in range(rounds):
-        ours_stats, hf_stats, seconds = time_side_by_side(target, draft, comparison, traces, r % 2 == 1)
-        timings = {
-            clock: _timing(
-                ours_stats,
-                hf_stats,
-                seconds[clock],
-                measure_step_times(target, draft, context, len(prompt), comparison.gamma, clock=read),
-                len(comparison.prompts),
-            )
-            for clock, read in CLOCKS.items()
-        }
-        done.append(Round(ours_stats, hf_stats, **timings))
-    return Result(comparison, tuple(done), same, (load_before, os.getloadavg()[0]))
+    done = tuple(time_round(target, draft, comparison, traces, hf_first=r % 2 == 1) for r in range(rounds))
+    return Result(comparison, done, same, (load_before, os.getloadavg()[0]))
 
 
 def _acceptance(stats: DecodeStats) -> str:

@@ -242,7 +242,7 @@ def measure_cost_ratio(
 
 @dataclass(frozen=True)
 class StepTimes:
-    """Median seconds of the forward passes a speculative decode is made of (plain HF forwards, KV cache)."""
+    """Mean seconds of the forward passes a speculative decode is made of (plain HF forwards, KV cache)."""
 
     draft_step: float  # the draft on 1 token after a cached context
     target_step: float  # the target on 1 token after a cached context
@@ -278,37 +278,48 @@ def measure_step_times(
     prompt_length: int,
     gamma: int,
     steps: int = 20,
-    clock: Callable[[], float] = time.perf_counter,
-) -> StepTimes:
-    """Time the forward passes of a decode `steps` times, in the order a decode runs them.
+    warmup: int = 2,
+    clocks: tuple[Callable[[], float], ...] = (time.perf_counter,),
+) -> tuple[StepTimes, ...]:
+    """Time the forward passes of a decode `steps` times, in the order a decode runs them; one StepTimes
+    per clock in `clocks` (e.g. `time.perf_counter` and `time.process_time`, read around the same passes).
 
     Each round runs γ draft steps in a row, then the target's verification pass, then what a block does not
     contain: the two prefills and (for c) one target step. The order matters on a CPU: the draft step right
     after a target pass finds the draft's weights evicted from the caches and takes up to twice as long as
-    the next ones, so t_draft is the mean over the γ positions of each position's median. The steps run
-    after the first `len(context) - γ - 1` tokens of `context` are cached (a cache as long as mid-decode);
-    the prefills run on `context[:prompt_length]`. `clock` may be `time.process_time` for CPU time, which a
-    busy shared machine disturbs less than wall time. Medians over rounds; the first two are warm-up.
+    the next ones. The steps run after the first `len(context) - γ - 1` tokens of `context` are cached (a
+    cache as long as mid-decode); the prefills run on `context[:prompt_length]`.
+
+    Means over the rounds after `warmup`, not medians: the decodes a limit is compared with are timed as
+    totals, which include the time other processes take from them, and a mean includes it alike.
     """
     cached, device = len(context) - gamma - 1, target.device
     caches = {model: _prefill(model, context[: cached + 1], device) for model in (draft, target)}
-    times: dict[str, list[float]] = {}
+    times: dict[str, list[list[float]]] = {}  # name -> per round, one reading per clock
 
-    def timed(name: str, model: PreTrainedModel, tokens: list[int]) -> None:
+    def timed(name: str, run: Callable[[], object]) -> None:
+        started = [clock() for clock in clocks]
+        run()
+        times.setdefault(name, []).append([clock() - s for clock, s in zip(clocks, started, strict=True)])
+
+    def step(model: PreTrainedModel, tokens: list[int]) -> Callable[[], object]:
         _crop(caches[model], cached)
-        started = clock()
-        _step(model, tokens, caches[model], device)
-        times.setdefault(name, []).append(clock() - started)
+        return lambda: _step(model, tokens, caches[model], device)
 
-    for _ in range(steps + 2):
+    for _ in range(warmup + steps):
         for position in range(gamma):
-            timed(f"draft_{position}", draft, context[cached : cached + 1])
-        timed("target_verify", target, context[cached:])
-        for name, model in (("draft_prefill", draft), ("target_prefill", target)):
-            started = clock()
-            _prefill(model, context[:prompt_length], device)
-            times.setdefault(name, []).append(clock() - started)
-        timed("target_step", target, context[cached : cached + 1])
-    median = {name: statistics.median(values[2:]) for name, values in times.items()}
-    draft_step = statistics.fmean(median.pop(f"draft_{position}") for position in range(gamma))
-    return StepTimes(draft_step=draft_step, **median)
+            timed(f"draft_{position}", step(draft, context[cached : cached + 1]))
+        timed("target_verify", step(target, context[cached:]))
+        timed("draft_prefill", lambda: _prefill(draft, context[:prompt_length], device))
+        timed("target_prefill", lambda: _prefill(target, context[:prompt_length], device))
+        timed("target_step", step(target, context[cached : cached + 1]))
+    return tuple(_mean_step_times(times, gamma, warmup, i) for i in range(len(clocks)))
+
+
+def _mean_step_times(times: dict[str, list[list[float]]], gamma: int, warmup: int, clock: int) -> StepTimes:
+    mean = {
+        name: statistics.fmean(reading[clock] for reading in rounds[warmup:])
+        for name, rounds in times.items()
+    }
+    draft_step = statistics.fmean(mean.pop(f"draft_{position}") for position in range(gamma))
+    return StepTimes(draft_step=draft_step, **mean)
