@@ -11,8 +11,12 @@ ray, mlflow or pydantic, so it runs on a bare GPU machine with torch and transfo
 
 from __future__ import annotations
 
+import contextlib
+import cProfile
 import os
+import pstats
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 
@@ -179,3 +183,49 @@ def summary(results: list[Result]) -> None:
     for result in results:
         tau = result.comparison.tau
         print(f"τ={tau}: {_ratios(result.rounds, 'wall')}  |  cpu: {_ratios(result.rounds, 'cpu')}")
+
+
+def profile_sides(target: PreTrainedModel, draft: PreTrainedModel, comparison: Comparison, top: int) -> None:
+    """Where each decoder's CPU time goes: the share inside the two models' forward passes (what the limit
+    counts), then cProfile's `top` functions by own time. Untimed; run after `compare` (configured, warm)."""
+    kwargs = assisted_kwargs(comparison)
+    sides = {
+        "ours": lambda prompt, seed: run_ours(target, draft, prompt, seed, comparison),
+        "HF": lambda prompt, seed: run_assisted(target, draft, prompt, seed, kwargs),
+    }
+    for side, run in sides.items():
+        inside = [0.0]
+        with _forward_timer(target, inside), _forward_timer(draft, inside):
+            profiler = cProfile.Profile(time.process_time)
+            started = time.process_time()
+            profiler.enable()
+            for prompt, seed in zip(comparison.prompts, comparison.seeds, strict=True):
+                run(list(prompt), seed)
+            profiler.disable()
+            total = time.process_time() - started
+        print(
+            f"  profile τ={comparison.tau}, {side}: {total:.2f} s CPU under cProfile, "
+            f"{100 * inside[0] / total:.0f}% inside the models' forward passes"
+        )
+        stats = pstats.Stats(profiler, stream=sys.stdout)
+        stats.sort_stats("tottime").print_stats(top)
+
+
+@contextlib.contextmanager
+def _forward_timer(model: PreTrainedModel, total: list[float]):
+    """Add the CPU time of every `model.forward` call to total[0] (an instance attribute shadows the
+    class's forward, which nn.Module.__call__ looks up on the instance)."""
+    forward = model.forward
+
+    def timed(*args, **kwargs):
+        started = time.process_time()
+        try:
+            return forward(*args, **kwargs)
+        finally:
+            total[0] += time.process_time() - started
+
+    model.forward = timed
+    try:
+        yield
+    finally:
+        del model.forward

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 import transformers
-from harness import Result, compare, report, summary
+from harness import Result, compare, profile_sides, report, summary
 
 from specray.config import load_spec
 from specray.models.loading import load_model, load_tokenizer
@@ -70,6 +70,8 @@ def versus_hf_assisted(target, draft, tokenizer, prompts, args: argparse.Namespa
         with torch.inference_mode() if args.hf_inference_mode else contextlib.nullcontext():
             results.append(compare(target, draft, comparison, args.rounds))
         report(results[-1])
+        if args.profile:
+            profile_sides(target, draft, comparison, args.profile)
     return results
 
 
@@ -181,6 +183,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--prompts", type=int, default=32, help="in-domain test prompts for [1]")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds of [1] per τ")
     parser.add_argument("--eos", action="store_true", help="[1] stops at EOS (default: decode to the limit)")
+    parser.add_argument(
+        "--profile", type=int, default=0, metavar="N", help="[1] also profiles both sides: top N functions"
+    )
     parser.add_argument(
         "--hf-inference-mode",
         action="store_true",
