@@ -1,10 +1,15 @@
 """Speculative decoding benchmark: every ratio is measured side by side in one run on the same pair.
 
-    .venv/bin/python benchmarks/specdec.py            # the tiny zoo (built and cached on first use)
-    .venv/bin/python benchmarks/specdec.py --quick    # fewer prompts, for a smoke check
+    .venv/bin/python benchmarks/specdec.py             # all three parts on the tiny zoo (cached on first use)
+    .venv/bin/python benchmarks/specdec.py --parts hf  # only [1], ours vs HF at τ ∈ {0, 0.6, 1.0}
+    .venv/bin/python benchmarks/specdec.py --quick     # fewer prompts and rounds, for a smoke check
 
-1. our exact speculative decoder vs transformers `generate(assistant_model=..., do_sample=True)` with a
-   constant number of assistant tokens (γ), same prompts, τ_dec, max_new_tokens: wall time per emitted token;
+1. our exact speculative decoder vs transformers' assisted generation (`generate(assistant_model=...)`) at
+   each τ_dec, through benchmarks/harness.py: the two are first checked to do the same work (γ drafted
+   tokens per step, the temperature warper at τ and nothing else on each side, same prompts, seeds and
+   length; `specray.specdec.hf_compare` lists the transformers traps this guards against), then timed side by
+   side: wall time per emitted token, acceptance counted both ways, and the limit the measured forward-pass
+   times and block efficiency allow. The last lines print `ours / HF` and `ours / limit` per τ;
 2. analytic vs empirical estimator: time to reach a 95% half-width of 0.01 on `acceptance_rate` for one
    (draft, τ_dec) cell, projected from the measured variance (half-width ∝ 1/√n, time ∝ n);
 3. seconds per grid cell when 22 drafts × 6 τ_dec are evaluated analytically with shared target passes.
@@ -13,6 +18,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import platform
 import tempfile
 import time
@@ -20,65 +27,59 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
+import transformers
+from harness import Result, compare, profile_sides, report, summary
 
 from specray.config import load_spec
 from specray.models.loading import load_model, load_tokenizer
 from specray.models.zoo import build_zoo
 from specray.specdec.analytic import AnalyticEstimator, Continuations, sample_continuations
 from specray.specdec.cells import encode_test_prompts
-from specray.specdec.decoder import measure_cost_ratio, speculative_decode
+from specray.specdec.cost import measure_cost_ratio
 from specray.specdec.empirical import run_empirical
 from specray.specdec.evaluator import EvalJob, EvalSettings, Evaluator
+from specray.specdec.hf_compare import Comparison
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET_HALF_WIDTH = 0.01
 
 
-def versus_hf_assisted(target, draft, tokenizer, prompts, tau: float, gamma: int, max_new: int) -> None:
-    draft.generation_config.assistant_confidence_threshold = 0.0  # fixed γ: no early stop of drafting
-    ours = hf = 0.0
-    ours_tokens = hf_tokens = 0
-    for i, prompt in enumerate(prompts):
-        generator = torch.Generator().manual_seed(i)
-        started = time.perf_counter()
-        decoded = speculative_decode(
-            target, draft, prompt, tau, gamma, max_new, tokenizer.eos_token_id, generator
-        )
-        ours += time.perf_counter() - started
-        ours_tokens += len(decoded.tokens)
-        torch.manual_seed(i)
-        input_ids = torch.tensor([prompt])
-        started = time.perf_counter()
-        out = target.generate(
-            input_ids,
-            attention_mask=torch.ones_like(input_ids),
-            assistant_model=draft,
-            do_sample=True,
-            temperature=tau,
-            top_k=0,
-            top_p=1.0,
-            num_assistant_tokens=gamma,
-            num_assistant_tokens_schedule="constant",
-            max_new_tokens=max_new,
-            pad_token_id=tokenizer.pad_token_id,
-        )
-        hf += time.perf_counter() - started
-        hf_tokens += out.shape[1] - len(prompt)
-    print(f"[1] τ_dec={tau} γ={gamma} max_new_tokens={max_new} prompts={len(prompts)}")
-    print(f"    ours: {ours:.2f}s for {ours_tokens} tokens = {1000 * ours / ours_tokens:.2f} ms/token")
+def versus_hf_assisted(target, draft, tokenizer, prompts, args: argparse.Namespace) -> list[Result]:
+    """[1] at each τ: checked like for like first (harness.compare refuses otherwise), then timed."""
+    eos = tokenizer.eos_token_id if args.eos else None
     print(
-        f"    HF assisted generate: {hf:.2f}s for {hf_tokens} tokens = {1000 * hf / hf_tokens:.2f} ms/token"
+        f"[1] ours vs HF generate(assistant_model=...): γ={args.gamma}, max_new_tokens={args.max_new_tokens} "
+        f"({'stopping at EOS' if args.eos else 'EOS ignored: every decode is that long'}), {len(prompts)} "
+        f"in-domain prompts with seeds 0..{len(prompts) - 1}, {args.rounds} rounds (the order of the two "
+        f"decoders alternates), {torch.get_num_threads()} torch thread(s), "
+        f"transformers {transformers.__version__}; HF generate() under "
+        f"{'inference_mode' if args.hf_inference_mode else 'its own no_grad'}"
     )
-    print(
-        f"    ratio ours/HF (time per token): {(ours / ours_tokens) / (hf / hf_tokens):.3f}   (target ≤ 0.8)"
-    )
+    results = []
+    for tau in args.taus:
+        comparison = Comparison(
+            tau,
+            args.gamma,
+            args.max_new_tokens,
+            eos,
+            tuple(tuple(p) for p in prompts),
+            tuple(range(len(prompts))),
+            tokenizer.pad_token_id,
+        )
+        # our decoder always runs under inference_mode; HF's generate() under no_grad unless asked
+        with torch.inference_mode() if args.hf_inference_mode else contextlib.nullcontext():
+            results.append(compare(target, draft, comparison, args.rounds))
+        report(results[-1])
+        if args.profile:
+            profile_sides(target, draft, comparison, args.profile)
+    return results
 
 
 def analytic_vs_empirical(
     target, draft, tokenizer, prompts: list[list[int]], tau: float, n_empirical: int
 ) -> None:
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    c = measure_cost_ratio(target, draft, prompts[0])
+    c = measure_cost_ratio(target, draft, prompts[0]).value
     started = time.perf_counter()
     continuations = sample_continuations(target, prompts, tau, 48, eos, seed=3, pad_token_id=pad)
     sampling = time.perf_counter() - started
@@ -167,13 +168,41 @@ def grid_seconds_per_cell(zoo, prompts: list[list[int]], n_drafts: int, taus: li
     )
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="fewer prompts (a smoke check, noisier ratios)")
+    parser.add_argument("--quick", action="store_true", help="fewer prompts and rounds (a smoke check)")
     parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--parts", nargs="+", choices=["estimators", "grid", "hf"], default=["estimators", "grid", "hf"]
+    )
+    parser.add_argument("--taus", type=float, nargs="+", default=[0.0, 0.6, 1.0], help="τ_dec for [1]")
+    parser.add_argument("--gamma", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--prompts", type=int, default=32, help="in-domain test prompts for [1]")
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds of [1] per τ")
+    parser.add_argument("--eos", action="store_true", help="[1] stops at EOS (default: decode to the limit)")
+    parser.add_argument(
+        "--profile", type=int, default=0, metavar="N", help="[1] also profiles both sides: top N functions"
+    )
+    parser.add_argument(
+        "--hf-inference-mode",
+        action="store_true",
+        help="[1] runs HF's generate() inside torch.inference_mode() too, as our decoder runs",
+    )
+    parser.add_argument(
+        "--decode-threads",
+        type=int,
+        default=1,
+        help="torch threads for [1]: batch-1 steps of a 5M model gain nothing from a second thread, and with "
+        "one thread the process's CPU time is a measure that other engineers' load disturbs little",
+    )
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     torch.set_num_threads(args.threads)
     spec = load_spec(REPO / "sweeps" / "tiny.yaml")
     zoo = build_zoo(spec.models.zoo)
@@ -182,11 +211,20 @@ def main() -> None:
     target, draft = load_model(str(zoo.target)), load_model(str(zoo.draft))
     machine = platform.processor() or platform.machine()
     print(f"machine: {machine}, torch {torch.__version__}, {torch.get_num_threads()} threads; zoo {zoo.root}")
-    print(f"c (draft step / target step, measured): {measure_cost_ratio(target, draft, prompts[0]):.3f}")
+    print(f"load average (1, 5, 15 min) at the start: {os.getloadavg()}")
+    print(
+        f"c (draft step / target step, measured): {measure_cost_ratio(target, draft, prompts[0]).describe()}"
+    )
     n = 8 if args.quick else 32
-    versus_hf_assisted(target, draft, tokenizer, prompts[:n], tau=1.0, gamma=4, max_new=48)
-    analytic_vs_empirical(target, draft, tokenizer, prompts, tau=1.0, n_empirical=n // 2)
-    grid_seconds_per_cell(zoo, prompts[: 32 if args.quick else 128], 22, [0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
+    if "estimators" in args.parts:
+        analytic_vs_empirical(target, draft, tokenizer, prompts, tau=1.0, n_empirical=n // 2)
+    if "grid" in args.parts:
+        grid_seconds_per_cell(zoo, prompts[: 32 if args.quick else 128], 22, [0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
+    if "hf" in args.parts:  # last, so that its summary lines end the output
+        if args.quick:
+            args.prompts, args.rounds = min(args.prompts, 8), min(args.rounds, 2)
+        torch.set_num_threads(args.decode_threads)
+        summary(versus_hf_assisted(target, draft, tokenizer, prompts[: args.prompts], args))
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from specray.ops.lenience import (
     lenient_token_acceptance,
     verify_block_lenient,
 )
-from specray.ops.speculative import verify_block
+from specray.ops.speculative import verify_block, verify_greedy
 from specray.ops.warp import log_warp, sample, warp
 
 __all__ = [
@@ -83,5 +83,6 @@ __all__ = [
     "total_variation",
     "verify_block",
     "verify_block_lenient",
+    "verify_greedy",
     "warp",
 ]

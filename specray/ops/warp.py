@@ -43,10 +43,15 @@ def log_warp(logits: Tensor, tau: float) -> Tensor:
 
 
 def sample(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
-    """Draw one token index per row of a probability tensor.
+    """Draw one token index per row of a probability tensor: exactly `torch.multinomial(probs, 1)`.
 
     probs: [..., vocab] (rows need not be normalised) -> [...] int64.
+    For one sample torch.multinomial draws q ~ Exp(1) over the whole row and returns argmax(p / q) (the
+    exponential race, ATen's `multinomial` fast path); this runs the same three ops on the same generator, so
+    the result and the generator's state afterwards are the same bit for bit. What it leaves out are
+    multinomial's input checks (finite, non-negative, positive sum), which cost three device syncs per call
+    on CUDA: callers pass softmax outputs or clamped residuals with mass.
     """
-    flat = probs.reshape(-1, probs.shape[-1]).float()  # multinomial wants 2D floating input
-    tokens = torch.multinomial(flat, num_samples=1, generator=generator)  # [rows, 1]
-    return tokens.reshape(probs.shape[:-1])
+    flat = probs.reshape(-1, probs.shape[-1]).float()  # [rows, vocab]
+    race = torch.empty_like(flat).exponential_(1.0, generator=generator)
+    return torch.argmax(flat / race, dim=-1).reshape(probs.shape[:-1])

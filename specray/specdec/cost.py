@@ -46,21 +46,22 @@ def ratio_interval(
     return value, float(max(value - low, high - value))
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def _timed_pairs(target: PreTrainedModel, draft: PreTrainedModel, prompt: list[int], pairs: int):
     """`pairs` (draft, target) step times: one token after the cached prompt, caches cropped back."""
-    caches = {model: _prefill(model, prompt) for model in (draft, target)}
+    device = next(target.parameters()).device
+    caches = {model: _prefill(model, prompt, device) for model in (draft, target)}
     lengths = {model: cache.get_seq_length() for model, cache in caches.items()}
     times: dict[PreTrainedModel, list[float]] = {draft: [], target: []}
     for _ in range(pairs):
         for model, cache in caches.items():
             _crop(cache, lengths[model])
-            if model.device.type == "cuda":
-                torch.cuda.synchronize(model.device)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
             started = time.perf_counter()
-            _step(model, [prompt[-1]], cache)
-            if model.device.type == "cuda":
-                torch.cuda.synchronize(model.device)  # time the kernels, not their launch
+            _step(model, [prompt[-1]], cache, device)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)  # time the kernels, not their launch
             times[model].append(time.perf_counter() - started)
     return times[draft], times[target]
 

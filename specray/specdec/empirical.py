@@ -29,8 +29,10 @@ class EmpiricalResult:
     tokens: int
 
 
-def _seed(seed: int, prompt_index: int, repeat: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed * 1_000_003 + prompt_index * 1_009 + repeat)
+def _seed(seed: int, prompt_index: int, repeat: int, device: torch.device) -> torch.Generator:
+    # on the models' device: sampling draws from it next to the logits (CUDA logits need a CUDA generator)
+    generator = torch.Generator(device=device)
+    return generator.manual_seed(seed * 1_000_003 + prompt_index * 1_009 + repeat)
 
 
 def run_empirical(
@@ -51,11 +53,13 @@ def run_empirical(
     total, baseline_seconds, per_decode = DecodeStats(), 0.0, []
     for i, prompt in enumerate(prompts):
         for r in range(repeats):
+            generator = _seed(seed, i, r, target.device)
             stats = speculative_decode(
-                target, draft, prompt, tau, gamma, max_new_tokens, eos_token_id, _seed(seed, i, r)
+                target, draft, prompt, tau, gamma, max_new_tokens, eos_token_id, generator
             ).stats
             # same seed and the same number of tokens, with no early stop: equal work for the baseline
-            baseline = autoregressive_decode(target, prompt, tau, stats.emitted, None, _seed(seed, i, r))
+            generator = _seed(seed, i, r, target.device)
+            baseline = autoregressive_decode(target, prompt, tau, stats.emitted, None, generator)
             baseline_seconds += baseline.stats.seconds
             total = total + stats
             per_decode.append((stats.accepted, stats.tested))

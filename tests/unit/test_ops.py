@@ -241,6 +241,19 @@ def test_sample_shape_and_distribution() -> None:
     torch.testing.assert_close(freq, torch.tensor([0.1, 0.0, 0.6, 0.3]), atol=0.015, rtol=0)
 
 
+@pytest.mark.parametrize("rows", [1, 3])
+def test_sample_is_torch_multinomial_bit_for_bit(rows: int) -> None:
+    """`sample` reimplements multinomial's one-sample path: same tokens and same generator state after,
+    on peaked, flat, unnormalised and zero-containing rows."""
+    for seed in range(300):
+        probs = torch.softmax(torch.randn(rows, 257) * (seed % 7), dim=-1)
+        probs[:, seed % 257] = 0.0
+        probs = probs * (1 + seed % 3)
+        ours, theirs = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        assert torch.equal(sample(probs, ours), torch.multinomial(probs, 1, generator=theirs)[:, 0])
+        assert torch.equal(torch.rand(4, generator=ours), torch.rand(4, generator=theirs))
+
+
 # ---- acceptance ----
 
 

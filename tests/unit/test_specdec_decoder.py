@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 import torch
 from scipy.stats import chisquare
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specray.ops import verify_block, warp
-from specray.specdec.decoder import autoregressive_decode, measure_cost_ratio, speculative_decode
+from specray.ops import verify_block, verify_greedy, warp
+from specray.specdec.decoder import (
+    DecodeStats,
+    StepTimes,
+    autoregressive_decode,
+    measure_step_times,
+    speculative_decode,
+)
 
 VOCAB = 6
 PROMPT = [1, 2, 3]
@@ -129,6 +136,60 @@ def test_same_seed_same_output(pair) -> None:
     assert runs[0] == runs[1]
 
 
+# Exact tokens and counts (drafted, tested, accepted, target_calls, emitted) for fixed seeds, recorded from
+# the decoder before it was optimised: a faster decoder must draw the same random numbers in the same order.
+# They pin CPU torch's generator streams and float arithmetic, so a torch upgrade may need them re-recorded.
+GOLDEN = [
+    (
+        1.0,
+        4,
+        None,
+        11,
+        [15, 34, 6, 48, 23, 57, 5, 1, 7, 27, 28, 5, 44, 4, 30, 26, 44, 1, 2, 30, 39, 29, 20, 46],
+        (32, 21, 15, 9, 24),
+    ),
+    (
+        0.6,
+        3,
+        None,
+        12,
+        [9, 25, 27, 60, 25, 32, 5, 5, 5, 28, 45, 10, 17, 49, 11, 53, 46, 56, 48, 2, 6, 59, 39, 10],
+        (36, 21, 12, 12, 24),
+    ),
+    (0.0, 4, None, 13, [19, 14, 48, 10, 19, 14, 2] + [15] * 17, (86, 23, 0, 24, 24)),
+    (
+        0.8,
+        2,
+        5,
+        5,
+        [63, 1, 18, 10, 9, 16, 19, 62, 49, 1, 28, 35, 2, 34, 19, 44, 48, 26, 25, 5],
+        (20, 17, 10, 10, 20),
+    ),
+    (0.8, 2, 16, 5, [63, 1, 18, 10, 9, 16], (8, 6, 2, 4, 6)),
+]
+
+
+@pytest.fixture(scope="module")
+def pair64() -> tuple[LlamaForCausalLM, LlamaForCausalLM]:
+    return tiny_llama(0, vocab=64), tiny_llama(1, vocab=64)
+
+
+@pytest.mark.parametrize(("tau", "gamma", "eos", "seed", "tokens", "counts"), GOLDEN)
+def test_same_seed_golden_output(pair64, tau, gamma, eos, seed, tokens, counts) -> None:
+    target, draft = pair64
+    decoded = speculative_decode(
+        target, draft, PROMPT, tau, gamma, 24, eos, torch.Generator().manual_seed(seed)
+    )
+    assert decoded.tokens == tokens
+    assert decoded.stats.astuple()[:5] == counts
+
+
+def test_autoregressive_golden_output(pair64) -> None:
+    target, _ = pair64
+    decoded = autoregressive_decode(target, PROMPT, 0.8, 16, None, torch.Generator().manual_seed(3))
+    assert decoded.tokens == [32, 21, 63, 54, 42, 5, 39, 46, 31, 58, 21, 44, 17, 21, 49, 11]
+
+
 def test_bad_gamma_is_refused(pair) -> None:
     target, draft = pair
     with pytest.raises(ValueError, match="gamma must be >= 1"):
@@ -146,12 +207,51 @@ def test_verify_block_greedy_rules() -> None:
     assert verify_block(torch.tensor([2, 0, 1]), q_all, p) == (3, 3)
 
 
-def test_cost_ratio_of_a_smaller_draft_is_below_one() -> None:
-    target = tiny_llama(0, vocab=64).eval()
-    config = target.config
-    big = LlamaForCausalLM(
-        LlamaConfig(
-            **{**config.to_dict(), "num_hidden_layers": 6, "hidden_size": 128, "intermediate_size": 256}
+def test_verify_greedy_equals_verify_block_on_one_hot_distributions() -> None:
+    """The τ = 0 shortcut gives what rejection sampling gives on the one-hot warps, whatever the seed."""
+    generator = torch.Generator().manual_seed(0)
+    for trial in range(200):
+        gamma = 1 + trial % 5
+        target_logits = torch.randn(gamma + 1, 7, generator=generator)
+        best = target_logits.argmax(dim=-1)
+        # proposals that follow the target's argmax for a random prefix, then differ
+        proposals = [
+            int(t) if torch.rand(1, generator=generator) < 0.7 else (int(t) + 1) % 7 for t in best[:gamma]
+        ]
+        q = torch.nn.functional.one_hot(torch.tensor(proposals), 7).float()
+        expected = verify_block(torch.tensor(proposals), q, warp(target_logits, 0.0), generator)
+        assert verify_greedy(proposals, target_logits) == expected
+
+
+def test_greedy_decodes_ignore_the_generator(pair) -> None:
+    target, draft = pair
+    runs = {
+        tuple(
+            speculative_decode(
+                target, draft, PROMPT, 0.0, 3, 20, None, torch.Generator().manual_seed(s)
+            ).tokens
         )
-    ).eval()
-    assert measure_cost_ratio(big, target, PROMPT, steps=10) < 1.0
+        for s in range(3)
+    }
+    assert len(runs) == 1
+
+
+def test_limit_is_the_cost_model_when_every_block_drafts_gamma() -> None:
+    """(γ·t_draft + t_target_verify)/τ_b, plus each decode's two prefills spread over its tokens."""
+    steps = StepTimes(
+        draft_step=1.0, target_step=3.0, target_verify=4.0, draft_prefill=2.0, target_prefill=6.0
+    )
+    # 2 decodes, 10 blocks of γ = 4, 30 tokens: τ_b = 3
+    stats = DecodeStats(drafted=40, tested=30, accepted=20, target_calls=10, emitted=30)
+    assert steps.limit_seconds_per_token(stats, decodes=2) == pytest.approx(
+        (4 * 1.0 + 4.0) / 3 + 2 * 8.0 / 30
+    )
+    assert steps.cost_ratio == pytest.approx(1 / 3)
+
+
+def test_step_times_are_measured_for_every_pass(pair) -> None:
+    target, draft = pair
+    clocks = (time.perf_counter, time.process_time)
+    measured = measure_step_times(target, draft, list(range(1, 6)) * 4, 8, gamma=3, steps=2, clocks=clocks)
+    assert len(measured) == 2
+    assert all(value > 0 for times in measured for value in vars(times).values())
