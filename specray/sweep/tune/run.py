@@ -53,7 +53,7 @@ from specray.specdec.cells import encode_test_prompts, eval_settings
 from specray.specdec.records import EvalJob
 from specray.sweep.plan import DraftPlan, sweep_dir
 from specray.sweep.progress import SweepDisplay
-from specray.sweep.tune_baselines import (
+from specray.sweep.tune.baselines import (
     Contenders,
     manual_recipe,
     peaks,
@@ -61,9 +61,9 @@ from specray.sweep.tune_baselines import (
     table3_markdown,
     write_table3,
 )
-from specray.sweep.tune_search import SearchFailed, TrialRecord, record_trials, search
-from specray.sweep.tune_space import Recipe, at_best_gamma, baseline_recipe, budget_spec, check_tune
-from specray.sweep.tune_trial import VALIDATION, TrialContext, distil_baseline
+from specray.sweep.tune.search import SearchFailed, TrialRecord, record_trials, search
+from specray.sweep.tune.space import Recipe, at_best_gamma, baseline_recipe, budget_spec, check_tune
+from specray.sweep.tune.trial import VALIDATION, TrialContext, distil_baseline
 from specray.tracking import BEST, Tracker, cell_metrics, open_tracker, sweep_key
 
 __all__ = ["SearchFailed", "TuneOutcome", "run_tune", "tune_dir"]

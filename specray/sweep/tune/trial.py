@@ -30,7 +30,7 @@ from specray.distill.checkpoints import is_finished, read_curves
 from specray.distill.inputs import DistillInputs
 from specray.files import write_atomic
 from specray.specdec.records import CellRecord
-from specray.sweep.tune_space import (
+from specray.sweep.tune.space import (
     acceptance_estimate,
     budget_spec,
     objective,
