@@ -1,6 +1,9 @@
-"""Paper-scale memory at a 32,000-token vocabulary: peak memory of one online KD step, chunked vs not.
+"""Paper-scale memory at a 32,000-token vocabulary: the streaming analytic estimator's peak memory at 64 vs
+1,024 test prompts, and one online KD step's, chunked vs not.
 
-    .venv/bin/python benchmarks/scale.py [--batch 8] [--seq 512] [--prompt 64] [--chunk 256] [--threads 2]
+    .venv/bin/python benchmarks/scale.py [--only analytic|kd] [--threads 2]
+        analytic: [--analytic-prompts 64 1024] [--new-tokens 128] [--analytic-batch 16]
+        kd:       [--batch 8] [--seq 512] [--prompt 64] [--chunk 256]
 
 Models: random-initialised Llama-shaped models built locally from `transformers.LlamaConfig` (no download),
 vocabulary 32,000 (Llama-2's), fp32 on CPU. The student is a draft-sized model whose embedding and LM head
@@ -17,13 +20,17 @@ is subtracted from the ratio; the RSS just before the step (everything but the s
 The children run with MALLOC_MMAP_THRESHOLD_=1048576 (see MMAP_THRESHOLD; `--default-malloc` to leave
 glibc's defaults), so that RSS follows the memory the tensors really hold.
 
-Prints, last: `kd step peak memory chunked / unchunked: <ratio>` (issue 15's goal: ≤ 0.35).
+`analytic` measurement: `specray.specdec.analytic.AnalyticEstimator.betas` — β of one draft along the
+target's continuations of N test prompts, the eval actor's analytic pass — with N = 64 and N = 1,024 prompts
+of 16 tokens and 128 response tokens each, every one in a fresh subprocess (same `VmHWM` figure). The
+models are small (target hidden 256, 2 layers; draft hidden 128, 1 layer: the vocabulary dominates either
+way), so 1,024 prompts take minutes on 2 cores. The continuations are random token ids, not samples from the
+target: the estimator's memory depends on their number and length, not on how they were made (sampling
+them is `sample_continuations`, batch by batch as well). Beside the ratio it prints what the design before
+streaming held for a whole (test set, τ_dec): the target's distributions, N × 128 × 32,000 fp32.
 
-A second measurement belongs here, `analytic peak RSS N=1024 / N=64: <ratio>`: the streaming analytic
-estimator's peak RSS with 1,024 vs 64 test prompts (128 new tokens each) on the same target shape. Its
-arguments are parsed below (`--analytic-prompts`, `--new-tokens`); the measurement itself is added together
-with the streaming estimator (issue 15, item 2) as one more entry of MEASUREMENTS, a child function plus its
-ratio line printed before the kd line.
+Prints, last: `analytic peak RSS N=1024 / N=64: <ratio>` (issue 15's goal: ≤ 1.3) and
+`kd step peak memory chunked / unchunked: <ratio>` (goal: ≤ 0.35).
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ VOCAB = 32_000
 # than the tensors alive (measured: 128-token chunks peaked higher than 512-token ones). A fixed threshold
 # gives every tensor of 1 MiB or more a mapping of its own, returned when freed, in every configuration.
 MMAP_THRESHOLD = 2**20
+ANALYTIC_PROMPT = 16  # prompt tokens per test prompt in the analytic measurement
 
 
 def _peak_rss_gib() -> float:
@@ -78,6 +86,62 @@ def _llama(hidden: int, layers: int, seed: int):
         tie_word_embeddings=False,
     )
     return LlamaForCausalLM(config)
+
+
+# ---------------------------------------------------------------- analytic: the streaming estimator
+
+
+def analytic_child(args: argparse.Namespace) -> dict:
+    """β of one draft along `args.prompts_n` random continuations in this (fresh) process."""
+    import torch
+
+    from specray.specdec.analytic import AnalyticEstimator, Continuations
+
+    torch.set_num_threads(args.threads)
+    target = _llama(args.target_hidden, args.target_layers, seed=1).eval()
+    draft = _llama(args.draft_hidden, args.draft_layers, seed=0).eval()
+    generator = torch.Generator().manual_seed(3)
+    ids = torch.randint(3, VOCAB, (args.prompts_n, ANALYTIC_PROMPT + args.new_tokens), generator=generator)
+    prompts, responses = ids[:, :ANALYTIC_PROMPT].tolist(), ids[:, ANALYTIC_PROMPT:].tolist()
+    # no sampling-time logits: the target's distributions come from a teacher-forced pass per batch, as
+    # for continuations read from the disk cache (every eval actor but the one that sampled them)
+    estimator = AnalyticEstimator(target, Continuations(1.0, prompts, responses), 0, args.analytic_batch)
+    before = _rss_gib()
+    started = time.perf_counter()
+    (betas,) = estimator.betas([draft])
+    return {
+        "peak_rss_gib": _peak_rss_gib(),
+        "rss_before_gib": before,
+        "seconds": time.perf_counter() - started,
+        "acceptance_rate": float(betas.beta.double().sum() / betas.mask.sum()),
+        "tokens": int(betas.mask.sum()),
+        "target_parameters": sum(p.numel() for p in target.parameters()),
+        "draft_parameters": sum(p.numel() for p in draft.parameters()),
+    }
+
+
+def analytic_ratio(args: argparse.Namespace) -> str:
+    """The estimator at the small and the large test set, each in a fresh process; the ratio line."""
+    small, large = args.analytic_prompts
+    results = {n: _child("analytic", args, prompts_n=n) for n in (small, large)}
+    first = results[small]
+    print(
+        f"target {first['target_parameters'] / 1e6:.1f}M parameters (hidden {args.target_hidden}, "
+        f"{args.target_layers} layers), draft {first['draft_parameters'] / 1e6:.1f}M (hidden "
+        f"{args.draft_hidden}, {args.draft_layers} layer(s)), vocab {VOCAB}, fp32, {args.threads} threads; "
+        f"{ANALYTIC_PROMPT} prompt + {args.new_tokens} response tokens per prompt, batches of "
+        f"{args.analytic_batch}"
+    )
+    for n, result in results.items():
+        held = n * args.new_tokens * VOCAB * 4 / 2**30  # [N, T, vocab] fp32: the target's distributions
+        print(
+            f"  N={n:>5}: peak RSS {result['peak_rss_gib']:.2f} GiB (RSS before the pass "
+            f"{result['rss_before_gib']:.2f} GiB), {result['tokens']} tokens in {result['seconds']:.0f} s, "
+            f"acceptance {result['acceptance_rate']:.4f}; before streaming, the target's distributions "
+            f"alone: {held:.2f} GiB"
+        )
+    ratio = results[large]["peak_rss_gib"] / results[small]["peak_rss_gib"]
+    return f"analytic peak RSS N={large} / N={small}: {ratio:.3f}"
 
 
 # ---------------------------------------------------------------- kd: one online KD step
@@ -137,6 +201,7 @@ def kd_ratio(args: argparse.Namespace) -> str:
 
 # name -> (child: runs in a fresh process and returns figures, ratio: runs the children, returns its line)
 MEASUREMENTS: dict[str, tuple[Callable[[argparse.Namespace], dict], Callable[[argparse.Namespace], str]]] = {
+    "analytic": (analytic_child, analytic_ratio),
     "kd": (kd_child, kd_ratio),
 }
 
@@ -181,11 +246,22 @@ def _parser() -> argparse.ArgumentParser:
     kd.add_argument("--student-layers", type=int, default=4)
     kd.add_argument("--teacher-hidden", type=int, default=768)
     kd.add_argument("--teacher-layers", type=int, default=6)
-    analytic = parser.add_argument_group("analytic: streaming estimator peak RSS (added with the estimator)")
+    analytic = parser.add_argument_group("analytic: streaming estimator peak RSS, N=SMALL vs N=LARGE")
     analytic.add_argument(
         "--analytic-prompts", type=int, nargs=2, default=[64, 1024], metavar=("SMALL", "LARGE")
     )
-    analytic.add_argument("--new-tokens", type=int, default=128, help="target tokens sampled per prompt")
+    analytic.add_argument("--prompts-n", type=int, default=64, help=argparse.SUPPRESS)  # one child's N
+    analytic.add_argument("--new-tokens", type=int, default=128, help="response tokens per prompt")
+    analytic.add_argument(
+        "--analytic-batch",
+        type=int,
+        default=16,
+        help="sequences per teacher-forced batch (EvalSettings.batch_size)",
+    )
+    analytic.add_argument("--target-hidden", type=int, default=256)
+    analytic.add_argument("--target-layers", type=int, default=2)
+    analytic.add_argument("--draft-hidden", type=int, default=128)
+    analytic.add_argument("--draft-layers", type=int, default=1)
     return parser
 
 

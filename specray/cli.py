@@ -227,7 +227,7 @@ def evaluate(
         passes,
         plan_jobs,
     )
-    from specray.specdec.workers import EvalPool
+    from specray.specdec.workers import make_eval_pool
 
     with user_errors():
         spec = load_spec(sweep, overrides or [])
@@ -237,12 +237,12 @@ def evaluate(
         named = {("non-distill" if not drafts else path): path for path in paths}
         check_drafts(target_path, named)
         prompts = encode_test_prompts(spec, load_tokenizer(target_path))
-    target, e = spec.models.target, spec.eval
-    model = {"dtype": target.dtype, "trust_remote_code": target.trust_remote_code}
+    e = spec.eval
     jobs = plan_jobs(e, [DraftRef(name, path) for name, path in named.items()])
     with (
         ray_session(spec.ray),
-        EvalPool(target_path, prompts, eval_settings(e), e.replicas, e.num_cpus, e.num_gpus, **model) as pool,
+        user_errors(),
+        make_eval_pool(spec, target_path, prompts, eval_settings(e)) as pool,
     ):
         if pool.cost_ratio is None:  # one c for every draft: they share the student's architecture
             typer.echo(pool.measure_cost_ratio(draft_path).describe())

@@ -303,7 +303,7 @@ class EvalSpec(_Frozen):
 
 
 class TuneSpec(_Frozen):
-    """`specray tune`: a Ray Tune search over mixtures of the τ_kd shards (see specray/sweep/tune.py)."""
+    """`specray tune`: a Ray Tune search over mixtures of the τ_kd shards (see specray/sweep/tune/run.py)."""
 
     num_samples: int = Field(default=16, ge=1)
     search: Literal["optuna", "random"] = "optuna"

@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from specray.devices import device_kind
+
 if TYPE_CHECKING:
     from specray.config import ModelRef, ModelsSpec, SweepSpec
 
@@ -234,11 +236,6 @@ def model_id(ref: ModelRef, models: ModelsSpec) -> str:
         return f"zoo/{zoo_key(models.zoo)}/{ref.zoo}"
     assert ref.name_or_path is not None  # guaranteed by ModelRef's validator
     return ref.name_or_path
-
-
-def device_kind(num_gpus: float) -> str:
-    """The kind of device a stage runs on, from its resources: what changes numerics (bf16, kernels)."""
-    return "cuda" if num_gpus > 0 else "cpu"
 
 
 def canonical_mixture(mixture: Mapping[float, float]) -> str:

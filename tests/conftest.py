@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
 
-from specray.config import TinyLlamaSpec, ZooSpec
+if TYPE_CHECKING:  # the GPU suite (tests/gpu/) runs where pydantic is absent: the config loads on use
+    from specray.config import ZooSpec
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("SPECRAY_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -24,6 +26,8 @@ def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 def micro_zoo_spec(**overrides) -> ZooSpec:
     """A zoo recipe that trains in a couple of seconds; shapes are tiny but real Llama models."""
+    from specray.config import TinyLlamaSpec, ZooSpec
+
     fields = dict(
         corpus_size=300,
         vocab_size=320,

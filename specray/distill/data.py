@@ -12,12 +12,15 @@ import dataclasses
 import hashlib
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
 import torch
 from torch import Tensor
 
 from specray.distill.losses import IGNORE_INDEX
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +41,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from specray.config import SweepSpec
+from specray.devices import Resources, autocast
 from specray.distill.checkpoints import (
     claim_work_dir,
     draft_inputs,
@@ -118,12 +119,6 @@ class _Window:
 
 def unwrap(model: torch.nn.Module) -> PreTrainedModel:
     return getattr(model, "module", model)  # DDP keeps the wrapped model in `.module`
-
-
-def _autocast(device: torch.device) -> AbstractContextManager:
-    if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return nullcontext()  # CPU autocast to bf16 is slow and changes the numbers: fp32 on CPU
 
 
 def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
@@ -261,7 +256,7 @@ def _with_student_samples(
         torch.Generator(device=device).manual_seed(derive_seed(d.seed, "student", step, micro, i))
         for i in chosen
     ]
-    with _autocast(device):
+    with autocast(device):
         samples = sample_batch(
             student,
             [rows[i].prompt_ids for i in chosen],
@@ -303,7 +298,7 @@ def _train_step(run: _Run, step: int, window: _Window) -> None:
         last = i == len(batches) - 1
         no_sync = getattr(run.student, "no_sync", None)  # DDP: all-reduce gradients once, at the end
         with nullcontext() if last or no_sync is None else no_sync():
-            with _autocast(session.device):
+            with autocast(session.device):
                 inputs = (batch.input_ids, batch.attention_mask, batch.labels)
                 loss = run.loss(run.student, run.teacher, *inputs)
             (loss * scale).backward()
@@ -387,6 +382,11 @@ def run_training(
     return run.state["curves"]
 
 
+def worker_resources(spec: SweepSpec) -> Resources:
+    """What one distill worker (or Tune trial) reserves: the loop's device follows from it."""
+    return Resources(spec.distill.num_cpus_per_worker, spec.distill.num_gpus_per_worker)
+
+
 def train_draft(
     spec: SweepSpec,
     paradigm: str,
@@ -406,8 +406,7 @@ def train_draft(
     inputs = inputs or prepare_inputs(spec, paradigm, mixture)
     started = time.perf_counter()
     work = claim_work_dir(output_dir, fingerprint(spec, paradigm, mixture))
-    device = "cuda" if spec.distill.num_gpus_per_worker > 0 and torch.cuda.is_available() else "cpu"
-    session = LocalSession(work, report, device)
+    session = LocalSession(work, report, worker_resources(spec).torch_device())
     curves = run_training(spec, paradigm, mixture, inputs, session)
     final = session.checkpoints()[-1]
     info = finished_info(spec, paradigm, mixture, load_trainer_state(final), time.perf_counter() - started)

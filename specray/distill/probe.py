@@ -8,14 +8,16 @@ acceptance-vs-KD-steps curve (paper Figure 6) and are the signal Tune's early st
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from specray.config import SweepSpec
-from specray.data.dataset import build_splits
 from specray.data.templates import encode_prompts
 from specray.specdec.analytic import AnalyticEstimator, Betas, sample_continuations
+
+if TYPE_CHECKING:  # the probe itself runs without the config (the GPU test suite has no pydantic)
+    from specray.config import SweepSpec
 
 PROBE_PROMPTS = 16  # enough for a trend, cheap enough to run every few steps
 
@@ -27,6 +29,8 @@ def acceptance_key(tau_dec: float) -> str:
 
 def probe_prompts(spec: SweepSpec, tokenizer: PreTrainedTokenizerBase) -> list[list[int]]:
     """Token ids of the first PROBE_PROMPTS validation prompts, encoded like the test prompts."""
+    from specray.data.dataset import build_splits
+
     return encode_prompts(build_splits(spec.data)["validation"][:PROBE_PROMPTS], tokenizer, spec.data)
 
 

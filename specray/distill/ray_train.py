@@ -31,7 +31,7 @@ import logging
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -44,8 +44,10 @@ from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig,
 from ray.util.queue import Empty, Queue
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from specray.cluster.actors import Demand, check_local_fits
 from specray.cluster.runtime import ray_session
 from specray.config import DistillSpec, SweepSpec
+from specray.devices import Resources
 from specray.distill.checkpoints import (
     claim_work_dir,
     fingerprint,
@@ -55,8 +57,8 @@ from specray.distill.checkpoints import (
     read_curves,
 )
 from specray.distill.inputs import prepare_inputs
-from specray.distill.loop import DistillResult, finished_info, run_training
-from specray.errors import USER_ERRORS, SpecError, find_cause
+from specray.distill.loop import DistillResult, finished_info, run_training, worker_resources
+from specray.errors import USER_ERRORS, find_cause
 from specray.faults import Faults
 
 __all__ = ["RaySession", "distill", "is_finished"]
@@ -68,12 +70,14 @@ RUN_NAME = "ray_train"
 
 
 class RaySession:
-    """The loop's Session inside a Ray Train worker."""
+    """The loop's Session inside a Ray Train worker, computing on the device of the worker's resources."""
 
-    def __init__(self, faults: Faults | None = None, work: Path | None = None) -> None:
+    def __init__(
+        self, resources: Resources | None = None, faults: Faults | None = None, work: Path | None = None
+    ) -> None:
         context = ray.train.get_context()
         self.rank, self.world_size = context.get_world_rank(), context.get_world_size()
-        self.device = ray.train.torch.get_device()
+        self.device = worker_device(resources or Resources(1.0))
         self.scratch_dir = None  # system temp; the checkpoint is copied to storage by `report`
         self.faults, self.work = faults or Faults(), work
 
@@ -116,9 +120,25 @@ class RaySession:
         snapshot = self.work / RUN_NAME / "checkpoint_manager_snapshot.json"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if snapshot.exists() and json.loads(snapshot.read_text() or "{}").get("latest_checkpoint_result"):
+            if _registered(snapshot):
                 return
             time.sleep(0.2)
+
+
+def _registered(snapshot: Path) -> bool:
+    """Whether Ray's checkpoint manager snapshot names a latest checkpoint. Ray rewrites the file in place,
+    so a read can see it missing, empty or cut short: all of those are "not yet"."""
+    try:
+        return bool(json.loads(snapshot.read_text() or "{}").get("latest_checkpoint_result"))
+    except (OSError, json.JSONDecodeError):
+        return False
+
+
+def worker_device(resources: Resources) -> torch.device:
+    """A Train worker's device: Ray Train's choice of GPU (workers on one node see all of its assigned GPUs
+    and each takes its local rank's) when the worker reserved GPUs, else the CPU; threads as reserved."""
+    device = resources.enter()
+    return ray.train.torch.get_device() if device.type == "cuda" else device
 
 
 def _train_worker(config: dict[str, Any]) -> None:
@@ -127,9 +147,7 @@ def _train_worker(config: dict[str, Any]) -> None:
 
     hf_logging.disable_progress_bar()  # a bar per model load, from every worker, floods the driver's console
     spec = SweepSpec.model_validate(config["spec"])
-    if spec.distill.num_gpus_per_worker == 0:
-        torch.set_num_threads(max(1, int(spec.distill.num_cpus_per_worker)))  # no oversubscription
-    session = RaySession(config["faults"], Path(config["work"]))
+    session = RaySession(worker_resources(spec), config["faults"], Path(config["work"]))
     run_training(spec, config["paradigm"], config["mixture"], config["inputs"], session)
 
 
@@ -157,17 +175,9 @@ def _scaling(d: DistillSpec) -> ScalingConfig:
     )
 
 
-def _check_resources(d: DistillSpec) -> None:
-    """Fail fast when a local Ray can never place the workers (Train would wait for them silently)."""
-    available = ray.cluster_resources()
-    for resource, per_worker in (("CPU", d.num_cpus_per_worker), ("GPU", d.num_gpus_per_worker)):
-        needed = d.workers * per_worker
-        if needed > available.get(resource, 0.0):
-            field = f"num_{resource.lower()}s_per_worker"
-            raise SpecError(
-                f"distill.workers x distill.{field} = {needed:g} {resource}s, "
-                f"but the local Ray has {available.get(resource, 0.0):g}"
-            )
+def _demand(spec: SweepSpec) -> Demand:
+    fields = ("distill.workers", "distill.num_cpus_per_worker", "distill.num_gpus_per_worker")
+    return Demand(spec.distill.workers, worker_resources(spec), fields)
 
 
 def _drain(queue: Queue, timeout: float) -> list[dict]:
@@ -228,14 +238,11 @@ def distill(
     mixture: Mapping[float, float],
     output_dir: Path,
     report: Callable[[dict], None] | None = None,
-    *,
-    callbacks: Sequence[UserCallback] = (),
 ) -> DistillResult:
     """Distil the spec's draft with Ray Train (`distill.workers` DDP workers) and publish it at `output_dir`.
 
     Uses the running Ray, else starts one per `spec.ray`. `report` gets each curve point live, on this
-    thread (exceptions from it are logged, not raised: the run goes on). `callbacks` are extra Ray Train
-    `UserCallback`s, e.g. Tune's `TuneReportCallback` when this runs inside a Tune trial.
+    thread (exceptions from it are logged, not raised: the run goes on).
     """
     output_dir = Path(output_dir).absolute()
     inputs = prepare_inputs(spec, paradigm, mixture)  # every user error surfaces here, before Ray
@@ -250,9 +257,9 @@ def distill(
     }
     config |= {"work": str(work), "faults": Faults.from_env()}
     with ray_session(spec.ray):
-        if spec.ray.address is None:
-            _check_resources(spec.distill)
-        result = _run_trainer(spec, config, work, report, callbacks)
+        if spec.ray.address is None:  # a remote cluster may autoscale; a local one never grows
+            check_local_fits(_demand(spec))
+        result = _run_trainer(spec, config, work, report)
         with result.checkpoint.as_directory() as final:
             state, curves = load_trainer_state(Path(final)), read_curves(Path(final))
             info = finished_info(spec, paradigm, weights, state, time.perf_counter() - started)
@@ -266,7 +273,6 @@ def _run_trainer(
     config: dict,
     work: Path,
     report: Callable[[dict], None] | None,
-    callbacks: Sequence[UserCallback],
 ) -> ray.train.Result:
     # On this process's node (the driver's, or a Tune trial's), like Train's controller: this process reads
     # the queue for the whole run, and a lost worker node must not take the queue along with it, failing a
@@ -279,7 +285,7 @@ def _run_trainer(
         failure_config=FailureConfig(max_failures=MAX_FAILURES),
         checkpoint_config=CheckpointConfig(num_to_keep=1),
         logging_config=LoggingConfig(log_level="WARNING"),  # not a line per report on the console
-        callbacks=[_CurveForwarder(queue), *callbacks],
+        callbacks=[_CurveForwarder(queue)],
     )
     trainer = ray.train.torch.TorchTrainer(
         _train_worker, train_loop_config=config, scaling_config=_scaling(spec.distill), run_config=run_config

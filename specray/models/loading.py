@@ -6,6 +6,7 @@ Weights load from safetensors only (no pickle), and `trust_remote_code` stays of
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors import SafetensorError
@@ -17,9 +18,10 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from specray.config import ModelRef, ModelsSpec, ZooSpec
 from specray.errors import ModelError
-from specray.models.zoo import build_zoo
+
+if TYPE_CHECKING:  # loading a model needs no config (and no pydantic): the GPU test suite loads models bare
+    from specray.config import ModelRef, ModelsSpec, ZooSpec
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
 
@@ -27,6 +29,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 def resolve_model_path(ref: ModelRef, zoo: ZooSpec | None = None) -> str:
     """The HF name or local dir for `ref`; a zoo entry builds (or reuses) the zoo first."""
     if ref.zoo is not None:
+        from specray.config import ZooSpec
+        from specray.models.zoo import build_zoo
+
         return str(getattr(build_zoo(zoo or ZooSpec()), ref.zoo))
     assert ref.name_or_path is not None  # guaranteed by ModelRef's validator
     return ref.name_or_path

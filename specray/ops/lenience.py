@@ -122,9 +122,10 @@ def verify_block_lenient(
     then one sample), so at ε = 1 the result and the generator's state after the call are identical.
     """
     gamma = draft_tokens.shape[0]
-    rows = torch.arange(gamma)
+    rows = torch.arange(gamma, device=p.device)
     p_x, q_x = p[rows, draft_tokens], q[rows, draft_tokens]  # [γ]
-    u = torch.rand(gamma, generator=generator, dtype=p.dtype)
+    # drawn on p's device, where `generator` must live too (a CUDA generator for CUDA logits)
+    u = torch.rand(gamma, generator=generator, dtype=p.dtype, device=p.device)
     # u < f(p)/q written without the division; q_x > 0 because x was sampled from q
     accepted = u * q_x < lenient_target(p_x, lenience, epsilon)  # [γ]
     rejected = (~accepted).nonzero()

@@ -20,7 +20,6 @@ from transformers import PreTrainedModel
 from specray.files import write_json
 from specray.keys import digest
 from specray.models.loading import check_same_vocabulary, load_model, load_tokenizer
-from specray.models.zoo import cache_dir
 from specray.specdec.analytic import AnalyticEstimator, Continuations, analytic_result, sample_continuations
 from specray.specdec.cost import measure_cost_ratio
 from specray.specdec.empirical import EmpiricalResult, run_empirical
@@ -45,6 +44,8 @@ def continuations_file(
 
 
 def default_continuations_dir() -> Path:
+    from specray.models.zoo import cache_dir  # the zoo module needs the config; the evaluator does not
+
     return cache_dir() / "continuations"
 
 

@@ -1,54 +1,66 @@
 """The evaluation pool: Ray actors that each load the target once and take passes from a queue.
 
-Each actor wraps one `Evaluator` (the whole evaluation runs without Ray in that class). The driver keeps
-the queue of passes (`cells.passes`: the analytic cells of several drafts at one (test set, τ_dec), or one
-empirical cell): it hands each idle actor the next pass, and when an actor dies mid-pass the pass goes back
-on the queue and a fresh actor replaces the dead one, so every cell's record is produced exactly once.
+Each actor wraps one `Evaluator` (the whole evaluation runs without Ray in that class), on the device of its
+resources (`specray/devices.py`: `eval.num_gpus` > 0 → the GPU Ray assigned). The actors are a
+`cluster.actors.Replicas`: the driver keeps the queue of passes (`cells.passes`: the analytic cells of
+several drafts at one (test set, τ_dec), or one empirical cell) and hands each actor that is up the next
+pass; when an actor is lost mid-pass, the pass goes back on the queue and a fresh actor replaces the lost
+one, so every cell's record is produced exactly once (the one retry policy, `cluster/actors.py`). `c` is
+measured on one of these actors: where the cells run.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import deque
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
-from ray.exceptions import RayActorError
 
+from specray.cluster.actors import Demand, Replicas, check_local_fits
+from specray.devices import Resources
+from specray.errors import USER_ERRORS
 from specray.faults import Faults
-from specray.keys import device_kind
 from specray.progress import bar
 from specray.specdec.evaluator import Evaluator
 from specray.specdec.records import CellRecord, CostRatio, EvalJob, EvalSettings
+
+if TYPE_CHECKING:
+    from specray.config import SweepSpec
 
 log = logging.getLogger(__name__)
 
 Pass = tuple[EvalJob, ...]
 
 
-@ray.remote
 class EvalWorker:
-    """Thin actor: load the target once, evaluate passes, close."""
+    """Thin actor: load the target once (on its resources' device), evaluate passes, close."""
 
     def __init__(
         self,
         target_path: str,
         prompts: dict,
         settings: EvalSettings,
-        threads: int,
-        device: str,
+        resources: Resources,
         faults: Faults | None = None,
-        **model_kwargs,
+        model_kwargs: dict[str, Any] | None = None,
     ):
-        import torch
-
-        torch.set_num_threads(threads)
-        # Ray sets CUDA_VISIBLE_DEVICES to the GPUs it assigned: the actor's GPU is cuda:0 in here
-        where = "cuda:0" if device == "cuda" else "cpu"
-        self.evaluator = Evaluator(target_path, prompts, settings, device=where, **model_kwargs)
+        self.error: Exception | None = None
         self.faults, self.cells = faults or Faults(), 0
+        try:
+            device = resources.enter()
+            self.evaluator = Evaluator(
+                target_path, prompts, settings, device=str(device), **(model_kwargs or {})
+            )
+        except USER_ERRORS as e:  # raised again from `ready`, as one clear line (see TeacherActor)
+            self.error = e
+
+    def ready(self) -> dict[str, Any]:
+        if self.error is not None:
+            raise self.error
+        return {"pid": os.getpid(), "device": self.evaluator.device}
 
     def evaluate(self, jobs: Pass, cost_ratio: float | None) -> list[CellRecord]:
         evaluator = self.evaluator
@@ -65,8 +77,39 @@ class EvalWorker:
         self.evaluator = None
 
 
+def eval_demand(spec: SweepSpec, replicas: int | None = None) -> Demand:
+    """The eval actors' resources, from the spec: `eval.replicas` (or `replicas`) actors of `eval.num_cpus`
+    CPUs and `eval.num_gpus` GPUs each; their device follows (`Resources.device`)."""
+    e = spec.eval
+    count = e.replicas if replicas is None else replicas
+    return Demand(
+        count, Resources(e.num_cpus, e.num_gpus), ("eval.replicas", "eval.num_cpus", "eval.num_gpus")
+    )
+
+
+def make_eval_pool(
+    spec: SweepSpec,
+    target_path: str,
+    prompts: dict[str, list[list[int]]],
+    settings: EvalSettings,
+    *,
+    replicas: int | None = None,
+    target_id: str | None = None,
+) -> EvalPool:
+    """The sweep's eval pool (`eval_demand`), refused first when a local Ray can never place it (Ray must
+    be initialised)."""
+    demand, target = eval_demand(spec, replicas), spec.models.target
+    if spec.ray.address is None:  # a remote cluster may autoscale; a local one never grows
+        check_local_fits(demand)
+    model: dict[str, Any] = {"dtype": target.dtype, "trust_remote_code": target.trust_remote_code}
+    if target_id is not None:
+        model["target_id"] = target_id
+    return EvalPool(target_path, prompts, settings, demand.count, demand.each, **model)
+
+
 class EvalPool:
-    """N `EvalWorker` replicas with the spec's resources; `run` evaluates a list of passes."""
+    """N `EvalWorker` replicas, each reserving `resources` and computing on their device; `run` evaluates
+    a list of passes."""
 
     def __init__(
         self,
@@ -74,27 +117,33 @@ class EvalPool:
         prompts: dict[str, list[list[int]]],
         settings: EvalSettings,
         replicas: int = 1,
-        num_cpus: float = 1.0,
-        num_gpus: float = 0.0,
+        resources: Resources = Resources(1.0),
         max_retries: int = 3,
         **model_kwargs: Any,
     ):
-        self._options = {"num_cpus": num_cpus, "num_gpus": num_gpus}
-        device = device_kind(num_gpus)
-        self._args = (target_path, prompts, settings, max(1, int(num_cpus)), device, Faults.from_env())
-        self._model_kwargs = model_kwargs
+        self.resources = resources
+        args = (target_path, prompts, settings, self.resources, Faults.from_env(), model_kwargs)
+        options = [self.resources.ray_options()] * replicas
+        self.replicas: Replicas[Pass] = Replicas(
+            ray.remote(EvalWorker), args, options, "eval", 1, max_retries
+        )
         self.cost_ratio = settings.cost_ratio
-        self.max_retries = max_retries
-        self.actors = [self._new_actor() for _ in range(replicas)]
 
-    def _new_actor(self) -> ray.actor.ActorHandle:
-        return EvalWorker.options(**self._options).remote(*self._args, **self._model_kwargs)
+    @property
+    def actors(self) -> list[ray.actor.ActorHandle]:
+        return self.replicas.actors
 
     def measure_cost_ratio(self, draft_path: str) -> CostRatio:
-        """c on one actor (where the cells run); every later analytic cell uses it."""
-        measured = ray.get(self.actors[0].measure_cost_ratio.remote(draft_path))
-        self.cost_ratio = measured.value
-        return measured
+        """c on an actor that is up (where the cells run); every later analytic cell uses it."""
+        measured: list[CostRatio] = []
+        self.replicas.run(
+            [draft_path],
+            lambda actor, path: actor.measure_cost_ratio.remote(path),
+            lambda _, ratio: measured.append(ratio),
+            describe=lambda path: f"measuring c against {path}",
+        )
+        self.cost_ratio = measured[0].value
+        return measured[0]
 
     def run(
         self,
@@ -105,47 +154,26 @@ class EvalPool:
         """Evaluate every pass once; returns the records in the order of the passes' jobs. `on_result` sees
         each pass's records as soon as they arrive (the sweep saves them there: a killed driver loses no
         finished cell)."""
-        queue, idle = deque(passes), list(self.actors)
-        in_flight: dict[ray.ObjectRef, tuple[Pass, ray.actor.ActorHandle]] = {}
         done: dict[int, list[CellRecord]] = {}
-        failures: dict[int, int] = {}
         total = sum(len(unit) for unit in passes)
         with bar(total, "eval", "cell", enabled=show_progress) as meter:
-            while queue or in_flight:
-                while queue and idle:
-                    unit, actor = queue.popleft(), idle.pop()
-                    in_flight[actor.evaluate.remote(unit, self.cost_ratio)] = (unit, actor)
-                (ref,), _ = ray.wait(list(in_flight), num_returns=1)
-                unit, actor = in_flight.pop(ref)
-                try:
-                    records = ray.get(ref)
-                except RayActorError as error:
-                    idle.append(self._replace(actor, unit, failures, error))
-                    queue.appendleft(unit)
-                    continue
-                done[id(unit)] = records
-                idle.append(actor)
+
+            def arrived(index: int, records: list[CellRecord]) -> None:
+                done[index] = records
                 meter.update(len(records))
                 if on_result is not None:
                     on_result(records)
-        return [record for unit in passes for record in done[id(unit)]]
 
-    def _replace(self, dead: ray.actor.ActorHandle, unit: Pass, failures: dict[int, int], error: Exception):
-        failures[id(unit)] = failures.get(id(unit), 0) + 1
-        if failures[id(unit)] > self.max_retries:
-            raise RuntimeError(
-                f"eval pass {unit[0].label} (+{len(unit) - 1} cells) failed {self.max_retries + 1} times; "
-                f"last error: {error}"
+            self.replicas.run(
+                passes,
+                lambda actor, unit: actor.evaluate.remote(unit, self.cost_ratio),
+                arrived,
+                describe=lambda unit: f"eval pass {unit[0].label} (+{len(unit) - 1} cells)",
             )
-        log.warning("eval actor died during %s (%s); retrying the pass on a new actor", unit[0].label, error)
-        fresh = self._new_actor()
-        self.actors[self.actors.index(dead)] = fresh
-        return fresh
+        return [record for index in range(len(passes)) for record in done[index]]
 
     def close(self) -> None:
-        for actor in self.actors:
-            ray.kill(actor)
-        self.actors = []
+        self.replicas.close()
 
     def __enter__(self) -> EvalPool:
         return self

@@ -43,7 +43,7 @@ from specray.specdec.cells import (
 )
 from specray.specdec.evaluator import continuations_file, default_continuations_dir
 from specray.specdec.records import CellRecord, CostRatio, EvalJob
-from specray.specdec.workers import EvalPool
+from specray.specdec.workers import EvalPool, make_eval_pool
 from specray.sweep.plan import (
     COST_RATIO_FILE,
     DraftPlan,
@@ -177,12 +177,9 @@ class _LazyPool:
 
     def get(self) -> EvalPool:
         if self.pool is None:
-            e, target = self.spec.eval, self.spec.models.target
-            model = {"dtype": target.dtype, "trust_remote_code": target.trust_remote_code}
-            settings = eval_settings(e)
-            resources = (e.replicas, e.num_cpus, e.num_gpus)
-            self.pool = EvalPool(
-                self.target_path, self.prompts, settings, *resources, **model, target_id=target_id(self.spec)
+            settings = eval_settings(self.spec.eval)
+            self.pool = make_eval_pool(
+                self.spec, self.target_path, self.prompts, settings, target_id=target_id(self.spec)
             )
         return self.pool
 

@@ -19,11 +19,11 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from specray.config import TeacherSpec
-
 if TYPE_CHECKING:  # torch is imported where used: a cache-hit `specray generate` never loads it
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from specray.config import TeacherSpec  # types only: the engines run where pydantic may be absent
 
 FinishReason = Literal["stop", "length"]
 
@@ -300,26 +300,33 @@ class TransformersEngine:
 
 
 def _transformers(
-    spec: TeacherSpec, model_path: str, dtype: str, trust_remote_code: bool
+    spec: TeacherSpec, model_path: str, dtype: str, trust_remote_code: bool, device: str
 ) -> GenerationEngine:
-    device = "cuda" if spec.num_gpus > 0 else "cpu"
     return TransformersEngine(model_path, dtype, trust_remote_code, spec.batch_size, device)
 
 
-def _vllm(spec: TeacherSpec, model_path: str, dtype: str, trust_remote_code: bool) -> GenerationEngine:
+def _vllm(
+    spec: TeacherSpec, model_path: str, dtype: str, trust_remote_code: bool, device: str
+) -> GenerationEngine:
     from specray.teacher.vllm_engine import VllmEngine
 
+    # vLLM places its own workers on the GPUs Ray gave the replica (or its placement group): no device
     return VllmEngine(model_path, spec.vllm, spec.seed, trust_remote_code, model_dtype=dtype)
 
 
-EngineFactory = Callable[[TeacherSpec, str, str, bool], GenerationEngine]
+EngineFactory = Callable[["TeacherSpec", str, str, bool, str], GenerationEngine]
 ENGINES: dict[str, EngineFactory] = {"transformers": _transformers, "vllm": _vllm}
 
 
 def make_engine(
-    spec: TeacherSpec, model_path: str, dtype: str = "auto", trust_remote_code: bool = False
+    spec: TeacherSpec,
+    model_path: str,
+    dtype: str = "auto",
+    trust_remote_code: bool = False,
+    device: str = "cpu",
 ) -> GenerationEngine:
-    """The engine `spec.engine` names, hosting the model at `model_path` (an HF name or local dir)."""
+    """The engine `spec.engine` names, hosting the model at `model_path` (an HF name or local dir) on
+    `device` (the replica's, `devices.Resources.device`)."""
     if spec.engine not in ENGINES:
         raise ValueError(f"unknown teacher engine {spec.engine!r}; valid: {', '.join(sorted(ENGINES))}")
-    return ENGINES[spec.engine](spec, model_path, dtype, trust_remote_code)
+    return ENGINES[spec.engine](spec, model_path, dtype, trust_remote_code, device)

@@ -1,12 +1,13 @@
 """The teacher generator pool: Ray actors hosting one generation engine each, filling Parquet shards.
 
 Design. Each replica is a thin actor (`TeacherActor`: load once, `generate`, `close`) created by one
-factory, `make_teacher_pool`, with the spec's `num_cpus`/`num_gpus` and `max_restarts` + `max_task_retries`.
-Batches are dispatched through Ray's `ActorPool`, two per replica at a time (one running, one queued).
-Fault tolerance is Ray's own: when a replica dies, Ray restarts it (the constructor reloads the model) and
-re-runs the batches it held. Exactly-once rows
-follow from three facts: every request sits in exactly one batch, the driver receives each batch's result
-once (the lost attempt never returns) and is the only writer of part files, and a re-run batch reproduces
+factory, `make_teacher_pool`, with the spec's `num_cpus`/`num_gpus` (its device follows from them,
+`specray/devices.py`). The replicas are a `cluster.actors.Replicas`: batches go only to replicas that are
+up, two per replica at a time (one running, one queued), and when a replica is lost (its process or node
+dies) a fresh one replaces it and the batches it held go back on the queue, where any replica that is up
+takes them (the one retry policy of every specray pool, `cluster/actors.py`). Exactly-once rows follow
+from three facts: every request sits in exactly one batch, the driver reads each batch's result once (a
+lost attempt's result is never read) and is the only writer of part files, and a re-run batch reproduces
 the same rows (per-request seeds, see `engines.py`). Part files are written atomically as batches finish,
 so an interrupted run resumes with only the missing prompts; a τ's shard is compacted as soon as its last
 prompt arrives.
@@ -33,10 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import pyarrow as pa
 import ray
-from ray.util.actor_pool import ActorPool
 
+from specray.cluster.actors import Demand, Replicas, check_local_fits
 from specray.cluster.runtime import ray_session
 from specray.config import SweepSpec, TeacherSpec
 from specray.data.examples import Example
@@ -45,26 +45,24 @@ from specray.data.shards import (
     done_prompt_ids,
     finalize_shard,
     is_complete,
-    read_shard,
     shard_dir,
     shard_key,
     write_part,
 )
 from specray.data.templates import format_prompt
-from specray.errors import USER_ERRORS, DataError, SpecError
+from specray.devices import Resources
+from specray.errors import USER_ERRORS, DataError
 from specray.faults import Faults
 from specray.progress import bar
 from specray.teacher.engines import GenerationRequest, GenerationResult, make_engine
 
 log = logging.getLogger(__name__)
 
-# A replica that keeps dying (out of memory on every batch) must fail the run, not loop forever.
-MAX_RESTARTS = 3
 QUEUE_DEPTH = 2  # batches submitted to a replica at once
 
 
 class TeacherActor:
-    """One replica: loads its engine once; CPU replicas use as many torch threads as CPUs reserved."""
+    """One replica: loads its engine once, on the device and with the threads of its resources."""
 
     def __init__(
         self,
@@ -72,19 +70,17 @@ class TeacherActor:
         model_path: str,
         dtype: str,
         trust_remote_code: bool,
-        threads: int | None,
+        resources: Resources,
         faults: Faults | None = None,
     ) -> None:
-        import torch
         from transformers.utils import logging as hf_logging
 
-        if threads is not None:
-            torch.set_num_threads(threads)  # N replicas x T threads must not oversubscribe the cores
         hf_logging.disable_progress_bar()
         self.error: Exception | None = None
         self.faults, self.batches = faults or Faults(), 0
         try:
-            self.engine = make_engine(spec, model_path, dtype, trust_remote_code)
+            device = resources.enter()
+            self.engine = make_engine(spec, model_path, dtype, trust_remote_code, str(device))
         except USER_ERRORS as e:
             # Raised again from `ready`: Ray keeps a task error's type and message (the CLI shows one clear
             # line), while a constructor error becomes an opaque ActorDiedError.
@@ -116,34 +112,37 @@ class GenerationPool(Protocol):
 
 @dataclass
 class TeacherPool:
-    """Handles to the replicas. `generate` streams each finished batch to `on_results` (driver side)."""
+    """The replicas. `generate` streams each finished batch to `on_results` (driver side)."""
 
-    actors: list[Any]
+    replicas: Replicas[list[GenerationRequest]]
     batch_size: int
     placement_groups: list[Any] = field(default_factory=list)
+
+    @property
+    def actors(self) -> list[Any]:
+        return self.replicas.actors
 
     def generate(
         self, requests: Sequence[GenerationRequest], on_results: Callable[[list[GenerationResult]], None]
     ) -> None:
-        # Each replica appears twice: one batch runs while the next waits in its queue, so a replica never
-        # idles while the driver saves the previous batch.
-        pool = ActorPool(self.actors * QUEUE_DEPTH)
         batches = [list(requests[i : i + self.batch_size]) for i in range(0, len(requests), self.batch_size)]
-        for batch in batches:
-            while not pool.has_free():
-                on_results(pool.get_next_unordered())
-            pool.submit(lambda actor, b: actor.generate.remote(b), batch)
-        while pool.has_next():
-            on_results(pool.get_next_unordered())
+        self.replicas.run(
+            batches,
+            lambda actor, batch: actor.generate.remote(batch),
+            lambda _, results: on_results(results),
+            describe=lambda batch: f"a batch of {len(batch)} requests (τ={batch[0].tau:g}, ...)",
+        )
 
     def close(self) -> None:
         """Release the engines (vLLM frees GPU memory), then the actors and their placement groups."""
-        ray.get([actor.close.remote() for actor in self.actors])
-        self.kill()
+        self.replicas.close(release="close")
+        self._remove_groups()
 
     def kill(self) -> None:
-        for actor in self.actors:
-            ray.kill(actor)
+        self.replicas.close()
+        self._remove_groups()
+
+    def _remove_groups(self) -> None:
         for group in self.placement_groups:
             ray.util.remove_placement_group(group)
 
@@ -157,46 +156,60 @@ class TeacherPool:
             self.kill()
 
 
-def _replica_options(spec: TeacherSpec) -> tuple[dict[str, Any], Any]:
-    """Ray options for one replica, and the placement group it needs (tensor-parallel vLLM only)."""
-    # Task retries unbounded: the restarts bound them (a replica out of restarts is dead and its batches
-    # fail). A finite count is spent while a lost node is unreachable but not yet declared dead: every
-    # retry fails fast with ActorUnavailableError and the pass would fail instead of waiting for the restart.
-    options = {"max_restarts": MAX_RESTARTS, "max_task_retries": -1, "num_cpus": spec.num_cpus}
+@dataclass(frozen=True)
+class ReplicaPlan:
+    """How one replica is placed: its Ray options, the resources its process computes with (device,
+    threads) and the placement group it needs (tensor-parallel vLLM only)."""
+
+    options: dict[str, Any]
+    resources: Resources
+    group: Any = None
+
+
+def replica_plan(spec: TeacherSpec) -> ReplicaPlan:
+    """One replica's placement, from the spec's resources (its device: `resources.device`)."""
+    resources = Resources(spec.num_cpus, spec.num_gpus)
     tensor_parallel = spec.vllm.tensor_parallel_size if spec.engine == "vllm" else 1
     if tensor_parallel == 1:
-        return options | {"num_gpus": spec.num_gpus}, None
+        return ReplicaPlan(resources.ray_options(), resources)
     # vLLM starts one Ray worker per GPU; they land in this replica's group (captured child tasks), packed
-    # on one node for NVLink. The actor itself only drives them and holds no GPU.
+    # on one node for NVLink. The actor itself only drives them and holds no GPU: it computes on the CPU.
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     group = placement_group([{"GPU": 1, "CPU": 1}] * tensor_parallel, strategy="STRICT_PACK")
     strategy = PlacementGroupSchedulingStrategy(group, 0, placement_group_capture_child_tasks=True)
-    return options | {"num_cpus": 0, "num_gpus": 0, "scheduling_strategy": strategy}, group
+    options = {"num_cpus": 0, "num_gpus": 0, "scheduling_strategy": strategy}
+    return ReplicaPlan(options, Resources(spec.num_cpus, 0.0), group)
+
+
+def teacher_demand(spec: TeacherSpec) -> Demand:
+    """What the replicas reserve in all (a tensor-parallel replica: its group's GPUs and CPUs)."""
+    tensor_parallel = spec.vllm.tensor_parallel_size if spec.engine == "vllm" else 1
+    if tensor_parallel == 1:
+        each = Resources(spec.num_cpus, spec.num_gpus)
+        return Demand(spec.replicas, each, ("teacher.replicas", "teacher.num_cpus", "teacher.num_gpus"))
+    each = Resources(tensor_parallel, tensor_parallel)
+    fields = ("teacher.replicas", "teacher.vllm.tensor_parallel_size", "teacher.vllm.tensor_parallel_size")
+    return Demand(spec.replicas, each, fields)
 
 
 def make_teacher_pool(
     spec: TeacherSpec, model_path: str, dtype: str = "auto", trust_remote_code: bool = False
 ) -> TeacherPool:
     """Start `spec.replicas` teacher actors (Ray must be initialised) and wait until each has loaded."""
-    threads = max(1, int(spec.num_cpus)) if spec.num_gpus == 0 else None
+    plans = [replica_plan(spec) for _ in range(spec.replicas)]
     faults = Faults.from_env()
-    actor_class = ray.remote(TeacherActor)
-    actors, groups = [], []
-    for _ in range(spec.replicas):
-        options, group = _replica_options(spec)
-        actors.append(
-            actor_class.options(**options).remote(spec, model_path, dtype, trust_remote_code, threads, faults)
-        )
-        groups += [group] if group is not None else []
-    pool = TeacherPool(actors, spec.batch_size, groups)
+    # every replica gets the same arguments; a replacement reuses its slot's options (and group)
+    args = (spec, model_path, dtype, trust_remote_code, plans[0].resources, faults)
+    replicas = Replicas(ray.remote(TeacherActor), args, [p.options for p in plans], "teacher", QUEUE_DEPTH)
+    pool = TeacherPool(replicas, spec.batch_size, [p.group for p in plans if p.group is not None])
     try:
-        ready = ray.get([actor.ready.remote() for actor in actors])
-    except ray.exceptions.RayTaskError as e:
+        ready = replicas.wait_until_up()
+    except BaseException:
         pool.kill()
-        raise (e.cause if isinstance(e.cause, USER_ERRORS) else e) from None
-    log.info("teacher pool: %d %s replicas ready (%s)", len(actors), spec.engine, ready)
+        raise
+    log.info("teacher pool: %d %s replicas ready (%s)", spec.replicas, spec.engine, ready)
     return pool
 
 
@@ -398,25 +411,9 @@ def _own_pool(spec: SweepSpec) -> Iterator[TeacherPool]:
     model_path = resolve_model_path(target, spec.models.zoo)
     with ray_session(spec.ray):
         if spec.ray.address is None:  # a remote cluster may autoscale; a local one never grows
-            _check_resources(spec.teacher)
+            check_local_fits(teacher_demand(spec.teacher))
         with make_teacher_pool(spec.teacher, model_path, target.dtype, target.trust_remote_code) as pool:
             yield pool
-
-
-def _check_resources(spec: TeacherSpec) -> None:
-    """Fail fast when the cluster can never host the replicas (they would wait forever, silently)."""
-    available = ray.cluster_resources()
-    for resource, field_name, each in (
-        ("CPU", "num_cpus", spec.num_cpus),
-        ("GPU", "num_gpus", spec.num_gpus),
-    ):
-        needed, have = spec.replicas * each, available.get(resource, 0.0)
-        if needed > have:
-            raise SpecError(
-                f"teacher.replicas x teacher.{field_name} = {needed:g} {resource}s, but the local Ray has "
-                f"{have:g}; lower teacher.replicas or teacher.{field_name}"
-                + (" (or raise ray.num_cpus)" if resource == "CPU" else "")
-            )
 
 
 def generate_teacher_shards(
@@ -445,32 +442,3 @@ def generate_teacher_shards(
         show_progress=show_progress,
         on_progress=on_progress,
     )
-
-
-def generate_samples(
-    spec: SweepSpec,
-    examples: Sequence[Example],
-    temperatures: Sequence[float],
-    max_new_tokens: int,
-    seed: int,
-    split_name: str,
-    *,
-    pool: GenerationPool | None = None,
-    root: Path | None = None,
-    show_progress: bool = True,
-) -> dict[float, pa.Table]:
-    """Target samples y ~ p_τ for `examples` at each τ (e.g. test prompts x τ_dec for the analytic
-    estimator), through the same pool and shard cache as the τ_kd shards. Returns one table per τ, rows in
-    `examples` order. Call it before starting other actors that hold the cluster's CPUs/GPUs."""
-    reports = generate_shards(
-        spec,
-        examples,
-        temperatures,
-        max_new_tokens,
-        seed,
-        split_name,
-        pool=pool,
-        root=root,
-        show_progress=show_progress,
-    )
-    return {tau: read_shard(report.path) for tau, report in reports.items()}

@@ -5,19 +5,21 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 import ray
 
 from specray.config import load_spec
+from specray.devices import Resources
 from specray.models.loading import load_tokenizer
 from specray.models.zoo import build_zoo
 from specray.specdec.cells import encode_test_prompts, passes
 from specray.specdec.evaluator import EvalJob, EvalSettings, Evaluator
 from specray.specdec.workers import EvalPool
 from tests.conftest import REPO, micro_zoo_spec
-from tests.waiting import CLI_TIMEOUT_S
+from tests.waiting import CLI_TIMEOUT_S, wait_until
 
 pytestmark = pytest.mark.integration
 SETTINGS = EvalSettings(repeats=1, max_new_tokens=10, empirical_prompts=2, cost_ratio=0.2)
@@ -42,7 +44,7 @@ def test_killed_actor_cell_is_retried_and_every_cell_appears_once(local_ray, mic
     ]
     units = passes(jobs, drafts_per_pass=2)
     assert len(units) == 3  # one pass per τ_dec: both drafts, both γ
-    pool = EvalPool(str(micro_zoo.target), prompts, SETTINGS, replicas=2, num_cpus=1)
+    pool = EvalPool(str(micro_zoo.target), prompts, SETTINGS, replicas=2, resources=Resources(num_cpus=1))
     killed = []
 
     def kill_once(records: list) -> None:
@@ -69,6 +71,27 @@ def test_killed_actor_cell_is_retried_and_every_cell_appears_once(local_ray, mic
             )
     selves = [r for r in records if r.draft == "self"]
     assert all(r.metrics["acceptance_rate"] == pytest.approx(1.0, abs=1e-5) for r in selves)
+
+
+def test_a_replica_ray_cannot_place_gets_no_work_and_the_others_finish(local_ray, micro_zoo) -> None:
+    """Three 1-CPU actors on a 2-CPU Ray: the third is never placed. Work goes only to actors that are up,
+    so the passes finish on the two others (handed to the third, a pass would wait for it forever)."""
+    tokenizer = load_tokenizer(str(micro_zoo.target))
+    prompts = {"in_domain": tokenizer(["Copy this.", "List fruits."])["input_ids"]}
+    jobs = [
+        EvalJob("self", str(micro_zoo.target), tau, "in_domain", "analytic", 2) for tau in (0.0, 0.5, 1.0)
+    ]
+    outcome: dict[str, list] = {}
+    with EvalPool(str(micro_zoo.target), prompts, SETTINGS, replicas=3, resources=Resources(1)) as pool:
+        worker = threading.Thread(target=lambda: outcome.setdefault("records", pool.run(passes(jobs, 1))))
+        worker.start()
+        wait_until(lambda: not worker.is_alive(), "the passes to finish on the two placed actors")
+        up = [slot.ready is None for slot in pool.replicas.slots]
+    assert [(r.tau_dec, r.metrics["acceptance_rate"]) for r in outcome["records"]] == [
+        (tau, pytest.approx(1.0, abs=1e-5)) for tau in (0.0, 0.5, 1.0)
+    ]
+    assert not all(up)  # one actor was never placed (and one more may still have been loading): the run
+    # ended anyway, so no pass was waiting on it
 
 
 @pytest.fixture(scope="module")

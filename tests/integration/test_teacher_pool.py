@@ -92,14 +92,15 @@ def test_killing_a_replica_mid_generation_loses_and_duplicates_nothing(
     replica = pool.actors[0]
     pid = ray.get(replica.ready.remote())["pid"]
     # Each replica holds two batches (one running, one queued), so after the first batch comes back the
-    # killed replica certainly has work in flight; Ray restarts it and re-runs that work.
-    recording = Recording(pool, on_first=lambda: ray.kill(replica, no_restart=False))
+    # killed replica certainly has work in flight: it goes back on the queue, a new replica replaces it.
+    recording = Recording(pool, on_first=lambda: ray.kill(replica, no_restart=True))
     run(spec, train, tmp_path, recording)
 
     expected = {(tau, example.id) for tau in TEMPERATURES for example in train}
     assert set(recording.delivered) == expected
     assert set(recording.delivered.values()) == {1}  # every prompt exactly once per temperature
-    assert ray.get(replica.ready.remote())["pid"] != pid  # Ray restarted it
+    assert pool.actors[0] is not replica  # replaced in its slot, by a fresh process
+    assert ray.get(pool.actors[0].ready.remote())["pid"] != pid
     for tau in TEMPERATURES:
         folder = tmp_path / shard_key(spec, train, tau, 16, 0).digest
         assert sorted(p.name for p in folder.iterdir()) == [MANIFEST_FILE, SHARD_FILE]  # no part, no temp

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-import specray.sweep.tune as tune_module
+import specray.sweep.tune.run as tune_module
 import specray.teacher.pool as teacher_pool
 from specray.config import load_spec
 from specray.distill.checkpoints import FINISHED_FILE
 from specray.models.zoo import cache_dir
-from specray.sweep.tune_trial import DRAFT_DIR, TRIAL_RESULT
+from specray.sweep.tune.trial import DRAFT_DIR, TRIAL_RESULT
 from specray.tracking import BEST, PARENT, ROLE, TRIAL_ID
 from tests.conftest import REPO
 from tests.unit.test_distill_loop import make_shards, micro_spec

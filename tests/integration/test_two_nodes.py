@@ -9,8 +9,8 @@ cannot both fit on one node: Ray has to place one of each on the worker node, an
 
 The sweep loses a worker node in two stages, each killed by SIGKILL to its raylet (as a lost machine):
 - mid teacher stage (its replica frozen by SIGSTOP first, so the stage cannot end before; some shard parts
-  written): the replica restarts on a replacement node that joins the cluster, as an autoscaler's would,
-  and its batches are retried there;
+  written): the batches the lost replica held go back on the queue and the head's replica takes them; a
+  replacement node joins the cluster, as an autoscaler's would (a fresh replica may start there);
 - mid distillation, while a Ray Train worker runs on the replacement node: that run restarts on the head.
 The sweep then completes on the head alone, with every shard row, draft and cell exactly once.
 """
@@ -228,8 +228,7 @@ def test_a_two_node_sweep_survives_losing_its_worker_node_in_two_stages(
     try:
         # 1. mid teacher stage: freeze the replica on worker_1 as soon as it is up (so the stage cannot end
         # before the node is lost, however fast it runs), wait until the head's replica has returned
-        # batches, lose worker_1; a replacement node joins and takes over the lost replica (the head's CPU
-        # is its other replica's)
+        # batches, lose worker_1; its batches go to the head's replica, and a replacement node joins
         frozen = _wait_for(
             lambda: cluster.alive_pids("TeacherActor", first), "a replica on worker_1", 600, sweep
         )
@@ -247,9 +246,10 @@ def test_a_two_node_sweep_survives_losing_its_worker_node_in_two_stages(
             sweep.kill()
     assert returncode == 0, (tmp_path / "sweep.log").read_text()[-4000:]
 
-    # placement: a teacher replica on each node at first, the lost one's restarted on the replacement
+    # placement: a teacher replica on each node at first; the lost one is dead for good (replaced, never
+    # restarted in place: whether its replacement was placed before the stage ended depends on timing)
     assert set(teachers) == {head, first}, teachers
-    assert set(cluster.actors_by_node("TeacherActor")) == {head, second}
+    assert cluster.actors_by_node("TeacherActor")[first] == ["DEAD"]
     trainers = cluster.actors_by_node("RayTrainWorker")
     assert set(trainers) == {head, second}, trainers
     assert sum(map(len, trainers.values())) >= 3, trainers  # 2 runs; the one on worker_2 started again

@@ -1,11 +1,15 @@
-"""specray.ops is pure torch: importing it must not pull in ray, mlflow, vllm or transformers."""
+"""Import boundaries: specray.ops is pure torch (no ray, mlflow, vllm or transformers), and the GPU suite runs
+where only torch, transformers and the scientific stack are installed (no ray, mlflow or pydantic)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
+from tests.conftest import REPO
+
 FORBIDDEN = ("ray", "mlflow", "vllm", "transformers")
+GPU_FORBIDDEN = ("ray", "mlflow", "pydantic", "pyarrow", "specray.config")
 
 
 def test_ops_imports_no_heavy_frameworks() -> None:
@@ -17,3 +21,23 @@ def test_ops_imports_no_heavy_frameworks() -> None:
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "", f"specray.ops imported: {result.stdout.strip()}"
+
+
+def test_the_gpu_suite_imports_no_ray_mlflow_or_pydantic() -> None:
+    """tests/gpu/ runs on a bare GPU machine (torch, transformers, numpy, scipy, pytest): its modules, the
+    conftest files pytest loads for it and every specray module they reach must not need the rest."""
+    gpu = sorted(path.stem for path in (REPO / "tests" / "gpu").glob("*.py") if path.stem != "__init__")
+    modules = ["tests.conftest", *(f"tests.gpu.{name}" for name in gpu)]
+    script = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"leaked = [m for m in {GPU_FORBIDDEN!r} if m in sys.modules]\n"
+        "print(','.join(leaked))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    assert len(modules) >= 4 and result.stdout.strip() == "", (
+        f"the GPU suite imported: {result.stdout.strip()}"
+    )

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from specray.config import load_spec
-from specray.sweep.tune_space import check_tune
+from specray.sweep.tune.space import check_tune
 from tests.conftest import REPO
 
 INFRA = REPO / "infra"

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from specray.config import load_spec
 from specray.distill.probe import acceptance_key
 from specray.errors import SpecError
-from specray.sweep.tune_baselines import (
+from specray.sweep.tune.baselines import (
     Contenders,
     best_single,
     manual_recipe,
@@ -19,8 +19,8 @@ from specray.sweep.tune_baselines import (
     table3,
     table3_markdown,
 )
-from specray.sweep.tune_search import _curve_point
-from specray.sweep.tune_space import (
+from specray.sweep.tune.search import _curve_point
+from specray.sweep.tune.space import (
     MIN_SCORE,
     MIN_SHARE,
     acceptance_estimate,
@@ -36,7 +36,7 @@ from specray.sweep.tune_space import (
     top_k,
     weight_param,
 )
-from specray.sweep.tune_trial import MEASURED, OBJECTIVE, progress_metrics
+from specray.sweep.tune.trial import MEASURED, OBJECTIVE, progress_metrics
 from tests.conftest import REPO
 
 GRID = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]

@@ -54,7 +54,7 @@ from specray.specdec.cells import encode_test_prompts, eval_settings
 from specray.specdec.records import EvalJob
 from specray.sweep.plan import DraftPlan, sweep_dir
 from specray.sweep.progress import SweepDisplay
-from specray.sweep.tune_baselines import (
+from specray.sweep.tune.baselines import (
     Contenders,
     manual_recipe,
     peaks,
@@ -62,9 +62,9 @@ from specray.sweep.tune_baselines import (
     table3_markdown,
     write_table3,
 )
-from specray.sweep.tune_search import SearchFailed, TrialRecord, record_trials, search
-from specray.sweep.tune_space import Recipe, at_best_gamma, baseline_recipe, budget_spec, check_tune
-from specray.sweep.tune_trial import VALIDATION, TrialContext, distil_baseline
+from specray.sweep.tune.search import SearchFailed, TrialRecord, record_trials, search
+from specray.sweep.tune.space import Recipe, at_best_gamma, baseline_recipe, budget_spec, check_tune
+from specray.sweep.tune.trial import VALIDATION, TrialContext, distil_baseline
 from specray.tracking import BEST, Tracker, cell_metrics, open_tracker, sweep_key
 
 __all__ = ["SearchFailed", "TuneOutcome", "run_tune", "tune_dir"]
@@ -209,17 +209,16 @@ def _validation_prompts(spec: SweepSpec, tokenizer: Any) -> list[list[int]]:
 def _measure_cost_ratio(run: _Run) -> float:
     """c of the un-distilled draft: the spec's, the one `specray run` measured for this sweep under the
     same key, or timed here on an eval actor (and saved for `specray run` the same way)."""
-    from specray.specdec.workers import EvalPool
+    from specray.specdec.workers import make_eval_pool
     from specray.sweep.plan import cost_ratio_stage
     from specray.sweep.run import save_cost_ratio
 
     _, known = cost_ratio_stage(run.spec, sweep_dir(run.spec))
     if known is not None:
         return known.value
-    e, target = run.spec.eval, run.spec.models.target
-    model = {"dtype": target.dtype, "trust_remote_code": target.trust_remote_code}
     prompts = {VALIDATION: run.prompts[VALIDATION]}
-    with EvalPool(run.target_path, prompts, eval_settings(e), 1, e.num_cpus, e.num_gpus, **model) as pool:
+    settings = eval_settings(run.spec.eval)
+    with make_eval_pool(run.spec, run.target_path, prompts, settings, replicas=1) as pool:
         return save_cost_ratio(run.spec, pool, run.draft_path, sweep_dir(run.spec)).value
 
 
@@ -324,9 +323,9 @@ def _evaluate(run: _Run, drafts: dict[str, str], test_sets: list[str], stage: st
     """Analytic cells of `drafts` at every objective τ_dec and γ on `test_sets` (the eval pool, fixed c);
     each record's metrics go to its draft's run. Returns flat records at each cell's best γ."""
     from specray.specdec.cells import passes
-    from specray.specdec.workers import EvalPool
+    from specray.specdec.workers import make_eval_pool
 
-    e, target = run.spec.eval, run.spec.models.target
+    e = run.spec.eval
     settings = eval_settings(e, run.cost_ratio)
     jobs = [
         EvalJob(name, path, tau, test_set, "analytic", gamma)
@@ -336,10 +335,9 @@ def _evaluate(run: _Run, drafts: dict[str, str], test_sets: list[str], stage: st
         for gamma in e.gamma
     ]
     prompts = {test_set: run.prompts[test_set] for test_set in test_sets}
-    model = {"dtype": target.dtype, "trust_remote_code": target.trust_remote_code}
     with (
         run.display.stage(stage, len(jobs), "cell"),
-        EvalPool(run.target_path, prompts, settings, e.replicas, e.num_cpus, e.num_gpus, **model) as pool,
+        make_eval_pool(run.spec, run.target_path, prompts, settings) as pool,
     ):
         records = pool.run(
             passes(jobs, e.drafts_per_pass),

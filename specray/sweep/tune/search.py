@@ -25,8 +25,8 @@ from typing import Any
 from ray.tune import Callback
 
 from specray.config import SweepSpec, TuneSpec
-from specray.sweep.tune_space import Recipe, recipe_from_config, search_space, steps_budget
-from specray.sweep.tune_trial import (
+from specray.sweep.tune.space import Recipe, recipe_from_config, search_space, steps_budget
+from specray.sweep.tune.trial import (
     ACCEPTANCE_ESTIMATE,
     DRAFT_DIR,
     MEASURED,

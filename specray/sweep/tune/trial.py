@@ -30,7 +30,7 @@ from specray.distill.checkpoints import is_finished, read_curves
 from specray.distill.inputs import DistillInputs
 from specray.files import write_atomic
 from specray.specdec.records import CellRecord
-from specray.sweep.tune_space import (
+from specray.sweep.tune.space import (
     acceptance_estimate,
     budget_spec,
     objective,
@@ -71,12 +71,13 @@ def progress_metrics(curve: Mapping[str, Any], spec: SweepSpec, cost_ratio: floa
 
 def _validate(spec: SweepSpec, context: TrialContext, draft: Path, name: str) -> list[CellRecord]:
     """The draft's analytic records on the validation split at each objective τ_dec and γ (fixed c)."""
+    from specray.distill.loop import worker_resources
     from specray.specdec.cells import eval_settings
     from specray.specdec.evaluator import EvalJob, Evaluator
 
     settings = eval_settings(spec.eval, context.cost_ratio)
     target = spec.models.target
-    device = "cuda" if spec.distill.num_gpus_per_worker > 0 else "cpu"
+    device = str(worker_resources(spec).torch_device())  # the trial's own resources: one distill worker's
     evaluator = Evaluator(
         context.inputs.target_path,
         {VALIDATION: context.validation_prompts},
@@ -110,26 +111,23 @@ def distil_baseline(
     inputs: DistillInputs,
 ) -> None:
     """A baseline draft, trained exactly like a trial (a Ray task with one distill worker's resources)."""
-    import torch
     from transformers.utils import logging as hf_logging
 
-    from specray.distill.loop import train_draft
+    from specray.distill.loop import train_draft, worker_resources
 
     hf_logging.disable_progress_bar()
     spec = SweepSpec.model_validate(spec_json)
-    if spec.distill.num_gpus_per_worker == 0:
-        torch.set_num_threads(max(1, int(spec.distill.num_cpus_per_worker)))
+    worker_resources(spec).enter()  # threads as reserved (no oversubscription); fails if a GPU is missing
     rows = {tau: inputs.rows[tau] for tau in mixture}
     train_draft(spec, paradigm, mixture, Path(output_dir), inputs=replace(inputs, rows=rows))
 
 
 def run_trial(config: dict[str, Any], context: TrialContext) -> None:
     """Tune's function trainable (wrapped by `tune.with_parameters(run_trial, context=...)`)."""
-    import torch
     from ray import tune
     from transformers.utils import logging as hf_logging
 
-    from specray.distill.loop import train_draft
+    from specray.distill.loop import train_draft, worker_resources
 
     hf_logging.disable_progress_bar()
     spec = SweepSpec.model_validate(context.spec)
@@ -140,8 +138,7 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
     if saved.exists():  # measured before the driver died: report it again, redo nothing
         tune.report(json.loads(saved.read_text()))
         return
-    if trial_spec.distill.num_gpus_per_worker == 0:
-        torch.set_num_threads(max(1, int(trial_spec.distill.num_cpus_per_worker)))  # no oversubscription
+    worker_resources(trial_spec).enter()  # threads as reserved (no oversubscription)
     draft, steps = folder / DRAFT_DIR, trial_spec.distill.steps
 
     def report(curve: dict) -> None:
