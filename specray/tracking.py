@@ -48,18 +48,29 @@ SPEEDUP_MODEL = "speedup_model"
 SPEEDUP = "speedup"
 EMPIRICAL_ACCEPTANCE_RATE = "empirical_acceptance_rate"
 EMPIRICAL_BLOCK_EFFICIENCY = "empirical_block_efficiency"
+# what servers report (vLLM's definitions, DESIGN.md); analytic ones expected from β, like speedup_model
+MEAN_ACCEPTANCE_LENGTH = "mean_acceptance_length"
+EMPIRICAL_MEAN_ACCEPTANCE_LENGTH = "empirical_mean_acceptance_length"
+DRAFT_ACCEPTANCE_MODEL = "draft_acceptance_model"
+ACCEPTANCE_PER_POSITION = "acceptance_per_position"  # one metric per draft position: .../position_<k>
+EMPIRICAL_ACCEPTANCE_PER_POSITION = "empirical_acceptance_per_position"
 # record field -> metric name, per estimator (analytic block efficiency: the per-position simulation)
 CELL_METRICS = {
     "analytic": {
         "acceptance_rate": ACCEPTANCE_RATE,
         "block_efficiency_simulated": BLOCK_EFFICIENCY,
         "speedup_model": SPEEDUP_MODEL,
+        "mean_acceptance_length": MEAN_ACCEPTANCE_LENGTH,
+        "draft_acceptance": DRAFT_ACCEPTANCE_MODEL,
+        "acceptance_per_position": ACCEPTANCE_PER_POSITION,
     },
     "empirical": {
         "acceptance_rate": EMPIRICAL_ACCEPTANCE_RATE,
         "draft_acceptance": DRAFT_ACCEPTANCE,
         "block_efficiency": EMPIRICAL_BLOCK_EFFICIENCY,
         "speedup": SPEEDUP,
+        "mean_acceptance_length": EMPIRICAL_MEAN_ACCEPTANCE_LENGTH,
+        "acceptance_per_position": EMPIRICAL_ACCEPTANCE_PER_POSITION,
     },
 }
 ROLE, SWEEP_KEY, PARENT = "specray.role", "specray.sweep_key", "mlflow.parentRunId"
@@ -83,12 +94,18 @@ def cell_metrics(record: CellRecord, with_gamma: bool = False) -> dict[str, floa
     """The metrics one evaluation record contributes to its draft's run."""
     names = CELL_METRICS[record.estimator]
     gamma = record.gamma if with_gamma else None
-    values = record.metrics
-    return {
-        cell_key(metric, record.test_set, record.tau_dec, gamma): float(values[field])
-        for field, metric in names.items()
-        if values.get(field) is not None and math.isfinite(float(values[field]))
-    }
+    points = {}
+    for field, metric in names.items():
+        value = record.metrics.get(field)
+        key = cell_key(metric, record.test_set, record.tau_dec, gamma)
+        # a list is one value per draft position (records saved before a field existed lack it)
+        named = (
+            {f"{key}/position_{k + 1}": v for k, v in enumerate(value)}
+            if isinstance(value, list)
+            else {key: value}
+        )
+        points |= {k: float(v) for k, v in named.items() if v is not None and math.isfinite(float(v))}
+    return points
 
 
 def sweep_key(spec: SweepSpec, with_tune: bool = False) -> str:

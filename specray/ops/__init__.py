@@ -16,6 +16,7 @@ from specray.ops.acceptance import (
     speedup_model,
     token_acceptance,
 )
+from specray.ops.blocks import BlockCounts, expected_block_counts
 from specray.ops.divergences import (
     DIVERGENCES,
     forward_kl,
@@ -41,11 +42,13 @@ from specray.ops.warp import log_warp, sample, warp
 
 __all__ = [
     "DIVERGENCES",
+    "BlockCounts",
     "LENIENCES",
     "acceptance_from_logits",
     "acceptance_rate_from_counts",
     "block_efficiency_from_counts",
     "draft_acceptance_from_counts",
+    "expected_block_counts",
     "expected_block_efficiency",
     "forward_kl",
     "get_divergence",

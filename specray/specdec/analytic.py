@@ -25,6 +25,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from specray.ops import (
+    expected_block_counts,
     expected_block_efficiency,
     simulated_block_efficiency,
     speedup_model,
@@ -81,6 +82,15 @@ class AnalyticResult:
     # the same acceptance on exactly the empirical cells' prompts, for a fair agreement check
     empirical_prompts_acceptance_rate: float
     empirical_prompts_acceptance_rate_ci95: float
+    # what servers report, expected under the decoders' rules (`specray.ops.blocks`); intervals: sequences
+    # as clusters
+    block_efficiency_ci95: float  # of the expected tokens / steps (the simulated value's spread)
+    mean_acceptance_length: float  # 1 + accepted / verification steps (vLLM's definition)
+    mean_acceptance_length_ci95: float
+    draft_acceptance: float  # accepted / drafted (our decoder's counting)
+    draft_acceptance_ci95: float
+    draft_acceptance_hf: float  # accepted / drafted as HF assisted generation counts (see ops/blocks.py)
+    acceptance_per_position: list[float]  # steps accepting ≥ k+1 tokens / steps, k < γ (vLLM's)
 
 
 def sample_continuations(
@@ -220,14 +230,22 @@ class AnalyticEstimator:
         return result.beta, result.mask
 
     def evaluate(
-        self, draft: PreTrainedModel, gamma: int, c: float, subset: int | None = None
+        self,
+        draft: PreTrainedModel,
+        gamma: int,
+        c: float,
+        subset: int | None = None,
+        max_new_tokens: int | None = None,
     ) -> AnalyticResult:
         (betas,) = self.betas([draft])
-        return analytic_result(betas, gamma, c, subset)
+        return analytic_result(betas, gamma, c, subset, max_new_tokens)
 
 
-def analytic_result(betas: Betas, gamma: int, c: float, subset: int | None = None) -> AnalyticResult:
-    """Acceptance, block efficiency and modelled speedup at one γ from a draft's β (every γ from one β)."""
+def analytic_result(
+    betas: Betas, gamma: int, c: float, subset: int | None = None, max_new_tokens: int | None = None
+) -> AnalyticResult:
+    """Acceptance, block efficiency and modelled speedup at one γ from a draft's β (every γ from one β);
+    `max_new_tokens` is the decoders' length limit the continuations were sampled with."""
     mask = betas.mask
     beta = betas.beta.double() * mask
     tokens = int(mask.sum())
@@ -252,7 +270,33 @@ def analytic_result(betas: Betas, gamma: int, c: float, subset: int | None = Non
         if head_tokens
         else math.nan,
         empirical_prompts_acceptance_rate_ci95=_head_ci(head),
+        **_server_metrics(beta[reached], lengths[reached], gamma, max_new_tokens),
     )
+
+
+def _server_metrics(beta: Tensor, lengths: Tensor, gamma: int, max_new_tokens: int | None) -> dict:
+    """The expected server-side counts of the sequences, pooled (ratios of sums, as servers pool them)."""
+    counts = expected_block_counts(beta, lengths, gamma, max_new_tokens)
+    steps, drafted, accepted = (float(x.sum()) for x in (counts.steps, counts.drafted, counts.accepted))
+    if not steps:
+        return dict.fromkeys(
+            ("block_efficiency_ci95", "mean_acceptance_length", "mean_acceptance_length_ci95"),
+            math.nan,
+        ) | {
+            "draft_acceptance": math.nan,
+            "draft_acceptance_ci95": math.nan,
+            "draft_acceptance_hf": math.nan,
+            "acceptance_per_position": [math.nan] * gamma,
+        }
+    return {
+        "block_efficiency_ci95": ratio_ci95(lengths.double(), counts.steps),
+        "mean_acceptance_length": 1.0 + accepted / steps,
+        "mean_acceptance_length_ci95": ratio_ci95(counts.accepted, counts.steps),
+        "draft_acceptance": accepted / drafted if drafted else math.nan,
+        "draft_acceptance_ci95": ratio_ci95(counts.accepted, counts.drafted),
+        "draft_acceptance_hf": (accepted - float(counts.eos_steps.sum())) / drafted if drafted else math.nan,
+        "acceptance_per_position": (counts.accepted_at.sum(dim=0) / steps).tolist(),
+    }
 
 
 def _head_ci(head: Betas) -> float:
