@@ -129,6 +129,60 @@ def test_same_seed_same_output(pair) -> None:
     assert runs[0] == runs[1]
 
 
+# Exact tokens and counts (drafted, tested, accepted, target_calls, emitted) for fixed seeds, recorded from
+# the decoder before it was optimised: a faster decoder must draw the same random numbers in the same order.
+# They pin CPU torch's generator streams and float arithmetic, so a torch upgrade may need them re-recorded.
+GOLDEN = [
+    (
+        1.0,
+        4,
+        None,
+        11,
+        [15, 34, 6, 48, 23, 57, 5, 1, 7, 27, 28, 5, 44, 4, 30, 26, 44, 1, 2, 30, 39, 29, 20, 46],
+        (32, 21, 15, 9, 24),
+    ),
+    (
+        0.6,
+        3,
+        None,
+        12,
+        [9, 25, 27, 60, 25, 32, 5, 5, 5, 28, 45, 10, 17, 49, 11, 53, 46, 56, 48, 2, 6, 59, 39, 10],
+        (36, 21, 12, 12, 24),
+    ),
+    (0.0, 4, None, 13, [19, 14, 48, 10, 19, 14, 2] + [15] * 17, (86, 23, 0, 24, 24)),
+    (
+        0.8,
+        2,
+        5,
+        5,
+        [63, 1, 18, 10, 9, 16, 19, 62, 49, 1, 28, 35, 2, 34, 19, 44, 48, 26, 25, 5],
+        (20, 17, 10, 10, 20),
+    ),
+    (0.8, 2, 16, 5, [63, 1, 18, 10, 9, 16], (8, 6, 2, 4, 6)),
+]
+
+
+@pytest.fixture(scope="module")
+def pair64() -> tuple[LlamaForCausalLM, LlamaForCausalLM]:
+    return tiny_llama(0, vocab=64), tiny_llama(1, vocab=64)
+
+
+@pytest.mark.parametrize(("tau", "gamma", "eos", "seed", "tokens", "counts"), GOLDEN)
+def test_same_seed_golden_output(pair64, tau, gamma, eos, seed, tokens, counts) -> None:
+    target, draft = pair64
+    decoded = speculative_decode(
+        target, draft, PROMPT, tau, gamma, 24, eos, torch.Generator().manual_seed(seed)
+    )
+    assert decoded.tokens == tokens
+    assert decoded.stats.astuple()[:5] == counts
+
+
+def test_autoregressive_golden_output(pair64) -> None:
+    target, _ = pair64
+    decoded = autoregressive_decode(target, PROMPT, 0.8, 16, None, torch.Generator().manual_seed(3))
+    assert decoded.tokens == [32, 21, 63, 54, 42, 5, 39, 46, 31, 58, 21, 44, 17, 21, 49, 11]
+
+
 def test_bad_gamma_is_refused(pair) -> None:
     target, draft = pair
     with pytest.raises(ValueError, match="gamma must be >= 1"):
