@@ -267,6 +267,52 @@ class Tracker:
     def run(self, run_id: str):
         return self._call(self.client.get_run, run_id)
 
+    # ------------------------------------------------------------ serving export (`specray export`)
+
+    def download_draft(self, parent_id: str, draft_key: str, destination: Path) -> Path:
+        """The `draft` artifact (an HF folder) of the parent's child run with this draft key."""
+        runs = self._find(f"tags.`{PARENT}` = '{parent_id}' AND tags.`{DRAFT_KEY}` = '{draft_key}'")
+        if not runs or "draft" not in self.artifact_paths(runs[0].info.run_id):
+            raise SpecError(f"run {parent_id} has no child run holding the draft with key {draft_key}")
+        destination.mkdir(parents=True, exist_ok=True)
+        return self.download(runs[0].info.run_id, "draft", destination)
+
+    def sweep_run(self, key: str) -> str | None:
+        """The newest parent run of the sweep with this key (finished or not), or None."""
+        runs = self._find(f"tags.`{ROLE}` = 'sweep' AND tags.`{SWEEP_KEY}` = '{key}'")
+        return runs[0].info.run_id if runs else None
+
+    def export_run(self, key: str, name: str, parent_id: str | None, folder: Path) -> str:
+        """A finished run (under the sweep's parent run when there is one) holding an export folder as its
+        `export` artifact: the routing plan, the drafts with their metadata, the engines' settings."""
+        tags = {ROLE: "export", SWEEP_KEY: key} | ({PARENT: parent_id} if parent_id else {})
+        run_id = self._call(self.client.create_run, self.experiment_id, tags=tags, run_name=name).info.run_id
+        self.log_artifacts(run_id, folder, "export")
+        self.finish(run_id)
+        return run_id
+
+    def register_version(self, name: str, run_id: str, artifact_path: str, tags: Mapping[str, str]) -> str:
+        """A version of registered model `name` (created if needed) for this run's artifact; returns it."""
+        source = f"runs:/{run_id}/{artifact_path}"
+        if not self._call(self.client.search_registered_models, f"name = '{name}'"):
+            self._call(self.client.create_registered_model, name)
+        version = self._call(self.client.create_model_version, name, source, run_id, tags=dict(tags))
+        return str(version.version)
+
+    def set_aliases(self, name: str, aliases: Mapping[str, str | None]) -> None:
+        """Point each alias at its version; an alias mapped to None is removed (if it was set)."""
+        current = self._call(self.client.get_registered_model, name).aliases
+        for alias, version in aliases.items():
+            if version is not None:
+                self._call(self.client.set_registered_model_alias, name, alias, version)
+            elif alias in current:
+                self._call(self.client.delete_registered_model_alias, name, alias)
+
+    def version_by_alias(self, name: str, alias: str) -> tuple[str, str]:
+        """(version, source) that alias `alias` of registered model `name` points at."""
+        version = self._call(self.client.get_model_version_by_alias, name, alias)
+        return str(version.version), version.source
+
 
 def open_tracker(uri: str, experiment: str) -> Tracker:
     """A Tracker, or a SpecError naming the URI when MLflow cannot be reached before any work starts."""
@@ -376,6 +422,7 @@ def fetch_sweep_records(uri: str, run_id: str, destination: Path) -> dict[str, A
         k: {float(t): v for t, v in by.items()} for k, by in records.get("lengths", {}).items()
     }
     records["name"] = run.data.params.get("name", run_id)
+    records["experiment"] = client.get_experiment(run.info.experiment_id).name
     projected = run.data.params.get("eval.projected_cost_ratio", "null")
     records["projected_cost_ratio"] = None if projected in ("null", "None") else float(projected)
     return records
