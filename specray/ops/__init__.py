@@ -16,7 +16,7 @@ from specray.ops.acceptance import (
     speedup_model,
     token_acceptance,
 )
-from specray.ops.blocks import BlockCounts, expected_block_counts
+from specray.ops.blocks import BlockCounts, expected_block_counts, sampled_token_acceptance
 from specray.ops.divergences import (
     DIVERGENCES,
     forward_kl,
@@ -64,6 +64,7 @@ __all__ = [
     "log_warp",
     "reverse_kl",
     "sample",
+    "sampled_token_acceptance",
     "simulated_block_efficiency",
     "speedup_model",
     "token_acceptance",

@@ -90,3 +90,18 @@ def _step(window: Tensor, left: Tensor, d: int, by_eos: Tensor) -> tuple[tuple[T
     eos_step = torch.where(at_eos, full, 0.0)
     counts = (torch.ones_like(full), drafted, reach[:, 1:].sum(dim=-1), eos_step, reach[:, 1:])
     return counts, reject, full - eos_step
+
+
+def sampled_token_acceptance(p: Tensor, q: Tensor, tokens: Tensor) -> Tensor:
+    """a_t = min(1, q(y_t) / p(y_t)): the probability that the output token y_t at a drafted position was an
+    accepted draft token, given y_t (speculative sampling emits v as an accepted draft with probability
+    min(p, q)(v) and as a correction with (p − min(p, q))(v)). Given the output sequence y the accept events
+    are independent with these probabilities, so the counts of `expected_block_counts` along a_t are exact
+    for that y, and their mean over y ~ p is the decoders' expectation; along β = E_{y_t ~ p}[a_t] they are
+    not (a product of means is not the mean of a product), and overstate acceptance at τ > 0.
+
+    p, q: [..., vocab] warped target and draft probabilities; tokens: [...] the sampled ids -> [...] fp32.
+    """
+    index = tokens[..., None].to(p.device)
+    p_y, q_y = p.float().gather(-1, index).squeeze(-1), q.float().gather(-1, index).squeeze(-1)
+    return torch.clamp(q_y / p_y.clamp_min(torch.finfo(torch.float32).tiny), max=1.0)

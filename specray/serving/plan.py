@@ -8,7 +8,9 @@ upper edge; a band is [low, high), so a temperature on an edge belongs to the ba
 
 Choice, per band. The candidates are every (draft, γ) of the sweep on one test set (in-domain by default).
 A candidate's speedup at a τ_dec is *measured* (the empirical cell's wall-time ratio and its 95% interval,
-decodes as clusters) when the sweep timed it, else *modelled*: speedup_model = τ_b / (c·γ + 1), its 95%
+decodes as clusters) when the sweep timed it, else *modelled*: τ_b / (c·γ + 1) with τ_b the analytic cell's
+`block_efficiency_sampled` (the expected tokens per step along the sampled tokens' own acceptance, exact
+where the report's `block_efficiency_simulated` from β overstates it at τ > 0: ops/blocks.py), its 95%
 interval from τ_b's (sequences as clusters) and c's, combined in relative terms. A band is judged on
 measured speedups when the sweep timed some candidate at every τ_dec of the band — then only such
 candidates compete — and on modelled ones otherwise; the plan says which. A candidate's speedup for the
@@ -39,8 +41,8 @@ EXPECTED_FIELDS = (
     "mean_acceptance_length",
     "mean_acceptance_length_ci95",
     "acceptance_per_position",
-    "block_efficiency_simulated",
-    "block_efficiency_ci95",
+    "block_efficiency_sampled",
+    "block_efficiency_sampled_ci95",
 )
 
 
@@ -187,8 +189,9 @@ def speedup_at(
     cell = index.get(key, gamma, tau, "analytic")
     if cell is None:
         return None
-    value, tau_b = cell.metrics["speedup_model"], cell.metrics["block_efficiency_simulated"]
-    relative_b = cell.metrics.get("block_efficiency_ci95", math.nan) / tau_b
+    tau_b = cell.metrics.get("block_efficiency_sampled", math.nan)
+    value = tau_b / (cost.value * gamma + 1)  # speedup_model, with the block efficiency that is exact
+    relative_b = cell.metrics.get("block_efficiency_sampled_ci95", math.nan) / tau_b
     relative_c = gamma * cost.ci95 / (cost.value * gamma + 1)  # d log(cγ + 1) = γ dc / (cγ + 1)
     return Speedup(value, value * math.hypot(relative_b, relative_c), basis, tau)
 

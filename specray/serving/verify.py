@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,18 @@ def traced_counts(traces: list[AssistedTrace]) -> dict[str, float]:
     }
 
 
+def _without_min_length(trace: AssistedTrace) -> AssistedTrace:
+    """The trace with the draft side's MinLengthLogitsProcessor left out. With an EOS set, HF hands the
+    draft's generate() `min_new_tokens = max(0, target min_length − context)` = 0 (the target's own
+    processors are checked to hold no min length), which becomes min_length = the context length: a
+    processor that masks EOS only before the context's end, so never."""
+    kept = tuple(
+        tuple(p for p in processors if p[0] != "MinLengthLogitsProcessor")
+        for processors in trace.draft_processors
+    )
+    return replace(trace, draft_processors=kept)
+
+
 def trace_all(target: PreTrainedModel, draft: PreTrainedModel, comparison: Comparison) -> list[AssistedTrace]:
     """Every prompt through HF assisted generation, traced; MisconfiguredComparison unless the settings took
     effect (nothing is timed before this passes; the traced runs are also the warm-up)."""
@@ -99,7 +111,7 @@ def trace_all(target: PreTrainedModel, draft: PreTrainedModel, comparison: Compa
     traces, problems = [], []
     for i, (prompt, seed) in enumerate(zip(comparison.prompts, comparison.seeds, strict=True)):
         trace = trace_assisted(target, draft, list(prompt), seed, kwargs)
-        found = check_assisted(trace, comparison)
+        found = check_assisted(_without_min_length(trace), comparison)
         found += check_draft_scores(draft, trace, comparison.tau) if i == 0 else []
         problems += [f"prompt {i}: {problem}" for problem in found]
         traces.append(trace)

@@ -27,6 +27,7 @@ from transformers import PreTrainedModel
 from specray.ops import (
     expected_block_counts,
     expected_block_efficiency,
+    sampled_token_acceptance,
     simulated_block_efficiency,
     speedup_model,
     token_acceptance,
@@ -59,14 +60,18 @@ class ForcedBatch(NamedTuple):
 @dataclass(frozen=True)
 class Betas:
     """One draft's acceptance along a set of continuations, in their order: β [n, T] (0 where invalid)
-    and the valid mask [n, T]; a sequence with an empty response has an all-False row."""
+    and the valid mask [n, T]; a sequence with an empty response has an all-False row. `sampled` [n, T]:
+    the acceptance of the sampled token itself, min(1, q(y_t) / p(y_t)) (`ops.sampled_token_acceptance`),
+    from which the server-side counts are exact."""
 
     beta: Tensor
     mask: Tensor
+    sampled: Tensor | None = None
 
     def subset(self, count: int) -> Betas:
         """The first `count` sequences (the prompts the empirical estimator decodes)."""
-        return Betas(self.beta[:count], self.mask[:count])
+        sampled = self.sampled[:count] if self.sampled is not None else None
+        return Betas(self.beta[:count], self.mask[:count], sampled)
 
 
 @dataclass(frozen=True)
@@ -82,9 +87,11 @@ class AnalyticResult:
     # the same acceptance on exactly the empirical cells' prompts, for a fair agreement check
     empirical_prompts_acceptance_rate: float
     empirical_prompts_acceptance_rate_ci95: float
-    # what servers report, expected under the decoders' rules (`specray.ops.blocks`); intervals: sequences
-    # as clusters
-    block_efficiency_ci95: float  # of the expected tokens / steps (the simulated value's spread)
+    # what servers report, expected under the decoders' rules along the sampled tokens' own acceptance
+    # (`specray.ops.blocks`: exact, where block_efficiency_simulated's β is not); intervals: sequences as
+    # clusters
+    block_efficiency_sampled: float  # expected tokens / verification steps
+    block_efficiency_sampled_ci95: float
     mean_acceptance_length: float  # 1 + accepted / verification steps (vLLM's definition)
     mean_acceptance_length_ci95: float
     draft_acceptance: float  # accepted / drafted (our decoder's counting)
@@ -212,17 +219,22 @@ class AnalyticEstimator:
         n = len(self.continuations.prompts)
         width = max((b.valid.shape[1] for b in self.batches), default=0)
         beta = [torch.zeros(n, width, dtype=torch.float32) for _ in drafts]
+        sampled = [torch.zeros(n, width, dtype=torch.float32) for _ in drafts]
         mask = torch.zeros(n, width, dtype=torch.bool)
         for i, batch in enumerate(self.batches):
             p = self._target_probs(i)  # [batch, T, vocab]
             rows, span = torch.tensor(batch.rows), batch.valid.shape[1]
             mask[rows, :span] = batch.valid
-            for out, draft in zip(beta, drafts, strict=True):
+            tokens = batch.input_ids.gather(1, batch.index + 1)  # [batch, T]: the sampled response ids
+            for out, out_sampled, draft in zip(beta, sampled, drafts, strict=True):
                 q = response_probs(draft, batch, self.continuations.tau).to(p.device)
                 out[rows, :span] = (token_acceptance(p, q).cpu() * batch.valid).float()
+                out_sampled[rows, :span] = (
+                    sampled_token_acceptance(p, q, tokens).cpu() * batch.valid
+                ).float()
                 del q
             del p
-        return [Betas(b, mask) for b in beta]
+        return [Betas(b, mask, a) for b, a in zip(beta, sampled, strict=True)]
 
     def beta(self, draft: PreTrainedModel) -> tuple[Tensor, Tensor]:
         """β [n, T] of one draft and the valid mask [n, T], in the continuations' order."""
@@ -270,8 +282,14 @@ def analytic_result(
         if head_tokens
         else math.nan,
         empirical_prompts_acceptance_rate_ci95=_head_ci(head),
-        **_server_metrics(beta[reached], lengths[reached], gamma, max_new_tokens),
+        **_server_metrics(_along(betas)[reached], lengths[reached], gamma, max_new_tokens),
     )
+
+
+def _along(betas: Betas) -> Tensor:
+    """The per-position acceptance the server-side counts follow: the sampled tokens' own when known."""
+    chosen = betas.sampled if betas.sampled is not None else betas.beta
+    return chosen.double() * betas.mask
 
 
 def _server_metrics(beta: Tensor, lengths: Tensor, gamma: int, max_new_tokens: int | None) -> dict:
@@ -280,16 +298,18 @@ def _server_metrics(beta: Tensor, lengths: Tensor, gamma: int, max_new_tokens: i
     steps, drafted, accepted = (float(x.sum()) for x in (counts.steps, counts.drafted, counts.accepted))
     if not steps:
         return dict.fromkeys(
-            ("block_efficiency_ci95", "mean_acceptance_length", "mean_acceptance_length_ci95"),
+            ("block_efficiency_sampled", "block_efficiency_sampled_ci95", "mean_acceptance_length"),
             math.nan,
         ) | {
+            "mean_acceptance_length_ci95": math.nan,
             "draft_acceptance": math.nan,
             "draft_acceptance_ci95": math.nan,
             "draft_acceptance_hf": math.nan,
             "acceptance_per_position": [math.nan] * gamma,
         }
     return {
-        "block_efficiency_ci95": ratio_ci95(lengths.double(), counts.steps),
+        "block_efficiency_sampled": float(lengths.sum()) / steps,
+        "block_efficiency_sampled_ci95": ratio_ci95(lengths.double(), counts.steps),
         "mean_acceptance_length": 1.0 + accepted / steps,
         "mean_acceptance_length_ci95": ratio_ci95(counts.accepted, counts.steps),
         "draft_acceptance": accepted / drafted if drafted else math.nan,
