@@ -189,7 +189,12 @@ def speedup_at(
     cell = index.get(key, gamma, tau, "analytic")
     if cell is None:
         return None
-    tau_b = cell.metrics.get("block_efficiency_sampled", math.nan)
+    if "block_efficiency_sampled" not in cell.metrics:
+        raise SpecError(
+            f"cell {cell.key} ({cell.draft}, τ_dec={tau:g}, γ={gamma}) has no block_efficiency_sampled: it "
+            "was recorded by an older specray; run the sweep again (`specray run`) to recompute its cells"
+        )
+    tau_b = cell.metrics["block_efficiency_sampled"]
     value = tau_b / (cost.value * gamma + 1)  # speedup_model, with the block efficiency that is exact
     relative_b = cell.metrics.get("block_efficiency_sampled_ci95", math.nan) / tau_b
     relative_c = gamma * cost.ci95 / (cost.value * gamma + 1)  # d log(cγ + 1) = γ dc / (cγ + 1)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -24,15 +25,35 @@ from specray.specdec.records import CellRecord, CostRatio
 BASELINE = "non-distill"
 
 
+class DraftDirs(Mapping[str, Path]):
+    """Draft key -> its HF folder (weights, tokenizer, and for a distilled draft its `finished.json` with the
+    recipe), fetched on first use: an export downloads only the drafts it chose."""
+
+    def __init__(self, keys: Iterable[str], fetch: Callable[[str], Path]):
+        self.keys_, self.fetch, self.found = sorted(set(keys)), fetch, {}
+
+    def __getitem__(self, key: str) -> Path:
+        if key not in self.keys_:
+            raise KeyError(key)
+        if key not in self.found:
+            self.found[key] = self.fetch(key)
+        return self.found[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys_)
+
+    def __len__(self) -> int:
+        return len(self.keys_)
+
+
 @dataclass(frozen=True)
 class SweepResults:
-    """What an export reads. `draft_dirs` maps a draft key to its HF folder (weights, tokenizer, and for a
-    distilled draft its `finished.json` with the recipe)."""
+    """What an export reads."""
 
     spec: SweepSpec
     cells: list[CellRecord]
     cost: CostRatio
-    draft_dirs: dict[str, Path]
+    draft_dirs: Mapping[str, Path]
     source: str  # the folder or `mlflow:<run id>`
     parent_run_id: str | None = None
 
@@ -95,12 +116,14 @@ def read_run(run_id: str, tracking_uri: str, work: Path) -> SweepResults:
     spec_path = tracker.download(run_id, "spec.yaml", work)
     spec = load_spec(spec_path)
     cells = [cell_from_flat(row) for row in records["cells"]]
-    dirs: dict[str, Path] = {}
-    for key, name in sorted({(c.draft_key, c.draft) for c in cells}):
-        if name == BASELINE:
-            dirs[key] = Path(resolve_model_path(spec.models.draft, spec.models.zoo))
-        else:
-            dirs[key] = tracker.download_draft(run_id, key, work / "drafts" / key)
+    baseline = {c.draft_key for c in cells if c.draft == BASELINE}
+
+    def fetch(key: str) -> Path:
+        if key in baseline:  # the student itself: no child run holds it
+            return Path(resolve_model_path(spec.models.draft, spec.models.zoo))
+        return tracker.download_draft(run_id, key, work / "drafts" / key)
+
+    dirs = DraftDirs((c.draft_key for c in cells), fetch)
     cost = CostRatio(**records["cost_ratio"])
     return SweepResults(spec, cells, cost, dirs, f"mlflow:{run_id}", run_id)
 
