@@ -31,9 +31,9 @@ if TYPE_CHECKING:
 
 KEY_FORMAT = 1  # bump when a key's recipe changes, so nothing stored under the old recipe is reused
 # bump when a cell record's metrics change: a record saved by older code lacks them and is recomputed
-# (3: the server-side metrics: mean acceptance length, draft acceptance and per position, with intervals,
+# (4: the server-side metrics: mean acceptance length, draft acceptance and per position, with intervals,
 # and the block efficiency along the sampled tokens)
-CELL_RECORD_FORMAT = 3
+CELL_RECORD_FORMAT = 4
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,12 @@ from specray.ops.acceptance import (
     speedup_model,
     token_acceptance,
 )
-from specray.ops.blocks import BlockCounts, expected_block_counts, sampled_token_acceptance
+from specray.ops.blocks import (
+    BlockCounts,
+    draft_stop_after_rejection,
+    expected_block_counts,
+    sampled_token_acceptance,
+)
 from specray.ops.divergences import (
     DIVERGENCES,
     forward_kl,
@@ -48,6 +53,7 @@ __all__ = [
     "acceptance_rate_from_counts",
     "block_efficiency_from_counts",
     "draft_acceptance_from_counts",
+    "draft_stop_after_rejection",
     "expected_block_counts",
     "expected_block_efficiency",
     "forward_kl",

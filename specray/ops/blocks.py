@@ -18,8 +18,11 @@ assisted generation configured like it):
     reached it, d_t ≥ ℓ − t), the draft stopped at its EOS: that step drafted e = ℓ − t tokens, accepted
     them all, and decoding ends (HF's `n_matches` counts this EOS as the step's own token, one fewer
     accepted: `eos_steps` is the expected number of such steps);
-  - otherwise the step drafted all d_t tokens (a draft that proposes EOS after a position the target will
-    reject stops earlier: that is not knowable from β and is left out, a small over-count of `drafted`).
+  - a step rejected at position k drafted k + 1 tokens when the rejected proposal was the EOS (the draft
+    stops there; probability r_k = (q_k − min(p_k, q_k))(EOS) / (1 − β_k), `draft_stop_after_rejection`),
+    and otherwise e tokens: the proposals after a rejection come from a prefix the output does not hold, so
+    the draft is taken to propose its EOS where the output has it (or to draft all d_t if it has none) —
+    the one approximation here; it only matters in steps that reach the output's end.
 A forward pass over start positions carries the probability that a step starts at t.
 """
 
@@ -42,13 +45,18 @@ class BlockCounts(NamedTuple):
 
 
 def expected_block_counts(
-    beta: Tensor, lengths: Tensor, gamma: int, max_new_tokens: int | None = None
+    beta: Tensor,
+    lengths: Tensor,
+    gamma: int,
+    max_new_tokens: int | None = None,
+    eos_stop: Tensor | None = None,
 ) -> BlockCounts:
     """Expected step counts of speculative decoding along continuations with per-position acceptance β.
 
     beta: [batch, T] acceptance probability of a draft token at each response position (any value past a
     row's length); lengths: [batch] response lengths ℓ (a row with ℓ < max_new_tokens ended by EOS);
-    max_new_tokens: M, the decoders' length limit (None: no limit, every row ended by EOS).
+    max_new_tokens: M, the decoders' length limit (None: no limit, every row ended by EOS); eos_stop:
+    [batch, T] r_t, the probability that a rejected proposal at t was the EOS (None: 0).
     """
     if gamma < 1:
         raise ValueError(f"gamma must be >= 1 (draft tokens per block), got {gamma!r}")
@@ -56,6 +64,11 @@ def expected_block_counts(
     limit = max_new_tokens if max_new_tokens is not None else seq + gamma + 2
     lengths = lengths.to(device=beta.device, dtype=torch.long)
     beta = torch.nn.functional.pad(beta.double().clamp(0.0, 1.0), (0, gamma + 1), value=1.0)
+    stop = (
+        torch.zeros_like(beta)
+        if eos_stop is None
+        else torch.nn.functional.pad(eos_stop.double(), (0, gamma + 1))
+    )
     start = beta.new_zeros(batch, seq + gamma + 2)  # P(a step starts after t emitted tokens)
     start[:, 0] = 1.0
     totals = [beta.new_zeros(batch) for _ in range(4)]  # steps, drafted, accepted, eos_steps
@@ -64,7 +77,8 @@ def expected_block_counts(
         here = torch.where(lengths > t, start[:, t], 0.0)  # [batch]
         if bool(here.any()):
             d = max(0, min(gamma, limit - t - 1))
-            counts, reject, bonus = _step(beta[:, t : t + gamma], lengths - t, d, lengths < limit)
+            window = (beta[:, t : t + gamma], stop[:, t : t + gamma])
+            counts, reject, bonus = _step(window, lengths - t, d, lengths < limit)
             for total, count in zip(totals, counts[:4], strict=True):
                 total += here * count
             accepted_at += here[:, None] * counts[4]
@@ -73,11 +87,14 @@ def expected_block_counts(
     return BlockCounts(*totals, accepted_at)
 
 
-def _step(window: Tensor, left: Tensor, d: int, by_eos: Tensor) -> tuple[tuple[Tensor, ...], Tensor, Tensor]:
-    """One step's outcomes for every row: window [batch, γ] the β of the next γ positions, left [batch] the
-    positions still to emit, d the tokens to draft, by_eos [batch] whether the row ends at an EOS.
-    -> ((1, drafted, accepted, eos_step, accepted ≥ k+1 [batch, γ]), P(k accepted then a rejection)
+def _step(
+    window: tuple[Tensor, Tensor], left: Tensor, d: int, by_eos: Tensor
+) -> tuple[tuple[Tensor, ...], Tensor, Tensor]:
+    """One step's outcomes for every row: window ([batch, γ] β, [batch, γ] r) of the next γ positions, left
+    [batch] the positions still to emit, d the tokens to draft, by_eos [batch] whether the row ends at an
+    EOS. -> ((1, drafted, accepted, eos_step, accepted ≥ k+1 [batch, γ]), P(k accepted then a rejection)
     [batch, γ], P(all d accepted and the target's bonus token follows) [batch])."""
+    window, stop = window
     batch, gamma = window.shape
     e = torch.clamp(left, min=0, max=d)  # [batch]: positions of the chain that exist (0 for ended rows)
     k = torch.arange(gamma + 1, device=window.device)
@@ -86,7 +103,8 @@ def _step(window: Tensor, left: Tensor, d: int, by_eos: Tensor) -> tuple[tuple[T
     full = reach.gather(1, e[:, None]).squeeze(1)  # P(the whole chain of e accepted)
     reject = torch.where(k[None, :gamma] < e[:, None], reach[:, :gamma] - reach[:, 1:], 0.0)
     at_eos = by_eos & (e == left)  # a whole accepted chain here ends at the EOS: the draft stopped there
-    drafted = torch.where(at_eos, d * (1 - full) + e * full, torch.full_like(full, float(d)))
+    drafted_if_rejected = stop * (k[None, :gamma] + 1) + (1 - stop) * e[:, None]  # [batch, γ]
+    drafted = (reject * drafted_if_rejected).sum(dim=-1) + full * e
     eos_step = torch.where(at_eos, full, 0.0)
     counts = (torch.ones_like(full), drafted, reach[:, 1:].sum(dim=-1), eos_step, reach[:, 1:])
     return counts, reject, full - eos_step
@@ -105,3 +123,12 @@ def sampled_token_acceptance(p: Tensor, q: Tensor, tokens: Tensor) -> Tensor:
     index = tokens[..., None].to(p.device)
     p_y, q_y = p.float().gather(-1, index).squeeze(-1), q.float().gather(-1, index).squeeze(-1)
     return torch.clamp(q_y / p_y.clamp_min(torch.finfo(torch.float32).tiny), max=1.0)
+
+
+def draft_stop_after_rejection(p: Tensor, q: Tensor, beta: Tensor, eos_id: int) -> Tensor:
+    """r_t = P(the draft's proposal was the EOS | it was rejected) = (q − min(p, q))(EOS) / (1 − β_t): a
+    rejected proposal is distributed as q's mass that p does not cover. p, q: [..., vocab]; beta: [...]
+    -> [...] fp32 (0 where β = 1, no rejection)."""
+    excess = (q[..., eos_id].float() - p[..., eos_id].float()).clamp(min=0.0)
+    missing = 1.0 - beta.float()
+    return torch.where(missing > 1e-6, (excess / missing.clamp(min=1e-6)).clamp(max=1.0), 0.0)

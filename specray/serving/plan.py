@@ -40,6 +40,7 @@ EXPECTED_FIELDS = (
     "draft_acceptance_hf",
     "mean_acceptance_length",
     "mean_acceptance_length_ci95",
+    "mean_acceptance_length_hf",
     "acceptance_per_position",
     "block_efficiency_sampled",
     "block_efficiency_sampled_ci95",

@@ -61,7 +61,7 @@ class BandCheck:
     predicted_draft_acceptance_ci95: float
     mean_acceptance_length: float
     mean_acceptance_length_ci95: float
-    predicted_mean_acceptance_length: float
+    predicted_mean_acceptance_length: float  # the plan's, in HF's counting
     speedup: float  # wall time, target alone / assisted
     speedup_ci95: float
     predicted_speedup: float
@@ -197,7 +197,7 @@ def check_band(
         predicted_draft_acceptance_ci95=expected.get("draft_acceptance_ci95", math.nan),
         mean_acceptance_length=counts["mean_acceptance_length"],
         mean_acceptance_length_ci95=counts["mean_acceptance_length_ci95"],
-        predicted_mean_acceptance_length=expected.get("mean_acceptance_length", math.nan),
+        predicted_mean_acceptance_length=expected.get("mean_acceptance_length_hf", math.nan),
         speedup=speedup,
         speedup_ci95=speedup_ci95,
         predicted_speedup=band["speedup"]["value"],

@@ -25,6 +25,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from specray.ops import (
+    draft_stop_after_rejection,
     expected_block_counts,
     expected_block_efficiency,
     sampled_token_acceptance,
@@ -67,11 +68,14 @@ class Betas:
     beta: Tensor
     mask: Tensor
     sampled: Tensor | None = None
+    eos_stop: Tensor | None = (
+        None  # [n, T]: P(a rejected proposal was the EOS), ops.draft_stop_after_rejection
+    )
 
     def subset(self, count: int) -> Betas:
         """The first `count` sequences (the prompts the empirical estimator decodes)."""
-        sampled = self.sampled[:count] if self.sampled is not None else None
-        return Betas(self.beta[:count], self.mask[:count], sampled)
+        rows = [x[:count] if x is not None else None for x in (self.sampled, self.eos_stop)]
+        return Betas(self.beta[:count], self.mask[:count], *rows)
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,7 @@ class AnalyticResult:
     block_efficiency_sampled_ci95: float
     mean_acceptance_length: float  # 1 + accepted / verification steps (vLLM's definition)
     mean_acceptance_length_ci95: float
+    mean_acceptance_length_hf: float  # in HF's counting (see draft_acceptance_hf)
     draft_acceptance: float  # accepted / drafted (our decoder's counting)
     draft_acceptance_ci95: float
     draft_acceptance_hf: float  # accepted / drafted as HF assisted generation counts (see ops/blocks.py)
@@ -194,8 +199,9 @@ class AnalyticEstimator:
         pad_id: int,
         batch_size: int = 16,
         keep_target: bool = False,
+        eos_id: int | None = None,
     ):
-        self.target, self.continuations = target, continuations
+        self.target, self.continuations, self.eos_id = target, continuations, eos_id
         self.batches = forced_batches(continuations, batch_size, pad_id)
         self.keep_target = keep_target
         self._kept: dict[int, Tensor] = {}
@@ -220,21 +226,26 @@ class AnalyticEstimator:
         width = max((b.valid.shape[1] for b in self.batches), default=0)
         beta = [torch.zeros(n, width, dtype=torch.float32) for _ in drafts]
         sampled = [torch.zeros(n, width, dtype=torch.float32) for _ in drafts]
+        stops = [torch.zeros(n, width, dtype=torch.float32) for _ in drafts]
         mask = torch.zeros(n, width, dtype=torch.bool)
         for i, batch in enumerate(self.batches):
             p = self._target_probs(i)  # [batch, T, vocab]
             rows, span = torch.tensor(batch.rows), batch.valid.shape[1]
             mask[rows, :span] = batch.valid
             tokens = batch.input_ids.gather(1, batch.index + 1)  # [batch, T]: the sampled response ids
-            for out, out_sampled, draft in zip(beta, sampled, drafts, strict=True):
+            for out, out_sampled, out_stop, draft in zip(beta, sampled, stops, drafts, strict=True):
                 q = response_probs(draft, batch, self.continuations.tau).to(p.device)
-                out[rows, :span] = (token_acceptance(p, q).cpu() * batch.valid).float()
+                accept = token_acceptance(p, q)
+                out[rows, :span] = (accept.cpu() * batch.valid).float()
                 out_sampled[rows, :span] = (
                     sampled_token_acceptance(p, q, tokens).cpu() * batch.valid
                 ).float()
+                if self.eos_id is not None:
+                    stop = draft_stop_after_rejection(p, q, accept, self.eos_id)
+                    out_stop[rows, :span] = (stop.cpu() * batch.valid).float()
                 del q
             del p
-        return [Betas(b, mask, a) for b, a in zip(beta, sampled, strict=True)]
+        return [Betas(b, mask, a, r) for b, a, r in zip(beta, sampled, stops, strict=True)]
 
     def beta(self, draft: PreTrainedModel) -> tuple[Tensor, Tensor]:
         """β [n, T] of one draft and the valid mask [n, T], in the continuations' order."""
@@ -282,7 +293,13 @@ def analytic_result(
         if head_tokens
         else math.nan,
         empirical_prompts_acceptance_rate_ci95=_head_ci(head),
-        **_server_metrics(_along(betas)[reached], lengths[reached], gamma, max_new_tokens),
+        **_server_metrics(
+            _along(betas)[reached],
+            lengths[reached],
+            gamma,
+            max_new_tokens,
+            betas.eos_stop[reached].double() if betas.eos_stop is not None else None,
+        ),
     )
 
 
@@ -292,9 +309,11 @@ def _along(betas: Betas) -> Tensor:
     return chosen.double() * betas.mask
 
 
-def _server_metrics(beta: Tensor, lengths: Tensor, gamma: int, max_new_tokens: int | None) -> dict:
+def _server_metrics(
+    beta: Tensor, lengths: Tensor, gamma: int, max_new_tokens: int | None, eos_stop: Tensor | None
+) -> dict:
     """The expected server-side counts of the sequences, pooled (ratios of sums, as servers pool them)."""
-    counts = expected_block_counts(beta, lengths, gamma, max_new_tokens)
+    counts = expected_block_counts(beta, lengths, gamma, max_new_tokens, eos_stop)
     steps, drafted, accepted = (float(x.sum()) for x in (counts.steps, counts.drafted, counts.accepted))
     if not steps:
         return dict.fromkeys(
@@ -305,6 +324,7 @@ def _server_metrics(beta: Tensor, lengths: Tensor, gamma: int, max_new_tokens: i
             "draft_acceptance": math.nan,
             "draft_acceptance_ci95": math.nan,
             "draft_acceptance_hf": math.nan,
+            "mean_acceptance_length_hf": math.nan,
             "acceptance_per_position": [math.nan] * gamma,
         }
     return {
@@ -312,6 +332,7 @@ def _server_metrics(beta: Tensor, lengths: Tensor, gamma: int, max_new_tokens: i
         "block_efficiency_sampled_ci95": ratio_ci95(lengths.double(), counts.steps),
         "mean_acceptance_length": 1.0 + accepted / steps,
         "mean_acceptance_length_ci95": ratio_ci95(counts.accepted, counts.steps),
+        "mean_acceptance_length_hf": 1.0 + (accepted - float(counts.eos_steps.sum())) / steps,
         "draft_acceptance": accepted / drafted if drafted else math.nan,
         "draft_acceptance_ci95": ratio_ci95(counts.accepted, counts.drafted),
         "draft_acceptance_hf": (accepted - float(counts.eos_steps.sum())) / drafted if drafted else math.nan,

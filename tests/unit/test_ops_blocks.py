@@ -20,8 +20,12 @@ from specray.ops import (
 from specray.specdec.decoder import DecodeStats, speculative_decode
 
 
-def simulate(beta: list[float], length: int, gamma: int, limit: int, runs: int, seed: int) -> list[float]:
-    """Mean (steps, drafted, accepted, eos_steps, accepted ≥ 1, …) of the step process, written plainly."""
+def simulate(
+    beta: list[float], stop: list[float], length: int, gamma: int, limit: int, runs: int, seed: int
+) -> list[float]:
+    """Mean (steps, drafted, accepted, eos_steps, accepted ≥ 1, …) of the step process, written plainly:
+    a proposal rejected at k was the EOS with probability stop[k] (the draft stops there), else the draft
+    goes on to the output's end (or all d)."""
     rng = random.Random(seed)
     totals = [0.0] * (4 + gamma)
     for _ in range(runs):
@@ -40,7 +44,7 @@ def simulate(beta: list[float], length: int, gamma: int, limit: int, runs: int, 
                 totals[1] += e
                 totals[3] += 1
                 break
-            totals[1] += d
+            totals[1] += (k + 1) if k < e and rng.random() < stop[t + k] else e
             t += k + 1
     return [x / runs for x in totals]
 
@@ -49,10 +53,12 @@ def simulate(beta: list[float], length: int, gamma: int, limit: int, runs: int, 
     ("length", "limit", "gamma"), [(10, 20, 3), (20, 20, 4), (7, 8, 3), (1, 5, 2), (5, 5, 4)]
 )
 def test_counts_match_a_simulation_of_the_steps(length: int, limit: int, gamma: int) -> None:
-    beta = torch.rand(length, generator=torch.Generator().manual_seed(length)) * 0.6 + 0.3
-    counts = expected_block_counts(beta[None], torch.tensor([length]), gamma, limit)
+    generator = torch.Generator().manual_seed(length)
+    beta = torch.rand(length, generator=generator) * 0.6 + 0.3
+    stop = torch.rand(length, generator=generator) * 0.5
+    counts = expected_block_counts(beta[None], torch.tensor([length]), gamma, limit, stop[None])
     exact = [float(x[0]) for x in counts[:4]] + counts.accepted_at[0].tolist()
-    simulated = simulate(beta.tolist(), length, gamma, limit, runs=40_000, seed=length)
+    simulated = simulate(beta.tolist(), stop.tolist(), length, gamma, limit, runs=40_000, seed=length)
     # 40k runs: the simulated means are within ~1% (a count of at most 20 steps has sd < 3)
     assert exact == pytest.approx(simulated, rel=0.03, abs=0.02)
 
