@@ -354,6 +354,76 @@ def report(
 
 
 @app.command()
+def export(
+    source: str = typer.Argument(
+        ..., help="A finished sweep: its output folder or its MLflow parent run id."
+    ),
+    to: Path = typer.Option(..., "--to", help="Export folder (empty, or an earlier export to refresh)."),
+    bands: str | None = typer.Option(
+        None, "--bands", help="Band edges from 0, e.g. 0,0.3,0.7 (default: one band per measured τ_dec)."
+    ),
+    test_set: str = typer.Option("in_domain", "--test-set", help="The test set whose cells decide."),
+    min_speedup: float = typer.Option(
+        1.0, "--min-speedup", help="A draft is routed only if its speedup's 95% interval lies above this."
+    ),
+    tracking_uri: str | None = typer.Option(
+        None, "--tracking-uri", help="MLflow of the run id / for the registry (default: the sweep's)."
+    ),
+    register_drafts: bool = typer.Option(True, "--register/--no-register", help="MLflow model registry."),
+    verify: bool = typer.Option(False, "--verify", help="Check the plan with HF assisted generation."),
+    verify_prompts: int = typer.Option(32, "--verify-prompts", min=2, help="Held-out test prompts per band."),
+) -> None:
+    """Export a sweep's answer for serving: per band of request temperatures the draft and γ with the best
+    speedup (or no speculation), as HF draft folders with metadata, routing.json, vLLM and SGLang settings."""
+    from specray.serving.command import run_export, verify_outcome
+
+    with user_errors():
+        outcome = run_export(source, to, bands, test_set, min_speedup, tracking_uri, register_drafts)
+    _print_routes(outcome)
+    if verify:
+        _set_threads()
+        with user_errors():
+            checks = verify_outcome(outcome, verify_prompts)
+        _print_checks(checks, outcome.folder)
+        if not all(check.agrees for check in checks):
+            raise typer.Exit(1)
+
+
+def _print_routes(outcome) -> None:
+    typer.echo(f"export written to {outcome.folder} (routing.json, drafts/, vllm/, sglang/, README.md)")
+    for band in outcome.plan["bands"]:
+        what = (
+            f"{band['draft_name']} γ={band['gamma']}" if band["route"] == "speculative" else "no speculation"
+        )
+        typer.echo(f"  {band['alias']:12s} {what:36s} {band['reason']}")
+    if outcome.model_name:
+        versions = ", ".join(f"{folder} v{v}" for folder, v in outcome.registered.items()) or "none"
+        typer.echo(f"MLflow registry: {outcome.model_name}: {versions}; export run {outcome.export_run_id}")
+
+
+def _print_checks(checks, folder: Path) -> None:
+    import json
+    from dataclasses import asdict
+
+    if not checks:
+        typer.echo("verify: no band is routed to a draft; nothing to check")
+    for c in checks:
+        verdict = "inside" if c.agrees else "OUTSIDE"
+        typer.echo(
+            f"verify {c.alias} (τ={c.tau_dec:g}, γ={c.gamma}, {c.prompts} prompts): HF draft acceptance "
+            f"{c.draft_acceptance:.3f} ± {c.draft_acceptance_ci95:.3f}, "
+            f"plan {c.predicted_draft_acceptance:.3f} "
+            f"({verdict} the interval); mean acceptance length {c.mean_acceptance_length:.3f} ± "
+            f"{c.mean_acceptance_length_ci95:.3f} (plan {c.predicted_mean_acceptance_length:.3f}); speedup "
+            f"{c.speedup:.3f} ± {c.speedup_ci95:.3f} (plan {c.predicted_speedup:.3f}, "
+            f"{c.predicted_speedup_basis}); {c.seconds:.0f}s"
+        )
+    payload = [asdict(c) | {"agrees": c.agrees} for c in checks]
+    (folder / "verify.json").write_text(json.dumps(payload, indent=2))
+    typer.echo(f"verify: written to {folder / 'verify.json'}")
+
+
+@app.command()
 def tune(
     sweep: Path = SweepArg,
     overrides: list[str] = OverridesArg,

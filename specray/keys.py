@@ -32,6 +32,10 @@ if TYPE_CHECKING:
     from specray.config import ModelRef, ModelsSpec, SweepSpec
 
 KEY_FORMAT = 1  # bump when a key's recipe changes, so nothing stored under the old recipe is reused
+# bump when a cell record's metrics change: a record saved by older code lacks them and is recomputed
+# (4: the server-side metrics: mean acceptance length, draft acceptance and per position, with intervals,
+# and the block efficiency along the sampled tokens)
+CELL_RECORD_FORMAT = 4
 
 
 @dataclass(frozen=True)
@@ -303,6 +307,7 @@ def cell_key_inputs(
         "tau_dec": float(tau_dec),
         "estimator": estimator,
         "eval.gamma": int(gamma),
+        "record_format": CELL_RECORD_FORMAT,
     }
     if estimator == "analytic":
         inputs["c"] = None if cost_ratio is None else float(f"{cost_ratio:.6g}")

@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import mlflow.artifacts
 import requests
 import urllib3.exceptions
 from mlflow.entities import (
@@ -69,18 +70,29 @@ SPEEDUP_MODEL = "speedup_model"
 SPEEDUP = "speedup"
 EMPIRICAL_ACCEPTANCE_RATE = "empirical_acceptance_rate"
 EMPIRICAL_BLOCK_EFFICIENCY = "empirical_block_efficiency"
+# what servers report (vLLM's definitions, DESIGN.md); analytic ones expected from β, like speedup_model
+MEAN_ACCEPTANCE_LENGTH = "mean_acceptance_length"
+EMPIRICAL_MEAN_ACCEPTANCE_LENGTH = "empirical_mean_acceptance_length"
+DRAFT_ACCEPTANCE_MODEL = "draft_acceptance_model"
+ACCEPTANCE_PER_POSITION = "acceptance_per_position"  # one metric per draft position: .../position_<k>
+EMPIRICAL_ACCEPTANCE_PER_POSITION = "empirical_acceptance_per_position"
 # record field -> metric name, per estimator (analytic block efficiency: the per-position simulation)
 CELL_METRICS = {
     "analytic": {
         "acceptance_rate": ACCEPTANCE_RATE,
         "block_efficiency_simulated": BLOCK_EFFICIENCY,
         "speedup_model": SPEEDUP_MODEL,
+        "mean_acceptance_length": MEAN_ACCEPTANCE_LENGTH,
+        "draft_acceptance": DRAFT_ACCEPTANCE_MODEL,
+        "acceptance_per_position": ACCEPTANCE_PER_POSITION,
     },
     "empirical": {
         "acceptance_rate": EMPIRICAL_ACCEPTANCE_RATE,
         "draft_acceptance": DRAFT_ACCEPTANCE,
         "block_efficiency": EMPIRICAL_BLOCK_EFFICIENCY,
         "speedup": SPEEDUP,
+        "mean_acceptance_length": EMPIRICAL_MEAN_ACCEPTANCE_LENGTH,
+        "acceptance_per_position": EMPIRICAL_ACCEPTANCE_PER_POSITION,
     },
 }
 ROLE, SWEEP_KEY, PARENT = "specray.role", "specray.sweep_key", "mlflow.parentRunId"
@@ -115,12 +127,18 @@ def cell_metrics(record: CellRecord, with_gamma: bool = False) -> dict[str, floa
     """The metrics one evaluation record contributes to its draft's run."""
     names = CELL_METRICS[record.estimator]
     gamma = record.gamma if with_gamma else None
-    values = record.metrics
-    return {
-        cell_key(metric, record.test_set, record.tau_dec, gamma): float(values[field])
-        for field, metric in names.items()
-        if values.get(field) is not None and math.isfinite(float(values[field]))
-    }
+    points = {}
+    for field, metric in names.items():
+        value = record.metrics.get(field)
+        key = cell_key(metric, record.test_set, record.tau_dec, gamma)
+        # a list is one value per draft position (records saved before a field existed lack it)
+        named = (
+            {f"{key}/position_{k + 1}": v for k, v in enumerate(value)}
+            if isinstance(value, list)
+            else {key: value}
+        )
+        points |= {k: float(v) for k, v in named.items() if v is not None and math.isfinite(float(v))}
+    return points
 
 
 def sweep_key(spec: SweepSpec, with_tune: bool = False) -> str:
@@ -355,6 +373,69 @@ class Tracker:
     def run(self, run_id: str):
         return self._call(self.client.get_run, run_id)
 
+    # ------------------------------------------------------------ serving export (`specray export`)
+
+    def download_draft(self, parent_id: str, draft_key: str, destination: Path) -> Path:
+        """The HF folder of the draft with this key: the `draft/` folder of the logged model its child run
+        of `parent_id` logged (`log_draft_model`)."""
+        runs = self._find(f"tags.`{PARENT}` = '{parent_id}' AND tags.`{DRAFT_KEY}` = '{draft_key}'")
+        query = f"tags.`{DRAFT_KEY}` = '{draft_key}'"
+        for run in runs:
+            found = self._call(
+                self.client.search_logged_models,
+                [self.experiment_id],
+                filter_string=f"source_run_id = '{run.info.run_id}' AND {query}",
+            )
+            ready = [m for m in found if m.status == LoggedModelStatus.READY]
+            if ready:
+                destination.mkdir(parents=True, exist_ok=True)
+                uri = f"{ready[0].artifact_location.rstrip('/')}/{DRAFT_DIR}"
+                return Path(
+                    self._call(
+                        mlflow.artifacts.download_artifacts,
+                        artifact_uri=uri,
+                        dst_path=str(destination),
+                        tracking_uri=self.uri,
+                    )
+                )
+        raise SpecError(f"run {parent_id}: no child run has a logged model of the draft with key {draft_key}")
+
+    def sweep_run(self, key: str) -> str | None:
+        """The newest parent run of the sweep with this key (finished or not), or None."""
+        runs = self._find(f"tags.`{ROLE}` = 'sweep' AND tags.`{SWEEP_KEY}` = '{key}'")
+        return runs[0].info.run_id if runs else None
+
+    def export_run(self, key: str, name: str, parent_id: str | None, folder: Path) -> str:
+        """A finished run (under the sweep's parent run when there is one) holding an export folder as its
+        `export` artifact: the routing plan, the drafts with their metadata, the engines' settings."""
+        tags = {ROLE: "export", SWEEP_KEY: key} | ({PARENT: parent_id} if parent_id else {})
+        run_id = self._call(self.client.create_run, self.experiment_id, tags=tags, run_name=name).info.run_id
+        self.log_artifacts(run_id, folder, "export")
+        self.finish(run_id)
+        return run_id
+
+    def register_version(self, name: str, run_id: str, artifact_path: str, tags: Mapping[str, str]) -> str:
+        """A version of registered model `name` (created if needed) for this run's artifact; returns it."""
+        source = f"runs:/{run_id}/{artifact_path}"
+        if not self._call(self.client.search_registered_models, f"name = '{name}'"):
+            self._call(self.client.create_registered_model, name)
+        version = self._call(self.client.create_model_version, name, source, run_id, tags=dict(tags))
+        return str(version.version)
+
+    def set_aliases(self, name: str, aliases: Mapping[str, str | None]) -> None:
+        """Point each alias at its version; an alias mapped to None is removed (if it was set)."""
+        current = self._call(self.client.get_registered_model, name).aliases
+        for alias, version in aliases.items():
+            if version is not None:
+                self._call(self.client.set_registered_model_alias, name, alias, version)
+            elif alias in current:
+                self._call(self.client.delete_registered_model_alias, name, alias)
+
+    def version_by_alias(self, name: str, alias: str) -> tuple[str, str]:
+        """(version, source) that alias `alias` of registered model `name` points at."""
+        version = self._call(self.client.get_model_version_by_alias, name, alias)
+        return str(version.version), version.source
+
 
 def open_tracker(uri: str, experiment: str) -> Tracker:
     """A Tracker, or a SpecError naming the URI when MLflow cannot be reached before any work starts."""
@@ -487,6 +568,7 @@ def fetch_sweep_records(uri: str, run_id: str, destination: Path) -> dict[str, A
         k: {float(t): v for t, v in by.items()} for k, by in records.get("lengths", {}).items()
     }
     records["name"] = run.data.params.get("name", run_id)
+    records["experiment"] = client.get_experiment(run.info.experiment_id).name
     projected = run.data.params.get("eval.projected_cost_ratio", "null")
     records["projected_cost_ratio"] = None if projected in ("null", "None") else float(projected)
     return records

@@ -17,6 +17,12 @@ from specray.ops.acceptance import (
     speedup_model,
     token_acceptance,
 )
+from specray.ops.blocks import (
+    BlockCounts,
+    draft_stop_after_rejection,
+    expected_block_counts,
+    sampled_token_acceptance,
+)
 from specray.ops.divergences import (
     AVERAGINGS,
     DIVERGENCES,
@@ -50,6 +56,7 @@ from specray.ops.warp import log_warp, sample, warp
 __all__ = [
     "AVERAGINGS",
     "DIVERGENCES",
+    "BlockCounts",
     "LENIENCES",
     "Averaging",
     "acceptance_from_logits",
@@ -58,6 +65,8 @@ __all__ = [
     "block_efficiency_from_counts",
     "chunked_rows",
     "draft_acceptance_from_counts",
+    "draft_stop_after_rejection",
+    "expected_block_counts",
     "expected_block_efficiency",
     "expected_target_calls",
     "forward_kl",
@@ -77,6 +86,7 @@ __all__ = [
     "masked_sum",
     "reverse_kl",
     "sample",
+    "sampled_token_acceptance",
     "simulated_block_efficiency",
     "speedup_model",
     "token_acceptance",

@@ -14,6 +14,7 @@ import pandas as pd
 
 from specray.report import figures
 from specray.report.figures import BASELINE
+from specray.report.serving import SERVER_NOTE, server_table
 
 
 def cells_frame(cells: Sequence[Mapping[str, Any]], drafts: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
@@ -185,6 +186,7 @@ def build_report(
     sections += [f"![{p.stem}]({p.name})" for p in figures.acceptance_vs_steps(curve_frame, out_dir)]
     sections += ["\n## Length of the target's test outputs\n"]
     sections += [f"![{p.stem}]({p.name})" for p in figures.length_distribution(dict(lengths), out_dir)]
+    sections += ["\n## What servers report\n", SERVER_NOTE, _table(server_table(cells))]
     sections += ["\n## Empirical vs analytic acceptance (on the same prompts)\n", AGREEMENT_NOTE]
     sections += [f"![{p.stem}]({p.name})" for p in figures.agreement(frame, out_dir)]
     sections += ["", _table(figures.paired_estimates(frame).reset_index())]

@@ -25,8 +25,11 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from specray.ops import (
+    draft_stop_after_rejection,
+    expected_block_counts,
     expected_block_efficiency,
     expected_target_calls,
+    sampled_token_acceptance,
     speedup_model,
     token_acceptance,
     warp,
@@ -58,14 +61,21 @@ class ForcedBatch(NamedTuple):
 @dataclass(frozen=True)
 class Betas:
     """One draft's acceptance along a set of continuations, in their order: β [n, T] (0 where invalid)
-    and the valid mask [n, T]; a sequence with an empty response has an all-False row."""
+    and the valid mask [n, T]; a sequence with an empty response has an all-False row. `sampled` [n, T]:
+    the acceptance of the sampled token itself, min(1, q(y_t) / p(y_t)) (`ops.sampled_token_acceptance`),
+    from which the server-side counts are exact."""
 
     beta: Tensor
     mask: Tensor
+    sampled: Tensor | None = None
+    eos_stop: Tensor | None = (
+        None  # [n, T]: P(a rejected proposal was the EOS), ops.draft_stop_after_rejection
+    )
 
     def subset(self, count: int) -> Betas:
         """The first `count` sequences (the prompts the empirical estimator decodes)."""
-        return Betas(self.beta[:count], self.mask[:count])
+        rows = [x[:count] if x is not None else None for x in (self.sampled, self.eos_stop)]
+        return Betas(self.beta[:count], self.mask[:count], *rows)
 
 
 @dataclass(frozen=True)
@@ -86,6 +96,18 @@ class AnalyticResult:
     per_prompt_tokens: list[int]
     per_prompt_beta_sum: list[float]
     per_prompt_target_calls: list[float]
+    # what servers report, expected under the decoders' rules along the sampled tokens' own acceptance
+    # (`specray.ops.blocks`: exact, where block_efficiency_simulated's β is not); intervals: sequences as
+    # clusters
+    block_efficiency_sampled: float  # expected tokens / verification steps
+    block_efficiency_sampled_ci95: float
+    mean_acceptance_length: float  # 1 + accepted / verification steps (vLLM's definition)
+    mean_acceptance_length_ci95: float
+    mean_acceptance_length_hf: float  # in HF's counting (see draft_acceptance_hf)
+    draft_acceptance: float  # accepted / drafted (our decoder's counting)
+    draft_acceptance_ci95: float
+    draft_acceptance_hf: float  # accepted / drafted as HF assisted generation counts (see ops/blocks.py)
+    acceptance_per_position: list[float]  # steps accepting ≥ k+1 tokens / steps, k < γ (vLLM's)
 
 
 def sample_continuations(
@@ -182,8 +204,9 @@ class AnalyticEstimator:
         pad_id: int,
         batch_size: int = 16,
         keep_target: bool = False,
+        eos_id: int | None = None,
     ):
-        self.target, self.continuations = target, continuations
+        self.target, self.continuations, self.eos_id = target, continuations, eos_id
         self.batches = forced_batches(continuations, batch_size, pad_id)
         self.keep_target = keep_target
         self._kept: dict[int, Tensor] = {}
@@ -207,17 +230,27 @@ class AnalyticEstimator:
         n = len(self.continuations.prompts)
         width = max((b.valid.shape[1] for b in self.batches), default=0)
         beta = [torch.zeros(n, width, dtype=torch.float32) for _ in drafts]
+        sampled = [torch.zeros(n, width, dtype=torch.float32) for _ in drafts]
+        stops = [torch.zeros(n, width, dtype=torch.float32) for _ in drafts]
         mask = torch.zeros(n, width, dtype=torch.bool)
         for i, batch in enumerate(self.batches):
             p = self._target_probs(i)  # [batch, T, vocab]
             rows, span = torch.tensor(batch.rows), batch.valid.shape[1]
             mask[rows, :span] = batch.valid
-            for out, draft in zip(beta, drafts, strict=True):
+            tokens = batch.input_ids.gather(1, batch.index + 1)  # [batch, T]: the sampled response ids
+            for out, out_sampled, out_stop, draft in zip(beta, sampled, stops, drafts, strict=True):
                 q = response_probs(draft, batch, self.continuations.tau).to(p.device)
-                out[rows, :span] = (token_acceptance(p, q).cpu() * batch.valid).float()
+                accept = token_acceptance(p, q)
+                out[rows, :span] = (accept.cpu() * batch.valid).float()
+                out_sampled[rows, :span] = (
+                    sampled_token_acceptance(p, q, tokens).cpu() * batch.valid
+                ).float()
+                if self.eos_id is not None:
+                    stop = draft_stop_after_rejection(p, q, accept, self.eos_id)
+                    out_stop[rows, :span] = (stop.cpu() * batch.valid).float()
                 del q
             del p
-        return [Betas(b, mask) for b in beta]
+        return [Betas(b, mask, a, r) for b, a, r in zip(beta, sampled, stops, strict=True)]
 
     def beta(self, draft: PreTrainedModel) -> tuple[Tensor, Tensor]:
         """β [n, T] of one draft and the valid mask [n, T], in the continuations' order."""
@@ -225,14 +258,22 @@ class AnalyticEstimator:
         return result.beta, result.mask
 
     def evaluate(
-        self, draft: PreTrainedModel, gamma: int, c: float, subset: int | None = None
+        self,
+        draft: PreTrainedModel,
+        gamma: int,
+        c: float,
+        subset: int | None = None,
+        max_new_tokens: int | None = None,
     ) -> AnalyticResult:
         (betas,) = self.betas([draft])
-        return analytic_result(betas, gamma, c, subset)
+        return analytic_result(betas, gamma, c, subset, max_new_tokens)
 
 
-def analytic_result(betas: Betas, gamma: int, c: float, subset: int | None = None) -> AnalyticResult:
-    """Acceptance, block efficiency and modelled speedup at one γ from a draft's β (every γ from one β)."""
+def analytic_result(
+    betas: Betas, gamma: int, c: float, subset: int | None = None, max_new_tokens: int | None = None
+) -> AnalyticResult:
+    """Acceptance, block efficiency and modelled speedup at one γ from a draft's β (every γ from one β);
+    `max_new_tokens` is the decoders' length limit the continuations were sampled with."""
     mask = betas.mask
     beta = betas.beta.double() * mask
     tokens = int(mask.sum())
@@ -262,7 +303,51 @@ def analytic_result(betas: Betas, gamma: int, c: float, subset: int | None = Non
         per_prompt_tokens=lengths.tolist(),
         per_prompt_beta_sum=beta.sum(dim=1).tolist(),
         per_prompt_target_calls=calls.tolist(),
+        **_server_metrics(
+            _along(betas)[reached],
+            lengths[reached],
+            gamma,
+            max_new_tokens,
+            betas.eos_stop[reached].double() if betas.eos_stop is not None else None,
+        ),
     )
+
+
+def _along(betas: Betas) -> Tensor:
+    """The per-position acceptance the server-side counts follow: the sampled tokens' own when known."""
+    chosen = betas.sampled if betas.sampled is not None else betas.beta
+    return chosen.double() * betas.mask
+
+
+def _server_metrics(
+    beta: Tensor, lengths: Tensor, gamma: int, max_new_tokens: int | None, eos_stop: Tensor | None
+) -> dict:
+    """The expected server-side counts of the sequences, pooled (ratios of sums, as servers pool them)."""
+    counts = expected_block_counts(beta, lengths, gamma, max_new_tokens, eos_stop)
+    steps, drafted, accepted = (float(x.sum()) for x in (counts.steps, counts.drafted, counts.accepted))
+    if not steps:
+        return dict.fromkeys(
+            ("block_efficiency_sampled", "block_efficiency_sampled_ci95", "mean_acceptance_length"),
+            math.nan,
+        ) | {
+            "mean_acceptance_length_ci95": math.nan,
+            "draft_acceptance": math.nan,
+            "draft_acceptance_ci95": math.nan,
+            "draft_acceptance_hf": math.nan,
+            "mean_acceptance_length_hf": math.nan,
+            "acceptance_per_position": [math.nan] * gamma,
+        }
+    return {
+        "block_efficiency_sampled": float(lengths.sum()) / steps,
+        "block_efficiency_sampled_ci95": ratio_ci95(lengths.double(), counts.steps),
+        "mean_acceptance_length": 1.0 + accepted / steps,
+        "mean_acceptance_length_ci95": ratio_ci95(counts.accepted, counts.steps),
+        "mean_acceptance_length_hf": 1.0 + (accepted - float(counts.eos_steps.sum())) / steps,
+        "draft_acceptance": accepted / drafted if drafted else math.nan,
+        "draft_acceptance_ci95": ratio_ci95(counts.accepted, counts.drafted),
+        "draft_acceptance_hf": (accepted - float(counts.eos_steps.sum())) / drafted if drafted else math.nan,
+        "acceptance_per_position": (counts.accepted_at.sum(dim=0) / steps).tolist(),
+    }
 
 
 def _head_ci(head: Betas) -> float:

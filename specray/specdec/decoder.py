@@ -43,9 +43,24 @@ class DecodeStats:
     target_calls: int = 0  # target forward passes after the prompt
     emitted: int = 0  # new tokens in the output
     seconds: float = 0.0
+    # per draft position k: steps that accepted at least k + 1 tokens (vLLM's per-position counts)
+    accepted_per_position: list[int] = field(default_factory=list)
 
     def __add__(self, other: DecodeStats) -> DecodeStats:
-        return DecodeStats(*(a + b for a, b in zip(self.astuple(), other.astuple(), strict=True)))
+        total = DecodeStats(*(a + b for a, b in zip(self.astuple(), other.astuple(), strict=True)))
+        mine, theirs = self.accepted_per_position, other.accepted_per_position
+        width = max(len(mine), len(theirs))
+        total.accepted_per_position = [
+            (mine[k] if k < len(mine) else 0) + (theirs[k] if k < len(theirs) else 0) for k in range(width)
+        ]
+        return total
+
+    def count_step(self, accepted: int) -> None:
+        """Add a verification step that accepted `accepted` tokens to the per-position counts."""
+        counts = self.accepted_per_position
+        counts += [0] * max(0, accepted - len(counts))
+        for k in range(accepted):
+            counts[k] += 1
 
     def astuple(self) -> tuple:
         return (self.drafted, self.tested, self.accepted, self.target_calls, self.emitted, self.seconds)
@@ -175,6 +190,7 @@ def speculative_decode(
         stats.tested += min(n + 1, block)
         stats.accepted += n
         stats.target_calls += 1
+        stats.count_step(n)
         # keep cache entries for the prompt, the accepted proposals and the token before them
         kept = len(prompt) + len(out.tokens) + n
         _crop(target_cache, kept)

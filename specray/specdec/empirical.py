@@ -27,6 +27,12 @@ class EmpiricalResult:
     target_only_seconds: float
     decodes: int
     tokens: int
+    # what servers report (vLLM's definitions), from the decoder's counts; intervals: each decode a cluster
+    mean_acceptance_length: float  # 1 + accepted / verification steps
+    mean_acceptance_length_ci95: float
+    draft_acceptance_ci95: float
+    acceptance_per_position: list[float]  # steps accepting ≥ k+1 tokens / steps, k < γ
+    speedup_ci95: float
 
 
 def _seed(seed: int, prompt_index: int, repeat: int, device: torch.device) -> torch.Generator:
@@ -51,6 +57,7 @@ def run_empirical(
     speculative_decode(target, draft, prompts[0], tau, gamma, min(8, max_new_tokens), eos_token_id)
     autoregressive_decode(target, prompts[0], tau, min(8, max_new_tokens), eos_token_id)
     total, baseline_seconds, per_decode = DecodeStats(), 0.0, []
+    per_decode_extra: list[tuple[int, float, float, int]] = []
     for i, prompt in enumerate(prompts):
         for r in range(repeats):
             generator = _seed(seed, i, r, target.device)
@@ -63,7 +70,12 @@ def run_empirical(
             baseline_seconds += baseline.stats.seconds
             total = total + stats
             per_decode.append((stats.accepted, stats.tested))
+            per_decode_extra.append(
+                (stats.drafted, baseline.stats.seconds, stats.seconds, stats.target_calls)
+            )
     counts = torch.tensor(per_decode, dtype=torch.float64)
+    # [decodes, 4]: drafted, target-only seconds, speculative seconds, verification steps
+    extra = torch.tensor(per_decode_extra, dtype=torch.float64)
     return EmpiricalResult(
         acceptance_rate=total.acceptance_rate,
         acceptance_rate_ci95=ratio_ci95(counts[:, 0], counts[:, 1]),
@@ -74,4 +86,14 @@ def run_empirical(
         target_only_seconds=baseline_seconds,
         decodes=len(per_decode),
         tokens=total.emitted,
+        mean_acceptance_length=1.0 + total.accepted / total.target_calls,
+        mean_acceptance_length_ci95=ratio_ci95(counts[:, 0], extra[:, 3]),
+        draft_acceptance_ci95=ratio_ci95(counts[:, 0], extra[:, 0]),
+        acceptance_per_position=_per_position(total, gamma),
+        speedup_ci95=ratio_ci95(extra[:, 1], extra[:, 2]),
     )
+
+
+def _per_position(total: DecodeStats, gamma: int) -> list[float]:
+    counts = total.accepted_per_position + [0] * (gamma - len(total.accepted_per_position))
+    return [count / total.target_calls for count in counts[:gamma]]

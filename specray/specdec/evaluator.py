@@ -95,13 +95,14 @@ class Evaluator:
         first = jobs[0]
         continuations = self.continuations(first.test_set, first.tau_dec)
         pad = self.tokenizer.pad_token_id
-        estimator = AnalyticEstimator(self.target, continuations, pad, self.settings.batch_size)
+        eos = self.tokenizer.eos_token_id
+        estimator = AnalyticEstimator(self.target, continuations, pad, self.settings.batch_size, eos_id=eos)
         betas = dict(zip(paths, estimator.betas(drafts), strict=True))
         seconds = (time.perf_counter() - started) / len(jobs)  # the pass's time, shared by its cells
-        subset = self.settings.empirical_prompts
+        subset, limit = self.settings.empirical_prompts, self.settings.max_new_tokens
         return [
             CellRecord.of(
-                job, c, seconds, asdict(analytic_result(betas[job.draft_path], job.gamma, c, subset))
+                job, c, seconds, asdict(analytic_result(betas[job.draft_path], job.gamma, c, subset, limit))
             )
             for job in jobs
         ]

@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 BASELINE = "non-distill"
 COST_RATIO_FILE = "cost_ratio.json"
+SPEC_FILE = "spec.yaml"  # the resolved spec of the sweep's last run, in its output folder
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,9 @@ from pathlib import Path
 import ray
 
 from specray.cluster.runtime import ray_session
-from specray.config import SweepSpec
+from specray.config import SweepSpec, dump_spec
 from specray.data.shards import is_complete, train_shard_keys
-from specray.files import write_json
+from specray.files import write_json, write_text
 from specray.keys import cost_ratio_inputs, digest, model_id
 from specray.lineage import DRAFTS_VIEW, DatasetRef, SweepData, describe_sweep, draft_model, draft_note
 from specray.models.loading import load_tokenizer, resolve_model_path
@@ -46,6 +46,7 @@ from specray.specdec.records import CellRecord, CostRatio, EvalJob
 from specray.specdec.workers import EvalPool, make_eval_pool
 from specray.sweep.plan import (
     COST_RATIO_FILE,
+    SPEC_FILE,
     DraftPlan,
     StagePlan,
     baseline_plan,
@@ -121,6 +122,7 @@ def run_sweep(
     """Run (or resume) the whole sweep; returns where the report is and what was measured."""
     out = sweep_dir(spec)
     preflight(spec)
+    write_text(out / SPEC_FILE, dump_spec(spec))  # the settings its results are keyed by (`specray export`)
     work = plan_sweep(spec)
     if on_plan is not None:
         on_plan(work)

@@ -1,0 +1,249 @@
+"""The routing plan: per band of request temperatures, the draft and γ with the best speedup, or none.
+
+Bands. By default one band per τ_dec the sweep measured, bounded by the midpoints between neighbours: a
+request at temperature τ goes to the nearest measured τ_dec (the first band starts at 0, the last has no
+upper edge; a band is [low, high), so a temperature on an edge belongs to the band above it). Given edges
+`0, e1, e2, …` make the bands [0, e1), [e1, e2), …, [e_last, ∞); each must contain at least one measured
+τ_dec, and every measured τ_dec inside a band represents it (below).
+
+Choice, per band. The candidates are every (draft, γ) of the sweep on one test set (in-domain by default).
+A candidate's speedup at a τ_dec is *measured* (the empirical cell's wall-time ratio and its 95% interval,
+decodes as clusters) when the sweep timed it, else *modelled*: τ_b / (c·γ + 1) with τ_b the analytic cell's
+`block_efficiency_sampled` (the expected tokens per step along the sampled tokens' own acceptance, exact
+where the report's `block_efficiency_simulated` from β overstates it at τ > 0: ops/blocks.py), its 95%
+interval from τ_b's (sequences as clusters) and c's, combined in relative terms. A band is judged on
+measured speedups when the sweep timed some candidate at every τ_dec of the band — then only such
+candidates compete — and on modelled ones otherwise; the plan says which. A candidate's speedup for the
+band is its smallest over the band's τ_dec (the band's *binding* τ_dec, where its expected metrics are
+stated). A candidate beats target-only decoding when the lower end of that speedup's 95% interval exceeds
+`min_speedup` (1 by default: the interval must lie wholly above 1); the band takes the candidate with the
+highest speedup among those, and "no speculation" when none does (its best candidate is kept, to say why).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from specray.errors import SpecError
+from specray.specdec.records import CellRecord, CostRatio
+
+Basis = Literal["measured", "modelled"]
+# the expected metrics a route states, from the analytic cell at its binding τ_dec (else the empirical one)
+EXPECTED_FIELDS = (
+    "acceptance_rate",
+    "acceptance_rate_ci95",
+    "draft_acceptance",
+    "draft_acceptance_ci95",
+    "draft_acceptance_hf",
+    "mean_acceptance_length",
+    "mean_acceptance_length_ci95",
+    "mean_acceptance_length_hf",
+    "acceptance_per_position",
+    "block_efficiency_sampled",
+    "block_efficiency_sampled_ci95",
+)
+
+
+@dataclass(frozen=True)
+class Band:
+    """Request temperatures in [low, high) (high None: no upper edge), represented by the sweep's τ_dec
+    measurements inside it."""
+
+    low: float
+    high: float | None
+    tau_decs: tuple[float, ...]
+
+    def contains(self, temperature: float) -> bool:
+        return self.low <= temperature and (self.high is None or temperature < self.high)
+
+    @property
+    def label(self) -> str:
+        return f"[{self.low:g}, {'∞' if self.high is None else f'{self.high:g}'})"
+
+    @property
+    def alias(self) -> str:
+        """A name for files and MLflow aliases (letters, digits, `_`, `-` only): `tau-0_8` for the band of
+        τ_dec 0.8, `tau-0_7-1_2` for a given band [0.7, 1.2)."""
+        if len(self.tau_decs) == 1:
+            return "tau-" + _name(self.tau_decs[0])
+        return f"tau-{_name(self.low)}-{'inf' if self.high is None else _name(self.high)}"
+
+
+def _name(value: float) -> str:
+    return f"{value:g}".replace(".", "_").replace("-", "m")
+
+
+def grid_bands(tau_decs: Iterable[float]) -> list[Band]:
+    """One band per measured τ_dec, edges at the midpoints between neighbours, from 0 up."""
+    taus = sorted(set(float(t) for t in tau_decs))
+    if not taus:
+        raise SpecError("the sweep has no τ_dec to route by")
+    edges = [0.0] + [(a + b) / 2 for a, b in zip(taus, taus[1:], strict=False)] + [None]
+    return [Band(edges[i], edges[i + 1], (tau,)) for i, tau in enumerate(taus)]
+
+
+def given_bands(edges: Sequence[float], tau_decs: Iterable[float]) -> list[Band]:
+    """Bands from edges `0, e1, …` (the last band has no upper edge); each must hold a measured τ_dec."""
+    taus = sorted(set(float(t) for t in tau_decs))
+    if not edges or edges[0] != 0 or any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
+        raise SpecError(f"--bands: edges must start at 0 and increase, got {list(edges)}")
+    uppers: list[float | None] = [*edges[1:], None]
+    bands = []
+    for low, high in zip(edges, uppers, strict=True):
+        inside = tuple(t for t in taus if low <= t and (high is None or t < high))
+        band = Band(float(low), None if high is None else float(high), inside)
+        if not inside:
+            raise SpecError(f"--bands: band {band.label} holds none of the measured τ_dec {taus}")
+        bands.append(band)
+    return bands
+
+
+def parse_edges(text: str) -> list[float]:
+    """`0,0.3,0.7` -> [0.0, 0.3, 0.7]; a SpecError naming the bad part."""
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise SpecError(
+            f"--bands: expected comma-separated temperatures such as 0,0.3,0.7, got {text!r}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class Speedup:
+    value: float
+    ci95: float  # half-width (nan when unknown)
+    basis: Basis
+    tau_dec: float  # where it was measured or modelled
+
+    @property
+    def low(self) -> float:
+        return self.value - self.ci95 if math.isfinite(self.ci95) else math.nan
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A (draft, γ) and its speedup for a band: the smallest over the band's τ_dec."""
+
+    draft: str
+    draft_key: str
+    gamma: int
+    speedup: Speedup
+    cells: dict[str, str] = field(default_factory=dict)  # estimator -> cell key at the binding τ_dec
+    expected: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Route:
+    """One band's decision: `choice` None means no speculation (`best` then says what came closest)."""
+
+    band: Band
+    basis: Basis
+    choice: Candidate | None
+    best: Candidate | None
+    min_speedup: float
+
+    @property
+    def reason(self) -> str:
+        if self.choice is not None:
+            s = self.choice.speedup
+            bound = f"lower end {s.low:.3f} > {self.min_speedup:g}"
+            return f"{s.basis} speedup {s.value:.3f} ± {s.ci95:.3f}: {bound}"
+        if self.best is None:
+            return "no candidate cells for this band"
+        s = self.best.speedup
+        return (
+            f"no speculation: the best candidate ({self.best.draft}, γ={self.best.gamma}) has {s.basis} "
+            f"speedup {s.value:.3f} ± {s.ci95:.3f}, lower end {s.low:.3f} ≤ {self.min_speedup:g}"
+        )
+
+
+class CellIndex:
+    """One test set's cells by (draft key, γ, τ_dec, estimator)."""
+
+    def __init__(self, cells: Iterable[CellRecord], test_set: str):
+        self.cells = {
+            (c.draft_key, c.gamma, float(c.tau_dec), c.estimator): c for c in cells if c.test_set == test_set
+        }
+        if not self.cells:
+            raise SpecError(f"the sweep has no cells on test set {test_set!r}")
+        self.names = {c.draft_key: c.draft for c in self.cells.values()}
+
+    def pairs(self) -> list[tuple[str, int]]:
+        return sorted({(key, gamma) for key, gamma, _, _ in self.cells})
+
+    def get(self, key: str, gamma: int, tau: float, estimator: str) -> CellRecord | None:
+        return self.cells.get((key, gamma, float(tau), estimator))
+
+
+def speedup_at(
+    index: CellIndex, key: str, gamma: int, tau: float, basis: Basis, cost: CostRatio
+) -> Speedup | None:
+    """The candidate's speedup at one τ_dec on one basis, with its 95% half-width (None: no such cell)."""
+    if basis == "measured":
+        cell = index.get(key, gamma, tau, "empirical")
+        if cell is None:
+            return None
+        return Speedup(cell.metrics["speedup"], cell.metrics.get("speedup_ci95", math.nan), basis, tau)
+    cell = index.get(key, gamma, tau, "analytic")
+    if cell is None:
+        return None
+    if "block_efficiency_sampled" not in cell.metrics:
+        raise SpecError(
+            f"cell {cell.key} ({cell.draft}, τ_dec={tau:g}, γ={gamma}) has no block_efficiency_sampled: it "
+            "was recorded by an older specray; run the sweep again (`specray run`) to recompute its cells"
+        )
+    tau_b = cell.metrics["block_efficiency_sampled"]
+    value = tau_b / (cost.value * gamma + 1)  # speedup_model, with the block efficiency that is exact
+    relative_b = cell.metrics.get("block_efficiency_sampled_ci95", math.nan) / tau_b
+    relative_c = gamma * cost.ci95 / (cost.value * gamma + 1)  # d log(cγ + 1) = γ dc / (cγ + 1)
+    return Speedup(value, value * math.hypot(relative_b, relative_c), basis, tau)
+
+
+def _candidate(
+    index: CellIndex, key: str, gamma: int, band: Band, basis: Basis, cost: CostRatio
+) -> Candidate | None:
+    speeds = [speedup_at(index, key, gamma, tau, basis, cost) for tau in band.tau_decs]
+    if any(s is None for s in speeds):
+        return None
+    binding = min(speeds, key=lambda s: s.value)  # type: ignore[union-attr]
+    cells = {
+        estimator: cell.key
+        for estimator in ("analytic", "empirical")
+        if (cell := index.get(key, gamma, binding.tau_dec, estimator)) is not None
+    }
+    source = index.get(key, gamma, binding.tau_dec, "analytic") or index.get(
+        key, gamma, binding.tau_dec, "empirical"
+    )
+    assert source is not None
+    expected = {name: source.metrics[name] for name in EXPECTED_FIELDS if name in source.metrics}
+    expected["estimator"] = source.estimator
+    return Candidate(index.names[key], key, gamma, binding, cells, expected)
+
+
+def route_band(index: CellIndex, band: Band, cost: CostRatio, min_speedup: float = 1.0) -> Route:
+    """The band's decision (module docstring)."""
+    timed = all(any(k[2] == tau and k[3] == "empirical" for k in index.cells) for tau in band.tau_decs)
+    basis: Basis = "measured" if timed else "modelled"
+    candidates = [
+        c for key, gamma in index.pairs() if (c := _candidate(index, key, gamma, band, basis, cost))
+    ]
+    ranked = sorted(candidates, key=lambda c: (-c.speedup.value, c.gamma, c.draft))
+    winners = [c for c in ranked if c.speedup.low > min_speedup]
+    return Route(band, basis, winners[0] if winners else None, ranked[0] if ranked else None, min_speedup)
+
+
+def plan_routes(
+    cells: Iterable[CellRecord],
+    cost: CostRatio,
+    test_set: str = "in_domain",
+    edges: Sequence[float] | None = None,
+    min_speedup: float = 1.0,
+) -> list[Route]:
+    """Every band's route, from the sweep's current cells."""
+    index = CellIndex(cells, test_set)
+    taus = {tau for _, _, tau, _ in index.cells}
+    bands = grid_bands(taus) if edges is None else given_bands(edges, taus)
+    return [route_band(index, band, cost, min_speedup) for band in bands]

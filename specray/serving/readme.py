@@ -1,0 +1,92 @@
+"""The README of an export folder: the table of bands and how to serve each."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def _num(value: Any, ci95: Any = None, digits: int = 3) -> str:
+    if not isinstance(value, int | float) or not math.isfinite(value):
+        return "-"
+    text = f"{value:.{digits}f}"
+    return text + (f" ± {ci95:.{digits}f}" if isinstance(ci95, int | float) and math.isfinite(ci95) else "")
+
+
+def _band(band: dict) -> str:
+    high = "∞" if band["high"] is None else f"{band['high']:g}"
+    return f"[{band['low']:g}, {high})"
+
+
+def _row(band: dict) -> str:
+    taus = ", ".join(f"{t:g}" for t in band["tau_decs"])
+    if band["route"] != "speculative":
+        best = band.get("best_candidate")
+        closest = (
+            f"best: {best['draft_name']}, γ={best['gamma']}, speedup {_num(**_s(best))}" if best else "-"
+        )
+        return (
+            f"| {_band(band)} | {taus} | no speculation | - | - | {band['basis']} | {closest} | - | - | - |"
+        )
+    e = band["expected"]
+    return (
+        f"| {_band(band)} | {taus} | `{band['draft']}` | {band['draft_name']} | {band['gamma']} | "
+        f"{band['basis']} | {_num(**_s(band))} | "
+        f"{_num(e.get('acceptance_rate'), e.get('acceptance_rate_ci95'))} | "
+        f"{_num(e.get('mean_acceptance_length'), e.get('mean_acceptance_length_ci95'))} | "
+        f"{_num(e.get('draft_acceptance'), e.get('draft_acceptance_ci95'))} |"
+    )
+
+
+def _s(candidate: dict) -> dict:
+    return {"value": candidate["speedup"]["value"], "ci95": candidate["speedup"]["ci95"]}
+
+
+def export_readme(plan: dict) -> str:
+    """Markdown for an export folder."""
+    sweep, target, rule = plan["sweep"], plan["target"], plan["rule"]
+    engines = plan["engines"]
+    lines = [
+        f"# Serving plan of sweep `{sweep['name']}`",
+        "",
+        f"From {sweep['source']} (spec key `{sweep['spec_key']}`), test set `{sweep['test_set']}`; target "
+        f"(verifier) `{target['name_or_path']}` ({', '.join(target['architectures'])}, vocabulary "
+        f"{target['vocab_size']}); c = {plan['cost_ratio']['value']:.4f} ± {plan['cost_ratio']['ci95']:.4f}.",
+        "",
+        "A request at temperature τ is served by the band whose [low, high) holds τ. Bands are represented "
+        "by "
+        "the sweep's τ_dec measurements inside them (the band's figures are at its binding τ_dec, where its "
+        "speedup is smallest). Speedup is *measured* (wall time, where the sweep timed it) or *modelled* "
+        "(τ_b / (c·γ + 1)), with its 95% interval; a band gets **no speculation** when no draft's interval "
+        f"lies wholly above {rule['min_speedup']:g}. Expected acceptance: acceptance rate α "
+        "(accepted / tested), "
+        "mean acceptance length (1 + accepted / verification steps, vLLM's definition) and draft acceptance "
+        "(accepted / drafted, vLLM's and HF's counting), all with 95% intervals.",
+        "",
+        "| band (τ) | τ_dec | draft folder | draft | γ | basis | speedup | acceptance rate | "
+        "mean acceptance length | draft acceptance |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        *(_row(band) for band in plan["bands"]),
+        "",
+        "## How to serve each band",
+        "",
+        f"- **vLLM {engines['vllm']}**: `vllm/<band>.sh` is the launch line; `vllm/<band>.json` the "
+        "`--speculative-config` for the draft-model method (`method: draft_model`, `num_speculative_tokens` "
+        "= γ, `draft_sample_method: probabilistic`: the draft samples at the request's temperature, the "
+        "speculative sampling these figures describe; vLLM's default greedy drafting accepts less at τ > 0).",
+        f"- **SGLang {engines['sglang']}**: `sglang/<band>.sh` is the launch line; `sglang/<band>.json` the "
+        "STANDALONE arguments: `--speculative-num-steps` = γ and `--speculative-num-draft-tokens` = γ + 1 "
+        "(SGLang counts the verified root token too). SGLang drafts the draft's top-1 token, so its "
+        "acceptance at τ > 0 differs from the figures above.",
+        "- **transformers** (assisted generation): `specray.serving.router.Router` reads `routing.json` and "
+        "`specray.serving.assisted.AssistedServer` serves a request by its temperature; `specray export "
+        "--verify` checks the plan's acceptance against what HF measures.",
+        "",
+        "One server per band: a deployment routes requests by temperature to the server of their band. The "
+        "draft folders are HF models (safetensors + tokenizer) whose `config.json` has a `specray_config` "
+        "block: the verifier, the KD recipe, the sweep's keys and the recommended γ per band.",
+        "",
+        "Band files: " + ", ".join(f"`{band['alias']}` {_band(band)}" for band in plan["bands"]) + ".",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,223 @@
+"""`specray export --verify`: the plan checked by a real client, transformers' assisted generation.
+
+For every band routed to a draft, the exported draft assists the target at the band's binding τ_dec with
+γ tokens per step on the sweep's held-out test prompts (the population the plan's figures were measured
+on), one decode per prompt. The harness is `specdec/hf_compare.py` (shared with the benchmarks): the draft
+is configured the way transformers 5.x reads it, every decode is traced (each verification step's drafted
+tokens and HF's own `n_matches`), and nothing is measured unless the configuration took effect — every step
+drafted γ tokens (fewer only at the length limit or after a drafted EOS), the logits processors are exactly
+one temperature warper on each side, and the draft's scores are its logits / τ.
+
+Measured, in HF's counting: draft acceptance = Σ accepted / Σ drafted over all steps, and mean acceptance
+length = 1 + Σ accepted / Σ steps, with 95% intervals (prompts as clusters, delta method). The plan's
+prediction in the same counting is `draft_acceptance_hf` (ops/blocks.py: HF does not count an accepted
+EOS that ends the decode). Wall-time speedup: each prompt is decoded again untraced (its tokens must equal
+the traced ones: same seed, same work) and by the target alone to the same length with the same seed;
+speedup = Σ target-only seconds / Σ assisted seconds, with its 95% interval. The check passes when the
+plan's predicted draft acceptance lies inside HF's measured 95% interval.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel
+
+from specray.specdec.analytic import ratio_ci95
+from specray.specdec.hf_compare import (
+    AssistedTrace,
+    Comparison,
+    MisconfiguredComparison,
+    assisted_kwargs,
+    check_assisted,
+    check_draft_scores,
+    configure_assistant,
+    run_assisted,
+    trace_assisted,
+)
+
+
+@dataclass(frozen=True)
+class BandCheck:
+    """One band: what HF measured beside what the plan predicted."""
+
+    alias: str
+    tau_dec: float
+    draft: str
+    gamma: int
+    prompts: int
+    steps: int
+    drafted: int
+    accepted: int
+    draft_acceptance: float  # HF's counting: accepted / drafted
+    draft_acceptance_ci95: float
+    predicted_draft_acceptance: float  # the plan's, converted to HF's counting
+    predicted_draft_acceptance_ci95: float
+    mean_acceptance_length: float
+    mean_acceptance_length_ci95: float
+    predicted_mean_acceptance_length: float  # the plan's, in HF's counting
+    speedup: float  # wall time, target alone / assisted
+    speedup_ci95: float
+    predicted_speedup: float
+    predicted_speedup_basis: str
+    seconds: float
+
+    @property
+    def agrees(self) -> bool:
+        """The prediction lies inside HF's measured 95% interval."""
+        return abs(self.predicted_draft_acceptance - self.draft_acceptance) <= self.draft_acceptance_ci95
+
+
+def traced_counts(traces: list[AssistedTrace]) -> dict[str, float]:
+    """Steps, drafted and accepted (HF's n_matches) summed, and their ratios with 95% intervals."""
+    per = torch.tensor(
+        [(sum(s.accepted for s in t.steps), sum(s.drafted for s in t.steps), len(t.steps)) for t in traces],
+        dtype=torch.float64,
+    )  # [prompts, 3]
+    accepted, drafted, steps = (float(x) for x in per.sum(dim=0))
+    return {
+        "accepted": int(accepted),
+        "drafted": int(drafted),
+        "steps": int(steps),
+        "draft_acceptance": accepted / drafted if drafted else math.nan,
+        "draft_acceptance_ci95": ratio_ci95(per[:, 0], per[:, 1]),
+        "mean_acceptance_length": 1 + accepted / steps,
+        "mean_acceptance_length_ci95": ratio_ci95(per[:, 0], per[:, 2]),
+    }
+
+
+def _without_min_length(trace: AssistedTrace) -> AssistedTrace:
+    """The trace with the draft side's MinLengthLogitsProcessor left out. With an EOS set, HF hands the
+    draft's generate() `min_new_tokens = max(0, target min_length − context)` = 0 (the target's own
+    processors are checked to hold no min length), which becomes min_length = the context length: a
+    processor that masks EOS only before the context's end, so never."""
+    kept = tuple(
+        tuple(p for p in processors if p[0] != "MinLengthLogitsProcessor")
+        for processors in trace.draft_processors
+    )
+    return replace(trace, draft_processors=kept)
+
+
+def trace_all(target: PreTrainedModel, draft: PreTrainedModel, comparison: Comparison) -> list[AssistedTrace]:
+    """Every prompt through HF assisted generation, traced; MisconfiguredComparison unless the settings took
+    effect (nothing is timed before this passes; the traced runs are also the warm-up)."""
+    kwargs = assisted_kwargs(comparison)
+    traces, problems = [], []
+    for i, (prompt, seed) in enumerate(zip(comparison.prompts, comparison.seeds, strict=True)):
+        trace = trace_assisted(target, draft, list(prompt), seed, kwargs)
+        found = check_assisted(_without_min_length(trace), comparison)
+        found += check_draft_scores(draft, trace, comparison.tau) if i == 0 else []
+        problems += [f"prompt {i}: {problem}" for problem in found]
+        traces.append(trace)
+    if problems:
+        raise MisconfiguredComparison(
+            f"not measured: HF assisted generation did not run as configured (τ={comparison.tau}, "
+            f"γ={comparison.gamma}):\n  " + "\n  ".join(problems[:12])
+        )
+    return traces
+
+
+def timed_speedup(
+    target: PreTrainedModel, draft: PreTrainedModel, comparison: Comparison, traces: list[AssistedTrace]
+) -> tuple[float, float]:
+    """Σ target-only seconds / Σ assisted seconds over the prompts, and its 95% half-width."""
+    kwargs = assisted_kwargs(comparison)
+    warm = kwargs | {"max_new_tokens": 4, "min_new_tokens": 4}  # the traced runs warmed the assisted path
+    _target_only_seconds(target, list(comparison.prompts[0]), 0, warm)
+    times = []
+    for prompt, seed, trace in zip(comparison.prompts, comparison.seeds, traces, strict=True):
+        tokens, assisted = run_assisted(target, draft, list(prompt), seed, kwargs)
+        if tuple(tokens) != trace.tokens:
+            raise MisconfiguredComparison(
+                "an untraced assisted decode differed from its traced run (same seed)"
+            )
+        length = len(tokens)
+        alone = kwargs | {"max_new_tokens": length, "min_new_tokens": length}  # the same work, EOS or not
+        times.append((_target_only_seconds(target, list(prompt), seed, alone), assisted))
+    per = torch.tensor(times, dtype=torch.float64)  # [prompts, 2]
+    return float(per[:, 0].sum() / per[:, 1].sum()), ratio_ci95(per[:, 0], per[:, 1])
+
+
+@torch.no_grad()
+def _target_only_seconds(
+    target: PreTrainedModel, prompt: list[int], seed: int, kwargs: dict[str, Any]
+) -> float:
+    torch.manual_seed(seed)
+    input_ids = torch.tensor([prompt], device=target.device)
+    started = time.perf_counter()
+    out = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
+    out[0, -1].item()  # waits for the device
+    return time.perf_counter() - started
+
+
+def check_band(
+    band: dict[str, Any],
+    target: PreTrainedModel,
+    draft: PreTrainedModel,
+    prompts: list[list[int]],
+    settings: dict,
+) -> BandCheck:
+    """Trace, count and time one band's draft at its binding τ_dec (`settings`: max_new_tokens, eos, pad,
+    seed)."""
+    started = time.perf_counter()
+    tau, gamma = float(band["speedup"]["tau_dec"]), int(band["gamma"])
+    seeds = tuple(settings["seed"] * 1_000_003 + i for i in range(len(prompts)))
+    comparison = Comparison(
+        tau,
+        gamma,
+        settings["max_new_tokens"],
+        settings["eos"],
+        tuple(map(tuple, prompts)),
+        seeds,
+        settings["pad"],
+    )
+    configure_assistant(draft, comparison)
+    traces = trace_all(target, draft, comparison)
+    counts = traced_counts(traces)
+    speedup, speedup_ci95 = timed_speedup(target, draft, comparison, traces)
+    expected = band["expected"]
+    return BandCheck(
+        alias=band["alias"],
+        tau_dec=tau,
+        draft=band["draft"],
+        gamma=gamma,
+        prompts=len(prompts),
+        steps=counts["steps"],
+        drafted=counts["drafted"],
+        accepted=counts["accepted"],
+        draft_acceptance=counts["draft_acceptance"],
+        draft_acceptance_ci95=counts["draft_acceptance_ci95"],
+        predicted_draft_acceptance=expected.get("draft_acceptance_hf", math.nan),
+        predicted_draft_acceptance_ci95=expected.get("draft_acceptance_ci95", math.nan),
+        mean_acceptance_length=counts["mean_acceptance_length"],
+        mean_acceptance_length_ci95=counts["mean_acceptance_length_ci95"],
+        predicted_mean_acceptance_length=expected.get("mean_acceptance_length_hf", math.nan),
+        speedup=speedup,
+        speedup_ci95=speedup_ci95,
+        predicted_speedup=band["speedup"]["value"],
+        predicted_speedup_basis=band["speedup"]["basis"],
+        seconds=time.perf_counter() - started,
+    )
+
+
+def verify_export(
+    export_dir: Path, prompts: list[list[int]], settings: dict, dtype: str = "auto"
+) -> list[BandCheck]:
+    """Check every speculative band of an export (routing.json, its drafts) against HF assisted generation."""
+    from specray.models.loading import load_model
+
+    plan = json.loads((export_dir / "routing.json").read_text())
+    target = load_model(plan["target"]["name_or_path"], dtype)
+    checks = []
+    for band in plan["bands"]:
+        if band["route"] != "speculative":
+            continue
+        draft = load_model(str(export_dir / band["draft"]), dtype)
+        checks.append(check_band(band, target, draft, prompts, settings))
+    return checks
