@@ -17,9 +17,14 @@ from specray.report.figures import BASELINE
 from specray.report.serving import SERVER_NOTE, server_table
 
 
-def cells_frame(cells: Sequence[Mapping[str, Any]], drafts: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
-    """Cell records joined with each draft's paradigm and τ_kd (None for mixtures and the baseline)."""
-    frame = pd.DataFrame([{k: v for k, v in c.items() if not isinstance(v, list)} for c in cells])
+def cells_frame(
+    cells: Sequence[Mapping[str, Any]], drafts: Mapping[str, Mapping[str, Any]], keep_lists: bool = False
+) -> pd.DataFrame:
+    """Cell records joined with each draft's paradigm and τ_kd (None for mixtures and the baseline); list
+    fields (β per position, per-prompt sums) only with `keep_lists` (the verdicts' bootstrap needs them)."""
+    frame = pd.DataFrame(
+        [{k: v for k, v in c.items() if keep_lists or not isinstance(v, list)} for c in cells]
+    )
     info = pd.DataFrame([{"draft": name, **d} for name, d in drafts.items()])
     if frame.empty:
         return frame
