@@ -34,6 +34,7 @@ from specray.report.paired import (
     untestable,
 )
 
+NO_CELLS = "no analytic cells with per-prompt values"
 FALLS = "speedup falls as τ_dec rises"
 
 
@@ -41,9 +42,11 @@ def speedup_falls(tables: Mapping[str, PromptCells]) -> list[Verdict]:
     """Effect: S(τ_hi) − S(τ_lo), with τ_lo / τ_hi the lowest / highest τ_dec ≤ 1 of the grid, on the
     in-domain test set, for the un-distilled draft and for each paradigm's best τ_kd (the peak over τ_kd,
     re-chosen in every resample). Claimed < 0."""
+    definition = "S(highest τ_dec ≤ 1) − S(lowest τ_dec)"
+    if not tables:
+        return [untestable(FALLS, "-", definition, NO_CELLS)]
     test_set = primary(tables)
     table, taus = tables[test_set], in_range(tables[test_set])
-    definition = "S(highest τ_dec ≤ 1) − S(lowest τ_dec)"
     if len(taus) < 2:
         return [untestable(FALLS, test_set, definition, "needs two τ_dec ≤ 1")]
     low, high = taus[0], taus[-1]
@@ -69,9 +72,11 @@ def diagonal_best(tables: Mapping[str, PromptCells]) -> list[Verdict]:
     """Effect, per paradigm on the in-domain test set: the mean over the τ_dec ≤ 1 that are also a grid
     τ_kd of S(τ_kd = τ_dec) − max over every other τ_kd of S (the best rival, re-chosen per resample).
     Claimed > 0: the matched draft beats all others."""
+    definition = "mean over τ_dec of S(τ_kd = τ_dec) − S(best other τ_kd)"
+    if not tables:
+        return [untestable(DIAGONAL, "-", definition, NO_CELLS)]
     test_set = primary(tables)
     table = tables[test_set]
-    definition = "mean over τ_dec of S(τ_kd = τ_dec) − S(best other τ_kd)"
     verdicts = []
     for paradigm in paradigms(table):
         grid = single_drafts(table, paradigm)
@@ -102,9 +107,11 @@ def higher_neighbour(tables: Mapping[str, PromptCells]) -> list[Verdict]:
     """Effect, per paradigm on the in-domain test set: the mean over τ_dec ≤ 1 whose neighbours τ_dec ± δ
     are both grid τ_kd (δ = the τ_kd grid's smallest spacing) of S(τ_kd = τ_dec + δ) − S(τ_kd = τ_dec − δ).
     Claimed > 0."""
+    definition = "mean over τ_dec of S(τ_kd = τ_dec + δ) − S(τ_kd = τ_dec − δ)"
+    if not tables:
+        return [untestable(NEIGHBOUR, "-", definition, NO_CELLS)]
     test_set = primary(tables)
     table = tables[test_set]
-    definition = "mean over τ_dec of S(τ_kd = τ_dec + δ) − S(τ_kd = τ_dec − δ)"
     verdicts = []
     for paradigm in paradigms(table):
         grid = single_drafts(table, paradigm)
@@ -136,9 +143,11 @@ KD_HIGH = "KD helps most at high τ_dec"
 def kd_helps_most_at_high(tables: Mapping[str, PromptCells]) -> list[Verdict]:
     """Effect, per paradigm on the in-domain test set: G(τ_hi) − G(τ_lo), with G(τ) = peak S over τ_kd at
     τ_dec τ / S(un-distilled at τ) − 1 and τ_lo / τ_hi the lowest / highest τ_dec ≤ 1. Claimed > 0."""
+    definition = "relative gain of the best τ_kd over un-distilled at the highest τ_dec ≤ 1 − at the lowest"
+    if not tables:
+        return [untestable(KD_HIGH, "-", definition, NO_CELLS)]
     test_set = primary(tables)
     table, taus = tables[test_set], in_range(tables[test_set])
-    definition = "relative gain of the best τ_kd over un-distilled at the highest τ_dec ≤ 1 − at the lowest"
     if len(taus) < 2 or table.row(BASELINE, taus[0]) is None:
         return [untestable(KD_HIGH, test_set, definition, "needs two τ_dec ≤ 1 and the un-distilled draft")]
     verdicts = []
@@ -163,6 +172,8 @@ ONLINE_HIGH = "online beats offline more at higher τ_dec"
 def online_beats_offline(tables: Mapping[str, PromptCells]) -> list[Verdict]:
     """Per test set, with Δ(τ) = peak S over online τ_kd − peak S over offline τ_kd at τ_dec τ:
     effect 1 = mean of Δ over the τ_dec ≤ 1 (claimed > 0); effect 2 = Δ(τ_hi) − Δ(τ_lo) (claimed > 0)."""
+    if not tables:
+        return [untestable(ONLINE, "-", "mean over τ_dec ≤ 1 of Δ", NO_CELLS)]
     verdicts = []
     for test_set, table in sorted(tables.items()):
         taus, size = in_range(table), {test_set: prompt_count(table)}
@@ -235,10 +246,12 @@ U_CURVE = "the U-curve over τ_kd out of range"
 def u_curve(tables: Mapping[str, PromptCells]) -> list[Verdict]:
     """Effect, per paradigm on the in-domain test set: the mean over τ_dec > 1 of [mean S of the lowest and
     highest τ_kd − mean S of the τ_kd between them] (Table 2's U: both ends above the middle). Claimed > 0."""
+    definition = "mean over τ_dec > 1 of S(end τ_kd) − S(interior τ_kd)"
+    if not tables:
+        return [untestable(U_CURVE, "-", definition, NO_CELLS)]
     test_set = primary(tables)
     table = tables[test_set]
     beyond = sorted(float(t) for t in table.cells.tau_dec.unique() if t > 1.0 + 1e-9)
-    definition = "mean over τ_dec > 1 of S(end τ_kd) − S(interior τ_kd)"
     verdicts = []
     for paradigm in paradigms(table):
         grid = single_drafts(table, paradigm)
@@ -315,12 +328,14 @@ CURVES_PART = "the KD-step curves of τ_kd 0 and 1 part late in training"
 
 
 def curves_part_late(curves: pd.DataFrame) -> list[Verdict]:
-    """Effect, per paradigm: |α₁ − α₀| at the last reported KD step − |α₁ − α₀| at the first, α_k the
-    training probe's acceptance of the τ_kd = k draft at τ_dec = 1 (or the highest probed τ_dec). Claimed
-    > 0. The probe logs one pooled α per step; where its rows also hold per-prompt lists
-    (`per_prompt_tokens/…`, `per_prompt_beta_sum/…`) they are bootstrapped (paired), else the verdict is
-    inconclusive with the point effect."""
-    definition = "|α(τ_kd=1) − α(τ_kd=0)| at the last KD step − at the first"
+    """Effect, per paradigm: |α₁ − α₀| at the last reported KD step − |α₁ − α₀| at the report nearest half
+    of it, α_k the training probe's acceptance of the τ_kd = k draft at τ_dec = 1 (or the highest probed
+    τ_dec): the gap that opens in the second half of training (at step 0 both are the same initial draft,
+    so the first report would measure any gap at all). Claimed > 0. The probe logs one pooled α per step;
+    where its rows also hold per-prompt lists (`per_prompt_tokens/…`, `per_prompt_beta_sum/…`, on the
+    probe's prompts) they are bootstrapped (paired), else the verdict is inconclusive
+    with the point effect."""
+    definition = "|α(τ_kd=1) − α(τ_kd=0)| at the last KD step − at mid-training"
     keys = [c for c in curves.columns if str(c).startswith("acceptance_rate/tau_dec=")] if len(curves) else []
     if not keys or "tau_kd" not in curves:
         return [untestable(CURVES_PART, "-", definition, "no acceptance-vs-step curves")]
@@ -336,6 +351,12 @@ def curves_part_late(curves: pd.DataFrame) -> list[Verdict]:
     return verdicts
 
 
+def _middle_and_last(run: pd.DataFrame) -> pd.DataFrame:
+    """The report nearest half the last step, and the last one (rows sorted by step)."""
+    middle = int(np.abs(run.step.to_numpy() - run.step.iloc[-1] / 2).argmin())
+    return run.iloc[[middle, -1]]
+
+
 def _tau_of(key: str) -> float:
     return float(key.rsplit("=", 1)[1])
 
@@ -343,7 +364,7 @@ def _tau_of(key: str) -> float:
 def _curve_verdict(ends: Mapping[float, pd.DataFrame], key: str, scope: str, definition: str) -> Verdict:
     tau = key.rsplit("=", 1)[1]
     tokens, sums = f"per_prompt_tokens/tau_dec={tau}", f"per_prompt_beta_sum/tau_dec={tau}"
-    rows = {k: run.dropna(subset=[key]).iloc[[0, -1]] for k, run in ends.items()}
+    rows = {k: _middle_and_last(run.dropna(subset=[key])) for k, run in ends.items()}
     if all({tokens, sums} <= set(run) for run in rows.values()):
         arrays = {
             (k, s): (np.array(r[tokens].iloc[s]), np.array(r[sums].iloc[s]))
@@ -372,13 +393,8 @@ def all_verdicts(
 ) -> list[Verdict]:
     """Every claim's verdicts, in the order of the issue's list. `cells` keeps the per-prompt lists."""
     tables = prompt_cells(cells)
-    if not tables:
-        by_cells = [FALLS, DIAGONAL, NEIGHBOUR, KD_HIGH, ONLINE, OOD_LARGER, U_CURVE]
-        missing = "no analytic cells with per-prompt values"
-        verdicts = [untestable(claim, "-", "-", missing) for claim in by_cells]
-    else:
-        checks = (speedup_falls, diagonal_best, higher_neighbour, kd_helps_most_at_high, online_beats_offline)
-        verdicts = [v for check in (*checks, out_of_domain, u_curve) for v in check(tables)]
+    checks = (speedup_falls, diagonal_best, higher_neighbour, kd_helps_most_at_high, online_beats_offline)
+    verdicts = [v for check in (*checks, out_of_domain, u_curve) for v in check(tables)]
     return verdicts + composition_gains(composition) + curves_part_late(curves)
 
 
