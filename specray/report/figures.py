@@ -75,15 +75,16 @@ def peak_speedup(cells: pd.DataFrame, out_dir: Path, metric: str = "speedup_mode
         ax.set_xlabel("τ_dec")
         ax.set_ylabel(f"peak {metric} over τ_kd")
         ax.set_title(f"peak {metric} per τ_dec ({test_set})")
-        ax.legend(loc="upper left")
         ax.grid(alpha=0.3)
+        handles = ax.get_lines()
         if {"online", "offline"} <= set(best.columns):
             relative = ax.twinx()
             gain = 100 * (best["online"] / best["offline"] - 1)
-            relative.plot(gain.index, gain.values, "k--", marker="x", label="online / offline − 1")
+            relative.plot(gain.index, gain.values, "k--", marker="x", label="online / offline − 1 (right)")
             relative.axhline(0, color="grey", linewidth=0.5)
             relative.set_ylabel("online vs offline (%)")
-            relative.legend(loc="upper right")
+            handles = [*handles, relative.get_lines()[0]]
+        ax.legend(handles=handles, fontsize=7, loc="best", framealpha=0.8)
         paths.append(_save(fig, out_dir / f"peak_{metric}_{test_set}.png"))
     return paths
 
@@ -188,6 +189,7 @@ def token_length_distribution(counts: dict[str, dict[int, int]], out_dir: Path) 
         share = np.array([by.get(k, 0) for k in sizes]) / max(total, 1)
         shift = (j - (len(counts) - 1) / 2) * bar
         ax.bar(sizes + shift, share, width=bar, label=f"{test_set} ({total:,} tokens generated)")
+    ax.set_xticks(sizes)
     ax.set_xlabel("token length (characters)")
     ax.set_ylabel("share of generated tokens")
     ax.set_title("token lengths of the target's test outputs")
