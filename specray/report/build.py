@@ -245,7 +245,9 @@ VERDICT_NOTE = (
     "same prompts, i.e. paired; a best τ_kd is re-chosen in every resample) and the verdict: reproduced "
     "(interval entirely on the claimed side of 0), not reproduced (entirely on the other side), "
     "inconclusive (it contains 0, or no interval could be computed: the reason is given), not testable on "
-    "this sweep (what the grid lacks is given). Definitions: `specray/report/verdicts.py`.\n"
+    "this sweep (what the grid lacks is given). Definitions: `specray/report/verdicts.py`. Each row is a "
+    "separate 95% interval: among twenty rows where nothing is going on, one is expected to exclude 0 by "
+    "chance. The intervals cover the resampling of test prompts only, not the training seed of the drafts.\n"
 )
 FIG1_NOTE = (
     "Modelled speedup (analytic, at each cell's best γ) and acceptance rate vs τ_dec for the un-distilled "
@@ -271,7 +273,8 @@ NO_TUNE = (
 FIG5_NOTE = (
     "How many characters the tokens the target generates on each test set have (a proxy for how hard they "
     "are to guess), over its sampled test outputs at every τ_dec ≤ 1, with the total tokens generated; "
-    "decoded text without surrounding whitespace, special tokens left out.\n"
+    "a token's length is its decoded text without a word's leading space (whitespace-only tokens count "
+    "their own characters), special tokens left out.\n"
 )
 FIG6_NOTE = (
     "The training probe's acceptance (analytic, on validation prompts) along KD steps: first at τ_dec = 1.0 "

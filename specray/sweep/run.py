@@ -380,7 +380,8 @@ def token_characters(
 ) -> dict[str, dict[float, dict[int, int]]]:
     """Per test set and τ_dec: how many generated tokens have each length in characters (paper Fig. 5, a
     proxy for how hard the tokens are). A token's length is that of its decoded text without surrounding
-    whitespace (byte-level BPE's leading space is not counted); special tokens (EOS) are left out."""
+    whitespace (a word's leading space is not counted; a token of only whitespace counts its own
+    characters); special tokens (EOS) are left out."""
     special = set(tokenizer.all_special_ids)
     width: dict[int, int] = {}  # token id -> characters, decoded once per id
     counts: dict[str, dict[float, dict[int, int]]] = {}
@@ -388,7 +389,8 @@ def token_characters(
         for tau, responses in by_tau.items():
             ids = [i for response in responses for i in response if i not in special]
             for i in set(ids) - width.keys():
-                width[i] = len(tokenizer.decode([i]).strip())
+                text = tokenizer.decode([i])
+                width[i] = len(text.strip()) or len(text)
             here = counts.setdefault(test_set, {}).setdefault(tau, {})
             for i in ids:
                 here[width[i]] = here.get(width[i], 0) + 1

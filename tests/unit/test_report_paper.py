@@ -154,3 +154,21 @@ def test_table2_has_a_column_per_tau_kd_for_both_out_of_range_tau_dec_and_paradi
         (p, t) for p in ("offline", "online") for t in (1.5, 2.0)
     }
     assert table["un-distilled"].notna().all() and table.test_set.nunique() == 2
+
+
+class _Tokenizer:
+    """Byte-level BPE's shapes: a word with its leading space, a newline, a bare piece, and EOS (id 0)."""
+
+    all_special_ids = (0,)
+    pieces = {1: " the", 2: "\n", 3: "ab"}
+
+    def decode(self, ids: list[int]) -> str:
+        return self.pieces[ids[0]]
+
+
+def test_token_characters_counts_generated_tokens_by_their_length() -> None:
+    from specray.sweep.run import token_characters
+
+    outputs = {"in_domain": {0.5: [[1, 2, 0], [3, 1]]}}
+    # " the" -> 3 (leading space not counted) twice, "\n" -> 1 (whitespace counts itself), "ab" -> 2, EOS out
+    assert token_characters(outputs, _Tokenizer()) == {"in_domain": {0.5: {3: 2, 1: 1, 2: 1}}}
