@@ -295,8 +295,8 @@ def composition_gains(composition: Composition | None) -> list[Verdict]:
         return [untestable(COMPOSITION, "-", definition, "no `specray tune` results given")]
     tables = prompt_cells(composition.cells)
     verdicts = []
-    for row in composition.table3.loc[composition.table3.groupby("test_set").tau_dec.idxmax()].itertuples():
-        row = row._asdict() | dict(zip(composition.table3.columns, row[1:], strict=True))
+    highest = composition.table3.loc[composition.table3.groupby("test_set").tau_dec.idxmax()]
+    for row in highest.to_dict("records"):
         for label, column in CONTENDERS.items():
             verdicts.append(_composition_verdict(tables, row, label, column, definition))
     return verdicts
