@@ -324,6 +324,36 @@ def _composition_verdict(
     return replace(result, note=f"point estimate {band} the paper's 12–20%")
 
 
+def sweep_mixture_gains(tables: Mapping[str, PromptCells]) -> list[Verdict]:
+    """The same claim on a sweep's own mixtures (`distill.mixtures`), per paradigm that has them, on each
+    test set at the highest τ_dec ≤ 1: S(best mixture) / S(best single τ_kd) − 1, both re-chosen in every
+    resample. Claimed > 0. No rows when the sweep distilled no mixture."""
+    verdicts = []
+    for test_set, table in sorted(tables.items()):
+        cells, taus = table.cells, in_range(table)
+        for paradigm in paradigms(table):
+            mixtures = sorted(set(cells.draft[(cells.paradigm == paradigm) & cells.tau_kd.isna()]))
+            if mixtures and taus:
+                verdicts.append(_mixture_verdict(table, test_set, paradigm, mixtures, taus[-1]))
+    return verdicts
+
+
+def _mixture_verdict(
+    table: PromptCells, test_set: str, paradigm: str, mixtures: list[str], tau_dec: float
+) -> Verdict:
+    singles = list(single_drafts(table, paradigm).values())
+
+    def statistic(index: Mapping[str, np.ndarray]) -> np.ndarray:
+        i = index[test_set]
+        return peak(table, mixtures, tau_dec, i) / peak(table, singles, tau_dec, i) - 1.0
+
+    definition = "S(best sweep mixture) / S(best single τ_kd) − 1 at the highest τ_dec ≤ 1"
+    scope = f"{paradigm} sweep mixtures, τ_dec {tau_dec:g} ({test_set})"
+    result = judged(COMPOSITION, scope, definition, +1, statistic, {test_set: prompt_count(table)})
+    band = "inside" if 0.12 <= result.effect <= 0.20 else "outside"
+    return replace(result, note=f"point estimate {band} the paper's 12–20%")
+
+
 CURVES_PART = "the KD-step curves of τ_kd 0 and 1 part late in training"
 
 
@@ -395,7 +425,8 @@ def all_verdicts(
     tables = prompt_cells(cells)
     checks = (speedup_falls, diagonal_best, higher_neighbour, kd_helps_most_at_high, online_beats_offline)
     verdicts = [v for check in (*checks, out_of_domain, u_curve) for v in check(tables)]
-    return verdicts + composition_gains(composition) + curves_part_late(curves)
+    verdicts += composition_gains(composition) + sweep_mixture_gains(tables)
+    return verdicts + curves_part_late(curves)
 
 
 def verdict_frame(verdicts: Sequence[Verdict]) -> pd.DataFrame:

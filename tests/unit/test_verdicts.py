@@ -168,3 +168,43 @@ def test_composition_gain_is_bootstrapped_from_the_tune_records() -> None:
     assert manual.verdict == REPRODUCED and manual.effect == pytest.approx(0.15)
     assert "inside" in manual.note
     assert tuned.verdict == NOT_REPRODUCED and tuned.effect == pytest.approx(-0.1)
+
+
+def test_curves_with_per_prompt_values_are_bootstrapped() -> None:
+    """Where the probe's rows carry per-prompt sums, the parting is judged with an interval: here the gap
+    grows from 0.02 to 0.20 on every one of 16 prompts."""
+    tokens = np.full(16, 10.0)
+
+    def row(tau_kd: float, step: int, alpha: float) -> dict:
+        sums = tokens * (alpha + np.linspace(-0.05, 0.05, 16))  # prompts differ; the gap does not
+        return {
+            "draft": f"online/tau_kd={tau_kd:g}",
+            "paradigm": "online",
+            "tau_kd": tau_kd,
+            "step": step,
+        } | {
+            "acceptance_rate/tau_dec=1": sums.sum() / tokens.sum(),
+            "per_prompt_tokens/tau_dec=1": tokens.tolist(),
+            "per_prompt_beta_sum/tau_dec=1": sums.tolist(),
+        }
+
+    rows = [row(0.0, 50, 0.50), row(0.0, 100, 0.60), row(1.0, 50, 0.52), row(1.0, 100, 0.80)]
+    (verdict,) = verdicts.curves_part_late(pd.DataFrame(rows))
+    assert verdict.verdict == REPRODUCED and verdict.effect == pytest.approx(0.18)
+
+
+def test_a_sweeps_own_mixture_is_judged_against_its_best_single_tau_kd() -> None:
+    rows = [
+        cell(f"offline/tau_kd={k:g}", tau, DIFFICULTY * (1.0 + 0.05 * k), paradigm="offline", tau_kd=k)
+        for k in (0.0, 1.0)
+        for tau in (0.0, 1.0)
+    ]
+    rows += [
+        cell("offline/mix=0:1,1:1", tau, DIFFICULTY * 1.05 * 1.15, paradigm="offline") for tau in (0.0, 1.0)
+    ]
+    (verdict,) = verdicts.sweep_mixture_gains(paired.prompt_cells(pd.DataFrame(rows)))
+    assert verdict.verdict == REPRODUCED and verdict.effect == pytest.approx(0.15)
+    assert "τ_dec 1" in verdict.scope
+    (diagonal,) = verdicts.diagonal_best(paired.prompt_cells(pd.DataFrame(rows)))  # the mixture is no τ_kd
+    # ±5% at τ_dec 0 and 1 cancel exactly; the 15% better mixture as a rival would make it negative
+    assert diagonal.effect == pytest.approx(0.0, abs=1e-12)
