@@ -170,14 +170,12 @@ def build_report(
         pd.concat([best_gamma(frame), frame[frame.estimator != "analytic"]]) if not frame.empty else frame
     )
     sections = [f"# {title}\n", f"{cost_ratio_line(cost_ratio)}\n"]
-    judged = all_verdicts(cells_frame(cells, drafts, keep_lists=True), curve_frame, composition)
-    sections += ["## Verdicts\n", VERDICT_NOTE, _table(verdict_frame(judged))]
-    sections += ["## Where the peaks are\n", *[f"- {line}" for line in findings(at_best)], ""]
-    sections += ["## Fig. 1: speedup and acceptance vs τ_dec\n", FIG1_NOTE]
-    sections += [f"![{p.stem}]({p.name})" for p in figures.against_tau_dec(at_best, out_dir)]
+    with_lists = cells_frame(cells, drafts, keep_lists=True)
+    sections += _verdict_section(with_lists, curve_frame, composition, at_best, out_dir)
     several = not frame.empty and frame.gamma.nunique() > 1
     for metric in ("speedup_model", "acceptance_rate"):
         sections += [f"## {metric}: τ_kd × τ_dec" + (" (at each cell's best γ)" if several else "") + "\n"]
+        sections += [HEATMAP_NOTE]
         sections += [f"![{p.stem}]({p.name})" for p in figures.heatmaps(at_best, metric, out_dir)]
     if several:
         sections += ["\n## Best γ per draft and τ_dec\n", _table(gamma_table(frame))]
@@ -198,9 +196,7 @@ def build_report(
     sections += ["## Table 3: composition of τ_kd (from `specray tune`)\n", TABLE3_NOTE]
     sections += [_table(tables.table3(composition)) if composition is not None else NO_TUNE]
     sections += _figure5_section(token_lengths or {}, lengths, out_dir)
-    sections += ["## Fig. 6: acceptance vs KD steps\n", FIG6_NOTE]
-    sections += [f"![{p.stem}]({p.name})" for p in figures.kd_step_curves(curve_frame, out_dir)]
-    sections += [f"![{p.stem}]({p.name})" for p in figures.acceptance_vs_steps(curve_frame, out_dir)]
+    sections += _figure6_section(curve_frame, out_dir)
     sections += ["\n## What servers report\n", SERVER_NOTE, _table(server_table(cells))]
     sections += ["\n## Empirical vs analytic acceptance (on the same prompts)\n", AGREEMENT_NOTE]
     sections += [f"![{p.stem}]({p.name})" for p in figures.agreement(frame, out_dir)]
@@ -208,6 +204,27 @@ def build_report(
     path = out_dir / "report.md"
     path.write_text("\n".join(sections) + "\n")
     return path
+
+
+def _verdict_section(
+    cells: pd.DataFrame,
+    curves: pd.DataFrame,
+    composition: Composition | None,
+    at_best: pd.DataFrame,
+    out_dir: Path,
+) -> list[str]:
+    """The verdict table, where the peaks lie, and Fig. 1. `cells` keeps the per-prompt lists."""
+    lines = ["## Verdicts\n", VERDICT_NOTE, _table(verdict_frame(all_verdicts(cells, curves, composition)))]
+    lines += ["## Where the peaks are\n", *[f"- {line}" for line in findings(at_best)], ""]
+    lines += ["## Fig. 1: speedup and acceptance vs τ_dec\n", FIG1_NOTE]
+    return lines + [f"![{p.stem}]({p.name})" for p in figures.against_tau_dec(at_best, out_dir)]
+
+
+def _figure6_section(curves: pd.DataFrame, out_dir: Path) -> list[str]:
+    """Fig. 6 as the paper draws it (τ_dec 1, τ_kd 0 and 1), then the diagonal variant."""
+    lines = ["\n## Fig. 6: acceptance vs KD steps\n", FIG6_NOTE]
+    lines += [f"![{p.stem}]({p.name})" for p in figures.kd_step_curves(curves, out_dir)]
+    return lines + [f"![{p.stem}]({p.name})" for p in figures.acceptance_vs_steps(curves, out_dir)]
 
 
 def _table2_section(at_best: pd.DataFrame, peaks: pd.DataFrame) -> list[str]:
@@ -248,6 +265,10 @@ VERDICT_NOTE = (
     "this sweep (what the grid lacks is given). Definitions: `specray/report/verdicts.py`. Each row is a "
     "separate 95% interval: among twenty rows where nothing is going on, one is expected to exclude 0 by "
     "chance. The intervals cover the resampling of test prompts only, not the training seed of the drafts.\n"
+)
+HEATMAP_NOTE = (
+    "Fig. 2 (in-domain) and Fig. 4 (out-of-domain): analytic (modelled) values per paradigm over τ_kd × "
+    "τ_dec; the top row is the un-distilled draft.\n"
 )
 FIG1_NOTE = (
     "Modelled speedup (analytic, at each cell's best γ) and acceptance rate vs τ_dec for the un-distilled "
