@@ -365,7 +365,7 @@ def curves_part_late(curves: pd.DataFrame) -> list[Verdict]:
     where its rows also hold per-prompt lists (`per_prompt_tokens/…`, `per_prompt_beta_sum/…`, on the
     probe's prompts) they are bootstrapped (paired), else the verdict is inconclusive
     with the point effect."""
-    definition = "|α(τ_kd=1) − α(τ_kd=0)| at the last KD step − at mid-training"
+    definition = "gap = abs(α(τ_kd=1) − α(τ_kd=0)): gap at the last KD step − gap at mid-training"
     keys = [c for c in curves.columns if str(c).startswith("acceptance_rate/tau_dec=")] if len(curves) else []
     if not keys or "tau_kd" not in curves:
         return [untestable(CURVES_PART, "-", definition, "no acceptance-vs-step curves")]
@@ -439,7 +439,8 @@ def verdict_frame(verdicts: Sequence[Verdict]) -> pd.DataFrame:
                 "effect": "-" if np.isnan(v.effect) else f"{v.effect:+.3f}",
                 "95% CI": v.interval,
                 "verdict": v.verdict,
-                "effect is": v.definition + (f" — {v.note}" if v.note else ""),
+                # a "|" would split the Markdown cell
+                "effect is": (v.definition + (f" — {v.note}" if v.note else "")).replace("|", "\\|"),
             }
             for v in verdicts
         ]

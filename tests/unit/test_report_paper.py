@@ -5,6 +5,7 @@ out-of-range τ_dec (Table 2 with every τ_kd) and a finished tune (Table 3 and 
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from pathlib import Path
 
@@ -137,6 +138,9 @@ def test_the_report_has_every_paper_figure_table_and_the_verdicts(tmp_path: Path
     for claim in ("speedup falls", "diagonal", "higher neighbour", "KD helps most", "online beats offline"):
         assert f"| {claim}" in report or f"| the {claim}" in report or f"| a {claim}" in report, claim
     assert "U-curve" in report and "out-of-domain speedup is larger" in report
+    table = report.split("## Verdicts", 1)[1].split("## Where", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ")]
+    assert all(len(re.findall(r"(?<!\\)\|", row)) == 7 for row in rows)  # 6 cells: no stray "|"
     table3_rows = [
         line for line in report.splitlines() if line.startswith(("| in_domain | 1", "| out_of_domain | 1"))
     ]
