@@ -178,7 +178,7 @@ def build_report(
         sections += [HEATMAP_NOTE]
         sections += [f"![{p.stem}]({p.name})" for p in figures.heatmaps(at_best, metric, out_dir)]
     if several:
-        sections += ["\n## Best γ per draft and τ_dec\n", _table(gamma_table(frame))]
+        sections += ["\n## Best γ per draft and τ_dec\n", GAMMA_NOTE, _table(gamma_table(frame))]
     if projected_cost_ratio is not None and not frame.empty:
         sections += [f"\n## speedup_model projected at c = {projected_cost_ratio:g}\n"]
         sections += [
@@ -266,6 +266,7 @@ VERDICT_NOTE = (
     "separate 95% interval: among twenty rows where nothing is going on, one is expected to exclude 0 by "
     "chance. The intervals cover the resampling of test prompts only, not the training seed of the drafts.\n"
 )
+GAMMA_NOTE = "Modelled speedup (analytic) of each draft at every γ of the grid, and the best γ.\n"
 HEATMAP_NOTE = (
     "Fig. 2 (in-domain) and Fig. 4 (out-of-domain): analytic (modelled) values per paradigm over τ_kd × "
     "τ_dec; the top row is the un-distilled draft.\n"
