@@ -336,11 +336,17 @@ def report(
     run_id: str = typer.Argument(..., help="MLflow run id of a sweep's parent run."),
     tracking_uri: str = typer.Option("sqlite:///mlflow.db", "--tracking-uri", help="Where that run lives."),
     output: Path | None = typer.Option(None, "--output", help="Report folder (default: reports/<run id>)."),
+    tune: Path | None = typer.Option(
+        None,
+        "--tune",
+        help="A finished `specray tune` folder (<output_dir>/<name>/tune): Table 3 and its verdict.",
+    ),
 ) -> None:
     """Rebuild a sweep's report (figures, tables, Markdown) from what its MLflow run holds."""
     import tempfile
 
     from specray.report.build import build_report
+    from specray.report.tables import load_composition
     from specray.tracking import fetch_sweep_records
 
     with user_errors(), tempfile.TemporaryDirectory() as tmp:
@@ -349,6 +355,10 @@ def report(
     title = f"specray sweep: {records['name']} (MLflow run {run_id})"
     parts = (records["cells"], records["drafts"], records["curves"], records["lengths"])
     extra = {"cost_ratio": records.get("cost_ratio"), "projected_cost_ratio": records["projected_cost_ratio"]}
+    extra |= {"token_lengths": records.get("token_lengths")}
+    if tune is not None:
+        with user_errors():
+            extra["composition"] = load_composition(tune)
     path = build_report(*parts, folder, title=title, **extra)
     typer.echo(f"report: {path}")
 

@@ -12,14 +12,20 @@ from typing import Any
 
 import pandas as pd
 
-from specray.report import figures
+from specray.report import figures, tables
 from specray.report.figures import BASELINE
 from specray.report.serving import SERVER_NOTE, server_table
+from specray.report.verdicts import Composition, all_verdicts, verdict_frame
 
 
-def cells_frame(cells: Sequence[Mapping[str, Any]], drafts: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
-    """Cell records joined with each draft's paradigm and τ_kd (None for mixtures and the baseline)."""
-    frame = pd.DataFrame([{k: v for k, v in c.items() if not isinstance(v, list)} for c in cells])
+def cells_frame(
+    cells: Sequence[Mapping[str, Any]], drafts: Mapping[str, Mapping[str, Any]], keep_lists: bool = False
+) -> pd.DataFrame:
+    """Cell records joined with each draft's paradigm and τ_kd (None for mixtures and the baseline); list
+    fields (β per position, per-prompt sums) only with `keep_lists` (the verdicts' bootstrap needs them)."""
+    frame = pd.DataFrame(
+        [{k: v for k, v in c.items() if keep_lists or not isinstance(v, list)} for c in cells]
+    )
     info = pd.DataFrame([{"draft": name, **d} for name, d in drafts.items()])
     if frame.empty:
         return frame
@@ -110,7 +116,8 @@ def cost_ratio_line(cost_ratio: Mapping[str, Any] | None) -> str:
 
 
 def findings(cells: pd.DataFrame) -> list[str]:
-    """The paper's claims, checked on this sweep's analytic cells (in-domain where both exist)."""
+    """Where the peaks lie on this sweep's analytic cells (in-domain where both exist): point values only;
+    the claims are judged, with intervals, by `verdicts`."""
     analytic = cells[(cells.estimator == "analytic")]
     if analytic.empty:
         return ["no analytic cells"]
@@ -123,9 +130,7 @@ def findings(cells: pd.DataFrame) -> list[str]:
     if len(base) >= 2:
         first, last = base.iloc[0], base.iloc[-1]
         span = f"τ_dec {base.index[0]:g} → {base.index[-1]:g}: {first:.3f} → {last:.3f}"
-        lines.append(
-            f"speedup falls as τ_dec rises (un-distilled draft, {span}): {'yes' if last < first else 'no'}"
-        )
+        lines.append(f"un-distilled draft's speedup_model, {span} (its verdict, with an interval: above)")
     distilled = in_range[in_range.tau_kd.notna()]
     for paradigm, group in distilled.groupby("paradigm"):
         best = group.loc[group.groupby("tau_dec")["speedup_model"].idxmax()]
@@ -148,8 +153,12 @@ def build_report(
     title: str = "specray sweep",
     cost_ratio: Mapping[str, Any] | None = None,
     projected_cost_ratio: float | None = None,
+    token_lengths: Mapping[str, Mapping[Any, Mapping[Any, int]]] | None = None,
+    composition: Composition | None = None,
 ) -> Path:
-    """Write every figure and table into `out_dir`; returns the Markdown report's path."""
+    """Write every figure and table into `out_dir`; returns the Markdown report's path. `token_lengths`:
+    test set -> τ_dec -> characters -> generated tokens (Fig. 5; JSON's string keys accepted);
+    `composition`: a finished `specray tune`'s results (Table 3 and its verdict)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     frame = cells_frame(cells, drafts)
     frame.to_csv(out_dir / "cells.csv", index=False)
@@ -161,13 +170,15 @@ def build_report(
         pd.concat([best_gamma(frame), frame[frame.estimator != "analytic"]]) if not frame.empty else frame
     )
     sections = [f"# {title}\n", f"{cost_ratio_line(cost_ratio)}\n"]
-    sections += ["## Findings\n", *[f"- {line}" for line in findings(at_best)], ""]
+    with_lists = cells_frame(cells, drafts, keep_lists=True)
+    sections += _verdict_section(with_lists, curve_frame, composition, at_best, out_dir)
     several = not frame.empty and frame.gamma.nunique() > 1
     for metric in ("speedup_model", "acceptance_rate"):
         sections += [f"## {metric}: τ_kd × τ_dec" + (" (at each cell's best γ)" if several else "") + "\n"]
+        sections += [HEATMAP_NOTE]
         sections += [f"![{p.stem}]({p.name})" for p in figures.heatmaps(at_best, metric, out_dir)]
     if several:
-        sections += ["\n## Best γ per draft and τ_dec\n", _table(gamma_table(frame))]
+        sections += ["\n## Best γ per draft and τ_dec\n", GAMMA_NOTE, _table(gamma_table(frame))]
     if projected_cost_ratio is not None and not frame.empty:
         sections += [f"\n## speedup_model projected at c = {projected_cost_ratio:g}\n"]
         sections += [
@@ -177,15 +188,15 @@ def build_report(
             f"![{p.stem}]({p.name})"
             for p in figures.heatmaps(projected(frame, projected_cost_ratio), "speedup_projected", out_dir)
         ]
-    sections += ["\n## Peak speedup per τ_dec (offline vs online)\n"]
+    sections += ["\n## Fig. 3: peak speedup per τ_dec (offline vs online)\n", FIG3_NOTE]
     sections += [f"![{p.stem}]({p.name})" for p in figures.peak_speedup(at_best, out_dir)]
     peaks = peak_table(frame)
     sections += ["", _table(peaks[peaks.tau_dec <= 1.0])]
-    sections += ["## Out-of-range τ_dec (1.5, 2.0)\n", _table(peaks[peaks.tau_dec > 1.0])]
-    sections += ["## Acceptance vs KD steps\n"]
-    sections += [f"![{p.stem}]({p.name})" for p in figures.acceptance_vs_steps(curve_frame, out_dir)]
-    sections += ["\n## Length of the target's test outputs\n"]
-    sections += [f"![{p.stem}]({p.name})" for p in figures.length_distribution(dict(lengths), out_dir)]
+    sections += _table2_section(at_best, peaks)
+    sections += ["## Table 3: composition of τ_kd (from `specray tune`)\n", TABLE3_NOTE]
+    sections += [_table(tables.table3(composition)) if composition is not None else NO_TUNE]
+    sections += _figure5_section(token_lengths or {}, lengths, out_dir)
+    sections += _figure6_section(curve_frame, out_dir)
     sections += ["\n## What servers report\n", SERVER_NOTE, _table(server_table(cells))]
     sections += ["\n## Empirical vs analytic acceptance (on the same prompts)\n", AGREEMENT_NOTE]
     sections += [f"![{p.stem}]({p.name})" for p in figures.agreement(frame, out_dir)]
@@ -195,6 +206,102 @@ def build_report(
     return path
 
 
+def _verdict_section(
+    cells: pd.DataFrame,
+    curves: pd.DataFrame,
+    composition: Composition | None,
+    at_best: pd.DataFrame,
+    out_dir: Path,
+) -> list[str]:
+    """The verdict table, where the peaks lie, and Fig. 1. `cells` keeps the per-prompt lists."""
+    lines = ["## Verdicts\n", VERDICT_NOTE, _table(verdict_frame(all_verdicts(cells, curves, composition)))]
+    lines += ["## Where the peaks are\n", *[f"- {line}" for line in findings(at_best)], ""]
+    lines += ["## Fig. 1: speedup and acceptance vs τ_dec\n", FIG1_NOTE]
+    return lines + [f"![{p.stem}]({p.name})" for p in figures.against_tau_dec(at_best, out_dir)]
+
+
+def _figure6_section(curves: pd.DataFrame, out_dir: Path) -> list[str]:
+    """Fig. 6 as the paper draws it (τ_dec 1, τ_kd 0 and 1), then the diagonal variant."""
+    lines = ["\n## Fig. 6: acceptance vs KD steps\n", FIG6_NOTE]
+    lines += [f"![{p.stem}]({p.name})" for p in figures.kd_step_curves(curves, out_dir)]
+    return lines + [f"![{p.stem}]({p.name})" for p in figures.acceptance_vs_steps(curves, out_dir)]
+
+
+def _table2_section(at_best: pd.DataFrame, peaks: pd.DataFrame) -> list[str]:
+    """Table 2: speedup and acceptance at out-of-range τ_dec for every τ_kd, then the best per row."""
+    lines = ["## Table 2: out-of-range τ_dec (> 1), every τ_kd\n", TABLE2_NOTE]
+    for metric in ("speedup_model", "acceptance_rate"):
+        lines += [f"**{metric}**\n", _table(tables.table2(at_best, metric))]
+    return [*lines, "**best (τ_kd, γ) per row**\n", _table(peaks[peaks.tau_dec > 1.0])]
+
+
+def _figure5_section(
+    token_lengths: Mapping[str, Mapping[Any, Mapping[Any, int]]],
+    lengths: Mapping[str, Mapping[float, list[int]]],
+    out_dir: Path,
+) -> list[str]:
+    """Fig. 5 over the target's outputs at τ_dec ≤ 1 (beyond, sampling is close to uniform noise), and the
+    output lengths per τ_dec beside it."""
+    counts: dict[str, dict[int, int]] = {}
+    for test_set, by_tau in token_lengths.items():
+        for tau, by_width in by_tau.items():
+            if float(tau) <= 1.0:
+                here = counts.setdefault(test_set, {})
+                for width, tokens in by_width.items():
+                    here[int(width)] = here.get(int(width), 0) + int(tokens)
+    lines = ["\n## Fig. 5: token lengths in characters, per test set\n", FIG5_NOTE]
+    lines += [f"![{p.stem}]({p.name})" for p in figures.token_length_distribution(counts, out_dir)]
+    lines += ["\nResponse lengths (tokens) of the same outputs per τ_dec:\n"]
+    return lines + [f"![{p.stem}]({p.name})" for p in figures.length_distribution(dict(lengths), out_dir)]
+
+
+VERDICT_NOTE = (
+    "Each claim of the papers, judged on this sweep: the effect (defined in the last column; S is the "
+    "modelled speedup, analytic estimator, each cell at its best γ, recomputed from per-prompt sums), its "
+    "95% percentile-bootstrap interval over test prompts (2,000 resamples; every draft resampled on the "
+    "same prompts, i.e. paired; a best τ_kd is re-chosen in every resample) and the verdict: reproduced "
+    "(interval entirely on the claimed side of 0), not reproduced (entirely on the other side), "
+    "inconclusive (it contains 0, or no interval could be computed: the reason is given), not testable on "
+    "this sweep (what the grid lacks is given). Definitions: `specray/report/verdicts.py`. Each row is a "
+    "separate 95% interval: among twenty rows where nothing is going on, one is expected to exclude 0 by "
+    "chance. The intervals cover the resampling of test prompts only, not the training seed of the drafts.\n"
+)
+GAMMA_NOTE = "Modelled speedup (analytic) of each draft at every γ of the grid, and the best γ.\n"
+HEATMAP_NOTE = (
+    "Fig. 2 (in-domain) and Fig. 4 (out-of-domain): analytic (modelled) values per paradigm over τ_kd × "
+    "τ_dec; the top row is the un-distilled draft.\n"
+)
+FIG1_NOTE = (
+    "Modelled speedup (analytic, at each cell's best γ) and acceptance rate vs τ_dec for the un-distilled "
+    "draft and, per paradigm, the draft distilled at the grid τ_kd nearest 0.2 (in-domain test set).\n"
+)
+FIG3_NOTE = (
+    "The best τ_kd's modelled speedup (analytic) per τ_dec for each paradigm and the un-distilled draft; "
+    "dashed, right axis: online / offline − 1, the relative gain of online KD.\n"
+)
+TABLE2_NOTE = (
+    "Modelled speedup and acceptance (analytic, each cell at its best γ) at τ_dec beyond the KD range, one "
+    "column per τ_kd of the grid: the curve over τ_kd reads along a row.\n"
+)
+TABLE3_NOTE = (
+    "Acceptance rate and modelled speedup (analytic) on each test set of the best single τ_kd, the paper's "
+    "manual recipe (top-k τ_kd around the peak) and the tuned mixture, chosen on the validation split; "
+    "gains relative to the best single τ_kd.\n"
+)
+NO_TUNE = (
+    "_not available: run `specray tune` on a tune spec of this sweep (e.g. `sweeps/tune_tiny.yaml`), then "
+    "`specray report RUN_ID --tune <output_dir>/<tune name>/tune`._\n"
+)
+FIG5_NOTE = (
+    "How many characters the tokens the target generates on each test set have (a proxy for how hard they "
+    "are to guess), over its sampled test outputs at every τ_dec ≤ 1, with the total tokens generated; "
+    "a token's length is its decoded text without a word's leading space (whitespace-only tokens count "
+    "their own characters), special tokens left out.\n"
+)
+FIG6_NOTE = (
+    "The training probe's acceptance (analytic, on validation prompts) along KD steps: first at τ_dec = 1.0 "
+    "for τ_kd 0 and 1 (the paper's Fig. 6), then at τ_dec = τ_kd for every τ_kd of the grid.\n"
+)
 AGREEMENT_NOTE = (
     "Each empirical cell decodes the first `eval.empirical_prompts` test prompts; the analytic estimate in "
     "this table is computed on exactly those prompts (same draft, test set, τ_dec and γ). They agree when "

@@ -63,21 +63,85 @@ def _heatmap_panel(ax: plt.Axes, rows: pd.DataFrame, paradigm: str, metric: str)
 
 
 def peak_speedup(cells: pd.DataFrame, out_dir: Path, metric: str = "speedup_model") -> list[Path]:
-    """Best τ_kd's value per τ_dec, offline vs online vs the un-distilled draft (paper Fig. 3)."""
+    """Best τ_kd's value per τ_dec, offline vs online vs the un-distilled draft, and on a second axis the
+    relative gain of online over offline, online / offline − 1 (paper Fig. 3)."""
     analytic = cells[cells.estimator == "analytic"]
     paths = []
     for test_set, rows in analytic.groupby("test_set"):
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for paradigm, group in rows.groupby("paradigm"):
-            best = group.groupby("tau_dec")[metric].max()
-            ax.plot(best.index, best.values, marker="o", label=paradigm)
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+        best = rows.groupby(["paradigm", "tau_dec"])[metric].max().unstack("paradigm")
+        for paradigm in best.columns:
+            ax.plot(best.index, best[paradigm], marker="o", label=paradigm)
         ax.set_xlabel("τ_dec")
         ax.set_ylabel(f"peak {metric} over τ_kd")
         ax.set_title(f"peak {metric} per τ_dec ({test_set})")
-        ax.legend()
         ax.grid(alpha=0.3)
+        handles = ax.get_lines()
+        if {"online", "offline"} <= set(best.columns):
+            relative = ax.twinx()
+            gain = 100 * (best["online"] / best["offline"] - 1)
+            relative.plot(gain.index, gain.values, "k--", marker="x", label="online / offline − 1 (right)")
+            relative.axhline(0, color="grey", linewidth=0.5)
+            relative.set_ylabel("online vs offline (%)")
+            handles = [*handles, relative.get_lines()[0]]
+        ax.legend(handles=handles, fontsize=7, loc="best", framealpha=0.8)
         paths.append(_save(fig, out_dir / f"peak_{metric}_{test_set}.png"))
     return paths
+
+
+def nearest_tau_kd(cells: pd.DataFrame, paradigm: str, tau_kd: float) -> float | None:
+    """The grid τ_kd of a paradigm's single-τ_kd drafts nearest to `tau_kd` (None if it has none)."""
+    grid = cells[(cells.paradigm == paradigm) & cells.tau_kd.notna()].tau_kd.unique()
+    return float(grid[np.abs(grid - tau_kd).argmin()]) if len(grid) else None
+
+
+def against_tau_dec(cells: pd.DataFrame, out_dir: Path, tau_kd: float = 0.2) -> list[Path]:
+    """Modelled speedup and acceptance vs τ_dec of the un-distilled draft and each paradigm's draft at the
+    grid τ_kd nearest `tau_kd`, on the in-domain test set where there is one (paper Fig. 1)."""
+    analytic = cells[cells.estimator == "analytic"]
+    if analytic.empty:
+        return []
+    test_set = "in_domain" if (analytic.test_set == "in_domain").any() else analytic.test_set.iloc[0]
+    rows = analytic[analytic.test_set == test_set]
+    lines = {"un-distilled": rows[rows.draft == BASELINE]}
+    for paradigm in sorted(p for p in rows.paradigm.dropna().unique() if p != BASELINE):
+        near = nearest_tau_kd(rows, paradigm, tau_kd)
+        if near is not None:
+            lines[f"{paradigm}, τ_kd={near:g}"] = rows[(rows.paradigm == paradigm) & (rows.tau_kd == near)]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, metric in zip(axes, ("speedup_model", "acceptance_rate"), strict=True):
+        for label, line in lines.items():
+            line = line.sort_values("tau_dec")
+            ax.plot(line.tau_dec, line[metric], marker="o", label=label)
+        ax.set_xlabel("τ_dec")
+        ax.set_ylabel(metric)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"speedup and acceptance vs decoding temperature ({test_set})")
+    return [_save(fig, out_dir / "fig1_against_tau_dec.png")]
+
+
+def kd_step_curves(curves: pd.DataFrame, out_dir: Path, tau_dec: float = 1.0) -> list[Path]:
+    """Acceptance during distillation at one τ_dec (1.0, or the probed τ_dec nearest it) of the τ_kd = 0
+    and τ_kd = 1 drafts, one panel per paradigm (paper Fig. 6)."""
+    keys = [c for c in curves.columns if str(c).startswith("acceptance_rate/tau_dec=")] if len(curves) else []
+    if not keys or "tau_kd" not in curves:
+        return []
+    key = min(keys, key=lambda k: abs(float(k.rsplit("=", 1)[1]) - tau_dec))
+    paradigms = sorted(curves.paradigm.dropna().unique())
+    fig, axes = plt.subplots(1, len(paradigms), figsize=(5.5 * len(paradigms), 4), squeeze=False)
+    for ax, paradigm in zip(axes[0], paradigms, strict=True):
+        group = curves[curves.paradigm == paradigm]
+        for tau_kd in (0.0, 1.0):
+            run = group[np.isclose(group.tau_kd.astype(float), tau_kd)].sort_values("step")
+            if not run.empty and run[key].notna().any():
+                ax.plot(run.step, run[key], marker=".", label=f"τ_kd={tau_kd:g}")
+        ax.set_xlabel("KD step")
+        ax.set_ylabel(f"acceptance_rate at τ_dec={key.rsplit('=', 1)[1]} (validation)")
+        ax.set_title(paradigm)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return [_save(fig, out_dir / "fig6_kd_steps.png")]
 
 
 def acceptance_vs_steps(curves: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -110,6 +174,28 @@ def length_distribution(lengths: dict[str, dict[float, list[int]]], out_dir: Pat
         ax.set_ylabel("response tokens")
         ax.set_title(f"target output length ({test_set})")
     return [_save(fig, out_dir / "output_lengths.png")]
+
+
+def token_length_distribution(counts: dict[str, dict[int, int]], out_dir: Path) -> list[Path]:
+    """Share of generated tokens by length in characters, one bar group per test set, with the total
+    tokens generated on each (paper Fig. 5). `counts`: test set -> characters -> tokens."""
+    if not counts:
+        return []
+    sizes = np.arange(max(k for by in counts.values() for k in by) + 1)
+    bar = 0.8 / len(counts)  # side by side: test set j is shifted by (j − (n − 1) / 2) bars
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for j, (test_set, by) in enumerate(sorted(counts.items())):
+        total = sum(by.values())
+        share = np.array([by.get(k, 0) for k in sizes]) / max(total, 1)
+        shift = (j - (len(counts) - 1) / 2) * bar
+        ax.bar(sizes + shift, share, width=bar, label=f"{test_set} ({total:,} tokens generated)")
+    ax.set_xticks(sizes)
+    ax.set_xlabel("token length (characters)")
+    ax.set_ylabel("share of generated tokens")
+    ax.set_title("token lengths of the target's test outputs")
+    ax.legend()
+    ax.grid(alpha=0.3, axis="y")
+    return [_save(fig, out_dir / "fig5_token_lengths.png")]
 
 
 def agreement(cells: pd.DataFrame, out_dir: Path) -> list[Path]:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import ray
 
@@ -149,7 +150,8 @@ def run_sweep(
         note = draft_note(spec, baseline)
         runs[baseline.name] = tracker.child_run(parent, baseline.name, baseline.key, baseline.tags, note)
         tracker.log_datasets(runs[baseline.name], data.tests)
-        prompts = encode_test_prompts(spec, load_tokenizer(target_path))
+        tokenizer = load_tokenizer(target_path)
+        prompts = encode_test_prompts(spec, tokenizer)
         everything = [baseline, *work.drafts]
         pool = _LazyPool(spec, target_path, prompts)
         with pool:
@@ -159,9 +161,13 @@ def run_sweep(
             jobs = _cell_jobs(spec, everything, cost)
             with display.stage("eval", len(jobs), "cell"):
                 records = _evaluate_all(spec, jobs, pool, cost, tracker, runs, display, out / "cells")
-    lengths = _output_lengths(spec, prompts)
+    outputs = _target_outputs(spec, prompts)
+    lengths = {
+        test_set: {tau: [len(r) for r in rs] for tau, rs in by.items()} for test_set, by in outputs.items()
+    }
     drafts = {plan.name: plan.info for plan in everything}
-    report = _report(spec, tracker, parent, records, drafts, curves, lengths, cost, out)
+    characters = token_characters(outputs, tokenizer)
+    report = _report(spec, tracker, parent, records, drafts, curves, (lengths, characters), cost, out)
     stage_metrics = {f"stage_seconds/{k.replace(' ', '_')}": v["seconds"] for k, v in display.summary.items()}
     tracker.log_metrics(parent, stage_metrics | _cost_metrics(cost))
     for run_id in [*runs.values(), parent]:
@@ -352,12 +358,12 @@ def _evaluate_all(
     return [saved[job.key] for job in jobs]
 
 
-def _output_lengths(
+def _target_outputs(
     spec: SweepSpec, prompts: dict[str, list[list[int]]]
-) -> dict[str, dict[float, list[int]]]:
-    """Token lengths of the target's cached test outputs per test set and τ_dec (paper Fig. 5)."""
+) -> dict[str, dict[float, list[list[int]]]]:
+    """The target's cached test outputs (response token ids) per test set and τ_dec."""
     settings, device = eval_settings(spec.eval), "cuda" if spec.eval.num_gpus > 0 else "cpu"
-    lengths: dict[str, dict[float, list[int]]] = {}
+    outputs: dict[str, dict[float, list[list[int]]]] = {}
     for test_set in TEST_SPLITS:
         for tau in spec.eval.temperatures:
             if test_set not in prompts:
@@ -365,17 +371,40 @@ def _output_lengths(
             folder = default_continuations_dir()
             path = continuations_file(folder, target_id(spec), prompts[test_set], tau, settings, device)
             if path.exists():
-                responses = json.loads(path.read_text())["responses"]
-                lengths.setdefault(test_set, {})[tau] = [len(r) for r in responses]
-    return lengths
+                outputs.setdefault(test_set, {})[tau] = json.loads(path.read_text())["responses"]
+    return outputs
+
+
+def token_characters(
+    outputs: dict[str, dict[float, list[list[int]]]], tokenizer: Any
+) -> dict[str, dict[float, dict[int, int]]]:
+    """Per test set and τ_dec: how many generated tokens have each length in characters (paper Fig. 5, a
+    proxy for how hard the tokens are). A token's length is that of its decoded text without surrounding
+    whitespace (a word's leading space is not counted; a token of only whitespace counts its own
+    characters); special tokens (EOS) are left out."""
+    special = set(tokenizer.all_special_ids)
+    width: dict[int, int] = {}  # token id -> characters, decoded once per id
+    counts: dict[str, dict[float, dict[int, int]]] = {}
+    for test_set, by_tau in outputs.items():
+        for tau, responses in by_tau.items():
+            ids = [i for response in responses for i in response if i not in special]
+            for i in set(ids) - width.keys():
+                text = tokenizer.decode([i])
+                width[i] = len(text.strip()) or len(text)
+            here = counts.setdefault(test_set, {}).setdefault(tau, {})
+            for i in ids:
+                here[width[i]] = here.get(width[i], 0) + 1
+    return counts
 
 
 # ---------------------------------------------------------------- report
 
 
-def _report(spec, tracker, parent, records, drafts, curves, lengths, cost: CostRatio, out: Path) -> Path:
-    """Write the report locally, then give MLflow the report and the plain records it was built from."""
+def _report(spec, tracker, parent, records, drafts, curves, outputs, cost: CostRatio, out: Path) -> Path:
+    """Write the report locally, then give MLflow the report and the plain records it was built from.
+    `outputs`: (token lengths of the target's test outputs, their characters-per-token counts)."""
     cells = [record.flat() for record in records]
+    lengths, characters = outputs
     report = build_report(
         cells,
         drafts,
@@ -385,10 +414,15 @@ def _report(spec, tracker, parent, records, drafts, curves, lengths, cost: CostR
         title=f"specray sweep: {spec.name}",
         cost_ratio=asdict(cost),
         projected_cost_ratio=spec.eval.projected_cost_ratio,
+        token_lengths=characters,
     )
     json_lengths = {test_set: {str(t): v for t, v in by_tau.items()} for test_set, by_tau in lengths.items()}
     inputs = {"cells": cells, "drafts": drafts, "curves": curves, "lengths": json_lengths}
     inputs["cost_ratio"] = asdict(cost)
+    inputs["token_lengths"] = {
+        test_set: {str(t): {str(k): n for k, n in c.items()} for t, c in by.items()}
+        for test_set, by in characters.items()
+    }
     for name, payload in inputs.items():
         tracker.log_dict(parent, payload, f"records/{name}.json")
     tracker.log_artifacts(parent, out / "report", "report")

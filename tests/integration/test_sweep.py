@@ -80,3 +80,24 @@ def test_killed_sweep_resumes_without_redoing_finished_work(tmp_path: Path) -> N
     assert (tmp_path / "rebuilt" / "report.md").read_text().split("\n", 1)[1] == (
         (report / "report.md").read_text().split("\n", 1)[1]
     )
+    _assert_paper_report(report)
+
+
+def _assert_paper_report(report: Path) -> None:
+    """Every figure and table of the papers, and the verdict table with an interval where the smoke grid
+    (τ_dec 0 and 1, τ_kd 0 and 1, no tune) allows one."""
+    text = (report / "report.md").read_text()
+    headings = ("## Verdicts", "## Fig. 1", "## Fig. 3", "## Table 2", "## Table 3", "## Fig. 5", "## Fig. 6")
+    assert all(heading in text for heading in headings), [h for h in headings if h not in text]
+    for figure in (
+        "fig1_against_tau_dec",
+        "peak_speedup_model_in_domain",
+        "fig5_token_lengths",
+        "fig6_kd_steps",
+    ):
+        assert (report / f"{figure}.png").exists() and f"({figure}.png)" in text, figure
+    falls = next(
+        line for line in text.splitlines() if line.startswith("| speedup falls as τ_dec rises | un-")
+    )
+    assert "| [" in falls  # its 95% interval
+    assert "| the U-curve over τ_kd out of range |" in text and "not testable on this sweep" in text

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -18,6 +19,8 @@ import specray.teacher.pool as teacher_pool
 from specray.config import load_spec
 from specray.distill.checkpoints import FINISHED_FILE
 from specray.models.zoo import cache_dir
+from specray.report.tables import load_composition
+from specray.report.verdicts import composition_gains
 from specray.sweep.tune.trial import DRAFT_DIR, TRIAL_RESULT
 from specray.tracking import BEST, PARENT, ROLE, TRIAL_ID
 from tests.conftest import REPO
@@ -137,6 +140,12 @@ def test_a_search_reads_cached_shards_logs_every_trial_and_registers_the_winner(
     ]
     assert frame["tuned gain"].notna().all() and (outcome.report_dir / "table3.md").exists()
     assert (outcome.report_dir / "table3.csv").exists() and (outcome.report_dir / "trials.csv").exists()
+
+    # the sweep report reads this folder (`specray report RUN --tune`): a composition verdict with an interval
+    composition = load_composition(outcome.report_dir.parent)
+    verdicts = composition_gains(composition)
+    assert len(verdicts) == 4  # manual and tuned, on both test sets
+    assert all(np.isfinite([v.low, v.high]).all() and v.low <= v.effect <= v.high for v in verdicts)
 
 
 # ---------------------------------------------------------------- resume after the driver is killed

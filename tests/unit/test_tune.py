@@ -215,6 +215,7 @@ def test_table3_reports_each_contender_and_its_gain_over_the_best_single_tau_kd(
     assert list(frame.test_set) == ["in_domain", "in_domain", "out_of_domain", "out_of_domain"]
     row = frame[(frame.test_set == "in_domain") & (frame.tau_dec == 1.0)].iloc[0]
     assert row["single tau_kd"] == "0.9" and row["single speedup_model"] == 1.6
+    assert (row["single draft"], row["manual draft"], row["tuned draft"]) == ("s9", "m", "tuned:x")
     assert row["manual gain"] == pytest.approx(1.8 / 1.6 - 1)
     assert row["tuned gain"] == pytest.approx(0.5) and row["tuned gain vs manual"] == pytest.approx(
         2.4 / 1.8 - 1

@@ -97,6 +97,10 @@ def _row(
         "tuned speedup_model": tuned["speedup_model"],
         "tuned gain": relative_gain(tuned["speedup_model"], single["speedup_model"]),
         "tuned gain vs manual": relative_gain(tuned["speedup_model"], manual["speedup_model"]),
+        # which cells these are, so the sweep report can bootstrap the gains over the same prompts
+        "single draft": single["draft"],
+        "manual draft": manual["draft"],
+        "tuned draft": tuned["draft"],
     }
 
 

@@ -349,7 +349,11 @@ def _evaluate(run: _Run, drafts: dict[str, str], test_sets: list[str], stage: st
         run_id = run.runs.get(record.draft)
         if run_id is not None:
             run.tracker.log_metrics(run_id, cell_metrics(record, with_gamma))
-    flat = [{k: v for k, v in r.flat().items() if not isinstance(v, list)} for r in records]
+    # lists dropped but the per-prompt sums, which the sweep report's paired bootstrap of Table 3 reads
+    flat = [
+        {k: v for k, v in r.flat().items() if not isinstance(v, list) or k.startswith("per_prompt_")}
+        for r in records
+    ]
     return [dict(r) for r in at_best_gamma(flat)]
 
 

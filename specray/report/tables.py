@@ -1,0 +1,74 @@
+"""The paper's tables as frames: Table 2 (out-of-range τ_dec, every τ_kd) and Table 3 (composition, from a
+finished `specray tune`), and reading that tune's results from its folder."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specray.errors import SpecError
+from specray.report.figures import BASELINE
+from specray.report.verdicts import Composition
+
+TABLE3_FILE, TUNE_CELLS_FILE = "table3.csv", "cells.json"
+
+
+def table2(cells: pd.DataFrame, metric: str = "speedup_model") -> pd.DataFrame:
+    """Out-of-range τ_dec (> 1), analytic at each cell's best γ (`cells` holds one γ per cell): one row
+    per (test set, paradigm, τ_dec), the un-distilled draft and one column per τ_kd, and the best τ_kd —
+    so the curve over τ_kd (the paper's U) can be read along a row (paper Table 2)."""
+    beyond = cells[(cells.estimator == "analytic") & (cells.tau_dec > 1.0)]
+    single = beyond[beyond.tau_kd.notna()]
+    if single.empty:
+        return pd.DataFrame()
+    wide = single.pivot_table(index=["test_set", "paradigm", "tau_dec"], columns="tau_kd", values=metric)
+    best = wide.idxmax(axis=1)
+    wide.columns = [f"τ_kd={t:g}" for t in wide.columns]
+    base = beyond[beyond.draft == BASELINE].set_index(["test_set", "tau_dec"])[metric]
+    wide.insert(0, "un-distilled", [base.get((ts, td), np.nan) for ts, _, td in wide.index])
+    wide["best τ_kd"] = [f"{t:g}" for t in best]
+    return wide.reset_index()
+
+
+TABLE3_COLUMNS = {
+    "test_set": "test set",
+    "tau_dec": "τ_dec",
+    "single tau_kd": "best single τ_kd",
+    "single acceptance_rate": "α",
+    "single speedup_model": "speedup",
+    "manual recipe": "manual recipe",
+    "manual acceptance_rate": "α ",
+    "manual speedup_model": "speedup ",
+    "manual gain": "manual gain",
+    "tuned acceptance_rate": "tuned α",
+    "tuned speedup_model": "tuned speedup",
+    "tuned gain": "tuned gain",
+}
+
+
+def table3(composition: Composition | None) -> pd.DataFrame:
+    """Acceptance rate and modelled speedup of the best single τ_kd, the paper's manual recipe and the tuned
+    mixture, per test set and τ_dec, with the gains over the best single τ_kd (paper Table 3)."""
+    if composition is None or composition.table3.empty:
+        return pd.DataFrame()
+    frame = composition.table3[[c for c in TABLE3_COLUMNS if c in composition.table3]].copy()
+    for gain in ("manual gain", "tuned gain"):
+        frame[gain] = frame[gain].map(lambda g: f"{g:+.1%}")
+    return frame.rename(columns=TABLE3_COLUMNS)
+
+
+def load_composition(folder: Path) -> Composition:
+    """A finished `specray tune`'s Table 3 and cell records, from its folder (`<output>/<name>/tune`) or
+    that folder's `report/`."""
+    report = folder / "report" if (folder / "report" / TABLE3_FILE).exists() else folder
+    if not (report / TABLE3_FILE).exists():
+        raise SpecError(f"{folder}: no {TABLE3_FILE} (is it a finished `specray tune` folder?)")
+    cells: list[Mapping[str, Any]] = []
+    if (report / TUNE_CELLS_FILE).exists():
+        cells = json.loads((report / TUNE_CELLS_FILE).read_text())
+    return Composition(pd.read_csv(report / TABLE3_FILE), pd.DataFrame(cells))
