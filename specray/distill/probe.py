@@ -20,11 +20,12 @@ if TYPE_CHECKING:  # the probe itself runs without the config (the GPU test suit
     from specray.config import SweepSpec
 
 PROBE_PROMPTS = 16  # enough for a trend, cheap enough to run every few steps
+ACCEPTANCE_PREFIX = "acceptance_rate/tau_dec="
 
 
 def acceptance_key(tau_dec: float) -> str:
     """The curve key of the analytic acceptance at one decoding temperature."""
-    return f"acceptance_rate/tau_dec={tau_dec:g}"
+    return f"{ACCEPTANCE_PREFIX}{tau_dec:g}"
 
 
 def probe_prompts(spec: SweepSpec, tokenizer: PreTrainedTokenizerBase) -> list[list[int]]:
