@@ -18,8 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specray.distill.probe import ACCEPTANCE_PREFIX
-
+ACCEPTANCE_PREFIX = "acceptance_rate/tau_dec="  # the probe's curve keys (`probe.acceptance_key`)
 WINDOW = 0.25  # the last quarter of the steps
 FLAT_SLOPE = 0.01  # |Δ acceptance| per 100 steps below which a curve counts as flat
 MIN_POINTS = 3  # a line through two points says nothing about how straight the curve is

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from specray.report import figures
+from specray.report.convergence import CONVERGENCE_NOTE, convergence_table, projected_heading
 from specray.report.figures import BASELINE
 from specray.report.serving import SERVER_NOTE, server_table
 
@@ -169,7 +170,7 @@ def build_report(
     if several:
         sections += ["\n## Best γ per draft and τ_dec\n", _table(gamma_table(frame))]
     if projected_cost_ratio is not None and not frame.empty:
-        sections += [f"\n## speedup_model projected at c = {projected_cost_ratio:g}\n"]
+        sections += [f"\n## {projected_heading(projected_cost_ratio)}\n"]
         sections += [
             "Each cell's measured block efficiency at the given draft/target cost ratio (at its best γ).\n"
         ]
@@ -184,6 +185,7 @@ def build_report(
     sections += ["## Out-of-range τ_dec (1.5, 2.0)\n", _table(peaks[peaks.tau_dec > 1.0])]
     sections += ["## Acceptance vs KD steps\n"]
     sections += [f"![{p.stem}]({p.name})" for p in figures.acceptance_vs_steps(curve_frame, out_dir)]
+    sections += ["\n## Convergence of the drafts\n", CONVERGENCE_NOTE, _table(convergence_table(curves))]
     sections += ["\n## Length of the target's test outputs\n"]
     sections += [f"![{p.stem}]({p.name})" for p in figures.length_distribution(dict(lengths), out_dir)]
     sections += ["\n## What servers report\n", SERVER_NOTE, _table(server_table(cells))]

@@ -119,7 +119,8 @@ def test_chunked_loss_equals_the_plain_one_with_gradients(micro_zoo, divergence,
     chunked = _loss_and_grads(ResponseLoss(**options, chunk_size=3), student, teacher, batch)
     torch.testing.assert_close(chunked[0], plain[0], rtol=1e-6, atol=1e-6)
     for expected, actual in zip(plain[1], chunked[1], strict=True):
-        torch.testing.assert_close(actual, expected, rtol=1e-6, atol=1e-6)
+        # 5e-6: fp32 sums in another order; one element of the micro draft's gradients differs by 1.8e-6
+        torch.testing.assert_close(actual, expected, rtol=1e-6, atol=5e-6)
     assert any(float(g.abs().sum()) > 0 for g in chunked[1])  # the gradient is not trivially zero
 
 
