@@ -29,7 +29,7 @@ def convergence_table(curves: Mapping[str, Sequence[Mapping[str, Any]]]) -> pd.D
     for draft, points in sorted(curves.items()):
         found = convergence(points)
         if found is None:
-            rows.append({"draft": draft, f"slope per {PER_STEPS} steps": None, "window": "too few points"})
+            rows.append({"draft": draft, f"slope per {PER_STEPS} steps": "n/a", "window": "too few points"})
             continue
         window = f"{found.first_step}–{found.last_step} ({found.points} points)"
         last = points[-1]
@@ -42,7 +42,7 @@ def convergence_table(curves: Mapping[str, Sequence[Mapping[str, Any]]]) -> pd.D
                 "final mean acceptance": round(_mean_acceptance(last), 4),
             }
         )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).fillna("n/a")
 
 
 def _mean_acceptance(point: Mapping[str, Any]) -> float:
