@@ -16,6 +16,7 @@ from specray.report import figures
 from specray.report.convergence import CONVERGENCE_NOTE, convergence_table, projected_heading
 from specray.report.figures import BASELINE
 from specray.report.serving import SERVER_NOTE, server_table
+from specray.report.speedup_units import UNITS_NOTE, speedup_heatmaps
 
 
 def cells_frame(cells: Sequence[Mapping[str, Any]], drafts: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
@@ -167,6 +168,9 @@ def build_report(
     for metric in ("speedup_model", "acceptance_rate"):
         sections += [f"## {metric}: τ_kd × τ_dec" + (" (at each cell's best γ)" if several else "") + "\n"]
         sections += [f"![{p.stem}]({p.name})" for p in figures.heatmaps(at_best, metric, out_dir)]
+    if not frame.empty:
+        sections += ["\n## speedup in the papers' units: measured where possible, modelled elsewhere\n"]
+        sections += [UNITS_NOTE, *[f"![{p.stem}]({p.name})" for p in speedup_heatmaps(frame, out_dir)]]
     if several:
         sections += ["\n## Best γ per draft and τ_dec\n", _table(gamma_table(frame))]
     if projected_cost_ratio is not None and not frame.empty:
