@@ -55,13 +55,14 @@ def _panel(ax: plt.Axes, rows: pd.DataFrame, paradigm: str) -> None:
     marks = _grid(rows.assign(measured=(rows.source == MEASURED).astype(float)), paradigm, "measured")
     marks = marks.reindex(index=values.index, columns=values.columns).fillna(0.0)
     image = ax.imshow(values.values, aspect="auto", cmap="viridis")
+    middle = np.nanmean([np.nanmin(values.values), np.nanmax(values.values)])
     for (i, j), value in np.ndenumerate(values.values):
         if not np.isfinite(value):
             continue
         measured = marks.values[i, j] > 0
-        ax.text(
-            j, i, f"{value:.2f}{'m' if measured else ''}", ha="center", va="center", fontsize=7, color="w"
-        )
+        color = "black" if value > middle else "white"  # readable on both ends of viridis
+        label = f"{value:.2f}{'m' if measured else ''}"
+        ax.text(j, i, label, ha="center", va="center", fontsize=7, color=color)
         if measured:
             ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.5))
     ax.set_xticks(range(values.shape[1]), [f"{t:g}" for t in values.columns])
