@@ -42,7 +42,7 @@ def convergence_table(curves: Mapping[str, Sequence[Mapping[str, Any]]]) -> pd.D
                 "final mean acceptance": round(_mean_acceptance(last), 4),
             }
         )
-    return pd.DataFrame(rows).fillna("n/a")
+    return pd.DataFrame(rows).astype(object).fillna("n/a")
 
 
 def _mean_acceptance(point: Mapping[str, Any]) -> float:

@@ -33,9 +33,10 @@ def speedup_in_units(cells: pd.DataFrame) -> pd.DataFrame:
     keys = ["draft", "test_set", "tau_dec"]
     modelled = cells[cells.estimator == "analytic"].sort_values("speedup_model").groupby(keys).tail(1)
     modelled = modelled.assign(shown=modelled.speedup_model, source=MODELLED)
-    measured = cells[cells.estimator == "empirical"] if "speedup" in cells else cells.iloc[:0]
-    measured = measured[measured.get("speedup", pd.Series(dtype=float)).notna()].sort_values("speedup")
-    measured = measured.groupby(keys).tail(1).assign(shown=lambda f: f.speedup, source=MEASURED)
+    measured = modelled.iloc[:0]
+    if "speedup" in cells:
+        measured = cells[(cells.estimator == "empirical") & cells.speedup.notna()].sort_values("speedup")
+        measured = measured.groupby(keys).tail(1).assign(shown=lambda f: f.speedup, source=MEASURED)
     both = pd.concat([measured, modelled]).drop_duplicates(keys, keep="first")  # measured wins
     return both[[*keys, "paradigm", "tau_kd", "shown", "source"]].reset_index(drop=True)
 
