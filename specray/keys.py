@@ -111,6 +111,7 @@ FIELDS: dict[str, Direct | Via] = {
     "distill.data_sources": _direct("draft:online"),  # fixed / teacher / student rows (online runs only)
     "distill.loss_averaging": _direct("draft"),  # a token mean or DistillSpec's per-sequence mean
     "distill.loss_chunk_size": NONE,  # LM heads in chunks: the same loss up to fp round-off
+    "distill.teacher_cache_mb": NONE,  # teacher states computed once, not every step: same up to round-off
     "distill.loss_temperature": _direct("draft:online"),
     "distill.steps": _direct("draft"),
     "distill.batch_size": _direct("draft"),

@@ -28,11 +28,12 @@ Every `checkpoint_every` steps (and at the last step) rank 0 writes a checkpoint
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +52,6 @@ from specray.distill.checkpoints import (
     save_checkpoint,
 )
 from specray.distill.data import (
-    Batch,
     MixtureSampler,
     TrainRow,
     collate,
@@ -64,11 +64,14 @@ from specray.distill.inputs import DistillInputs, check_request, draft_name, pre
 from specray.distill.losses import ResponseLoss, check_chunkable
 from specray.distill.probe import AcceptanceProbe
 from specray.distill.session import LocalSession, Session
+from specray.distill.teacher_states import StaticStates, estimated_mb
 from specray.keys import curve_inputs
 from specray.models.loading import load_model, load_tokenizer
 from specray.teacher.engines import eos_token_ids, sample_batch
 
 __all__ = ["DistillInputs", "DistillResult", "draft_name", "prepare_inputs", "run_training", "train_draft"]
+
+log = logging.getLogger(__name__)
 
 MIN_LR_RATIO = 0.1  # cosine decays to 10% of distill.lr (nanoGPT), not to 0: the last steps still learn
 
@@ -104,6 +107,7 @@ class _Run:
     loss: ResponseLoss
     eos_ids: set[int]
     state: dict  # step, curves, resumed_from, fingerprint: saved with every checkpoint
+    states: StaticStates | None = None  # online: the teacher's side of rows that never change
 
 
 @dataclass
@@ -187,7 +191,8 @@ def _setup(
     optimizer, scheduler, state = _optimization(student, spec, saved, run_fingerprint)
     data = MixtureSampler(inputs.rows, mixture, d.steps, d.batch_size, d.grad_accum, d.seed)
     teacher, probe = _teacher_and_probe(spec, paradigm, inputs, session, tokenizer)
-    return _Run(
+    loss = _response_loss(spec, paradigm, model, teacher)  # checks the heads can be chunked first
+    run = _Run(
         spec,
         paradigm,
         session,
@@ -198,10 +203,27 @@ def _setup(
         optimizer,
         scheduler,
         probe,
-        _response_loss(spec, paradigm, model, teacher),
+        loss,
         eos_ids,
         state,
     )
+    run.states = _static_states(run)
+    return run
+
+
+def _static_states(run: _Run) -> StaticStates | None:
+    """Online, the teacher's states of every fixed-data and teacher row this rank will train on, computed
+    now (`teacher_states.py`) — unless `distill.teacher_cache_mb` is 0 or too small for them, or the
+    heads are not chunked (the cached states need the logits to be the head applied to them)."""
+    d = run.spec.distill
+    if run.teacher is None or d.teacher_cache_mb <= 0 or d.loss_chunk_size <= 0:
+        return None
+    rows = list(_static_rows(run))
+    needed = estimated_mb(rows, unwrap(run.teacher).config.hidden_size)
+    if needed > d.teacher_cache_mb:
+        log.info("teacher states need %.0f MB > distill.teacher_cache_mb: computed every step", needed)
+        return None
+    return StaticStates(run.teacher, rows, run.tokenizer.pad_token_id, run.spec.teacher.batch_size)
 
 
 def _response_loss(
@@ -273,23 +295,44 @@ def _with_student_samples(
     return replaced
 
 
-def _local_batch(run: _Run, step: int, micro: int) -> Batch:
-    """This rank's slice of global micro-batch `micro` of `step`; online, its fixed-data and on-policy
-    rows replace their teacher responses (which rows is the same choice on every rank count)."""
+def _planned_rows(run: _Run, step: int, micro: int) -> tuple[list[TrainRow], list[int], list[int]]:
+    """Global micro-batch `micro` of `step` (online: with its fixed-data rows' ground truth in place),
+    this rank's indices into it, and which of those get a student sample (the same choice on every rank
+    count)."""
     d, session = run.spec.distill, run.session
     rows = run.data.micro_batch(step, micro)
-    local = rank_slice(len(rows), session.rank, session.world_size)
-    if run.paradigm == "online":
-        sources = row_sources(len(rows), d.sources.fixed, d.sources.student, d.seed, step, micro)
-        rows = with_ground_truth(rows, sources.fixed & set(local))
-        rows = _with_student_samples(run, rows, sorted(sources.student & set(local)), step, micro)
-    return collate([rows[i] for i in local], run.tokenizer.pad_token_id)
+    local = list(rank_slice(len(rows), session.rank, session.world_size))
+    if run.paradigm != "online":
+        return rows, local, []
+    sources = row_sources(len(rows), d.sources.fixed, d.sources.student, d.seed, step, micro)
+    rows = with_ground_truth(rows, sources.fixed & set(local))
+    return rows, local, sorted(sources.student & set(local))
+
+
+def _static_rows(run: _Run) -> Iterator[TrainRow]:
+    """Every row of this rank's whole run whose response is not a student sample (with repeats)."""
+    for step in range(1, run.spec.distill.steps + 1):
+        for micro in range(run.spec.distill.grad_accum):
+            rows, local, chosen = _planned_rows(run, step, micro)
+            yield from (rows[i] for i in local if i not in chosen)
+
+
+def _local_rows(run: _Run, step: int, micro: int) -> list[TrainRow]:
+    """This rank's slice of global micro-batch `micro` of `step`; online, the on-policy rows replace their
+    responses with student samples."""
+    rows, local, chosen = _planned_rows(run, step, micro)
+    rows = _with_student_samples(run, rows, chosen, step, micro)
+    return [rows[i] for i in local]
 
 
 def _train_step(run: _Run, step: int, window: _Window) -> None:
     """One optimizer step over `grad_accum` micro-batches; adds its loss and tokens to `window`."""
-    d, session = run.spec.distill, run.session
-    batches = [_local_batch(run, step, micro).to(session.device) for micro in range(d.grad_accum)]
+    d, session, pad = run.spec.distill, run.session, run.tokenizer.pad_token_id
+    micro_rows = [_local_rows(run, step, micro) for micro in range(d.grad_accum)]
+    batches = [collate(rows, pad).to(session.device) for rows in micro_rows]
+    states = [
+        None if run.states is None else run.states.for_batch(run.teacher, rows, pad) for rows in micro_rows
+    ]
     local_counts = [sum(run.loss.units(b.labels) for b in batches), sum(b.tokens for b in batches)]
     loss_units, tokens = session.all_reduce(torch.tensor(local_counts, dtype=torch.float64)).tolist()
     scale = session.world_size / max(loss_units, 1.0)  # DDP averages gradients over ranks
@@ -299,7 +342,7 @@ def _train_step(run: _Run, step: int, window: _Window) -> None:
         no_sync = getattr(run.student, "no_sync", None)  # DDP: all-reduce gradients once, at the end
         with nullcontext() if last or no_sync is None else no_sync():
             with autocast(session.device):
-                inputs = (batch.input_ids, batch.attention_mask, batch.labels)
+                inputs = (batch.input_ids, batch.attention_mask, batch.labels, states[i])
                 loss = run.loss(run.student, run.teacher, *inputs)
             (loss * scale).backward()
         loss_sum += float(loss.detach())

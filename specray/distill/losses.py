@@ -154,12 +154,17 @@ class ResponseLoss:
         input_ids: Tensor,
         attention_mask: Tensor,
         labels: Tensor,
+        teacher_states: Tensor | None = None,
     ) -> Tensor:
         """Sum of the loss over this micro-batch's units (mean × `units`), with the student's grad.
 
         input_ids, attention_mask, labels: [batch, seq] (as `data.collate` makes them) -> scalar.
+        teacher_states: [counted, hidden], the teacher's final hidden states at the counted positions in
+        row-major order (`teacher_states.response_states`), computed beforehand: the teacher is then not
+        run, only its LM head (online only; the teacher's logits must be its head on them, as chunking
+        requires).
         """
-        inputs = (input_ids, attention_mask, labels)
+        inputs = (input_ids, attention_mask, labels, teacher_states)
         if self.chunk_size > 0 and int((labels != IGNORE_INDEX).sum()) > self.chunk_size:
             return self._chunked(student, teacher, *inputs)
         return self._plain(student, teacher, *inputs)
@@ -171,17 +176,39 @@ class ResponseLoss:
         function = get_per_token_divergence(self.divergence)
         return functools.partial(function, temperature=self.temperature, **extra)
 
-    def _plain(self, student, teacher, input_ids: Tensor, attention_mask: Tensor, labels: Tensor) -> Tensor:
+    def _plain(
+        self,
+        student,
+        teacher,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        labels: Tensor,
+        states: Tensor | None,
+    ) -> Tensor:
         logits = student(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
         if self.divergence is None:
             return _cross_entropy_sum(logits, labels, self.averaging)[0]
         assert teacher is not None, "online distillation needs the teacher"
+        if states is not None:
+            counted = labels != IGNORE_INDEX  # [batch, seq]
+            with torch.no_grad():
+                teacher_logits = _unwrap(teacher).get_output_embeddings()(states)  # [counted, vocab]
+            per_token = _spread(self._per_token()(logits[counted], teacher_logits), counted)
+            return masked_sum(per_token, counted, self.averaging)[0]
         with torch.no_grad():
             teacher_logits = teacher(input_ids=input_ids, attention_mask=attention_mask).logits
         per_token = self._per_token()(logits, teacher_logits)  # [batch, seq]
         return masked_sum(per_token, labels != IGNORE_INDEX, self.averaging)[0]
 
-    def _chunked(self, student, teacher, input_ids: Tensor, attention_mask: Tensor, labels: Tensor) -> Tensor:
+    def _chunked(
+        self,
+        student,
+        teacher,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        labels: Tensor,
+        states: Tensor | None,
+    ) -> Tensor:
         counted = labels != IGNORE_INDEX  # [batch, seq]
         hidden = final_hidden_states(student, input_ids, attention_mask)[counted]  # [counted, hidden]
         head = _unwrap(student).get_output_embeddings()
@@ -193,8 +220,10 @@ class ResponseLoss:
             per_token = chunked_rows(loss, (hidden, labels[counted]), self.chunk_size)
         else:
             assert teacher is not None, "online distillation needs the teacher"
-            with torch.no_grad():
-                teacher_hidden = final_hidden_states(teacher, input_ids, attention_mask)[counted]
+            teacher_hidden = states
+            if teacher_hidden is None:
+                with torch.no_grad():
+                    teacher_hidden = final_hidden_states(teacher, input_ids, attention_mask)[counted]
             teacher_head, divergence = _unwrap(teacher).get_output_embeddings(), self._per_token()
 
             def loss(h: Tensor, teacher_h: Tensor) -> Tensor:  # [chunk, hidden] x 2 -> [chunk]

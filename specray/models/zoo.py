@@ -7,6 +7,9 @@ target's distribution, which is the gap knowledge distillation closes (llama-68m
 
 Built zoos are cached under `cache_dir()/zoo/<key>`, where the key hashes the ZooSpec and this file's
 format version; a build writes into a temporary folder and renames it, so a killed build leaves no zoo.
+Each model is also keyed on its own (`model_key`: the shared recipe and its own shape, not the other
+model's) and seeded on its own, so a zoo that changes only the draft copies the target of a cached zoo
+instead of pre-training it again (the target is most of a build's time).
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ from specray.data.templates import format_prompt
 
 log = logging.getLogger(__name__)
 
-ZOO_FORMAT = 1  # bump when the build recipe changes, so old caches are not reused
+ZOO_FORMAT = 2  # bump when the build recipe changes, so old caches are not reused (2: per-model seeds)
+MODEL_FORMAT = 1  # bump when one model's own recipe changes (1: the target of ZOO_FORMAT 1 and 2 alike)
+MODELS = ("target", "draft")
 PAD, BOS, EOS = "<pad>", "<s>", "</s>"
 
 
@@ -51,6 +56,37 @@ def zoo_key(spec: ZooSpec) -> str:
         {"format": ZOO_FORMAT, "spec": spec.model_dump(mode="json"), "corpus": sample}, sort_keys=True
     )
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def model_key(spec: ZooSpec, name: str) -> str:
+    """Hash of what one model of the zoo is made from: corpus, tokenizer and pre-training settings, seed
+    and its own shape — not the other model's shape."""
+    other = next(m for m in MODELS if m != name)
+    sample = fingerprint(synthetic_corpus(64, spec.corpus_seed, IN_DOMAIN + OUT_OF_DOMAIN))
+    recipe = spec.model_dump(mode="json", exclude={other})
+    payload = json.dumps(
+        {"format": MODEL_FORMAT, "model": name, "spec": recipe, "corpus": sample}, sort_keys=True
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _model_seed(spec: ZooSpec, name: str) -> int:
+    # the target keeps the seed it had when it was initialised first from spec.seed (ZOO_FORMAT 1)
+    return spec.seed if name == "target" else spec.seed + 1
+
+
+def find_built_model(root: Path, spec: ZooSpec, name: str) -> Path | None:
+    """A built zoo under `root` whose `name` model has this spec's recipe. Zoos built before per-model
+    keys (no `model_keys` in zoo.json) are keyed from their spec: their target had this recipe."""
+    wanted = model_key(spec, name)
+    for info_file in sorted(root.glob("*/zoo.json")):
+        info = json.loads(info_file.read_text())
+        keys = info.get("model_keys")
+        if keys is None and name == "target":
+            keys = {"target": model_key(ZooSpec.model_validate(info["spec"]), "target")}
+        if (keys or {}).get(name) == wanted:
+            return info_file.parent / name
+    return None
 
 
 @dataclass(frozen=True)
@@ -161,29 +197,44 @@ def _save(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, path: Pat
     tokenizer.save_pretrained(path)
 
 
+def _build_model(
+    spec: ZooSpec, name: str, tokenizer: PreTrainedTokenizerFast, stream: torch.Tensor, folder: Path
+) -> dict:
+    """Initialise (from the model's own seed), pre-train and save one model; what zoo.json says of it."""
+    started = time.perf_counter()
+    shape = getattr(spec, name)
+    torch.manual_seed(_model_seed(spec, name))
+    model = build_model(shape, tokenizer, spec.seq_len)
+    losses = pretrain(model, stream, shape, spec, name)
+    _save(model, tokenizer, folder)
+    return {
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "final_loss": sum(losses[-10:]) / len(losses[-10:]),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
 def build_zoo(spec: ZooSpec, root: Path | None = None, force: bool = False) -> Zoo:
     """Build (or reuse) the zoo for `spec`; returns where it lives and whether it was a cache hit."""
     final = (root or cache_dir() / "zoo") / zoo_key(spec)
     if (final / "zoo.json").exists() and not force:
         return Zoo(final, cached=True)
     final.parent.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(spec.seed)
     started = time.perf_counter()
     texts = corpus_texts(spec)
     tokenizer = train_tokenizer(texts, spec.vocab_size)
     stream = packed_tokens(texts, tokenizer)
     info: dict = {"spec": spec.model_dump(mode="json"), "corpus_tokens": len(stream), "models": {}}
+    info["model_keys"] = {name: model_key(spec, name) for name in MODELS}
     with tempfile.TemporaryDirectory(dir=final.parent, prefix=f".{final.name}-") as tmp:
-        for name, shape in (("target", spec.target), ("draft", spec.draft)):
-            t0 = time.perf_counter()
-            model = build_model(shape, tokenizer, spec.seq_len)
-            losses = pretrain(model, stream, shape, spec, name)
-            _save(model, tokenizer, Path(tmp) / name)
-            info["models"][name] = {
-                "parameters": sum(p.numel() for p in model.parameters()),
-                "final_loss": sum(losses[-10:]) / len(losses[-10:]),
-                "seconds": round(time.perf_counter() - t0, 1),
-            }
+        for name in MODELS:
+            built = find_built_model(final.parent, spec, name)
+            if built is None:
+                info["models"][name] = _build_model(spec, name, tokenizer, stream, Path(tmp) / name)
+            else:
+                shutil.copytree(built, Path(tmp) / name)
+                reused = json.loads((built.parent / "zoo.json").read_text())["models"][name]
+                info["models"][name] = reused | {"copied_from": built.parent.name}
         info["seconds"] = round(time.perf_counter() - started, 1)
         (Path(tmp) / "zoo.json").write_text(json.dumps(info, indent=2))
         if final.exists():  # a forced rebuild replaces the old zoo

