@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from specray.report import figures
+from specray.report import figures, lossy
 from specray.report.figures import BASELINE
 from specray.report.serving import SERVER_NOTE, server_table
 
@@ -151,8 +151,9 @@ def build_report(
 ) -> Path:
     """Write every figure and table into `out_dir`; returns the Markdown report's path."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    frame = cells_frame(cells, drafts)
-    frame.to_csv(out_dir / "cells.csv", index=False)
+    everything = cells_frame(cells, drafts)
+    everything.to_csv(out_dir / "cells.csv", index=False)
+    frame = lossless(everything)  # the lossy cells and the ends have their own section (report/lossy.py)
     curve_rows = [
         {"draft": name, **drafts.get(name, {}), **row} for name, rows in curves.items() for row in rows
     ]
@@ -186,13 +187,26 @@ def build_report(
     sections += [f"![{p.stem}]({p.name})" for p in figures.acceptance_vs_steps(curve_frame, out_dir)]
     sections += ["\n## Length of the target's test outputs\n"]
     sections += [f"![{p.stem}]({p.name})" for p in figures.length_distribution(dict(lengths), out_dir)]
-    sections += ["\n## What servers report\n", SERVER_NOTE, _table(server_table(cells))]
+    sections += lossy.section(everything, out_dir)
+    sections += ["\n## What servers report\n", SERVER_NOTE, _table(server_table(_lossless_records(cells)))]
     sections += ["\n## Empirical vs analytic acceptance (on the same prompts)\n", AGREEMENT_NOTE]
     sections += [f"![{p.stem}]({p.name})" for p in figures.agreement(frame, out_dir)]
     sections += ["", _table(figures.paired_estimates(frame).reset_index())]
     path = out_dir / "report.md"
     path.write_text("\n".join(sections) + "\n")
     return path
+
+
+def lossless(frame: pd.DataFrame) -> pd.DataFrame:
+    """The speculative cells at ε = 1 (records saved before lenience existed are lossless)."""
+    if frame.empty:
+        return frame
+    kept = frame.estimator != "ends"
+    return frame[kept & (frame.epsilon == 1.0)] if "epsilon" in frame else frame[kept]
+
+
+def _lossless_records(cells: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [c for c in cells if c.get("epsilon", 1.0) == 1.0 and c.get("estimator") != "ends"]
 
 
 AGREEMENT_NOTE = (
