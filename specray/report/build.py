@@ -187,7 +187,8 @@ def build_report(
     sections += [f"![{p.stem}]({p.name})" for p in figures.acceptance_vs_steps(curve_frame, out_dir)]
     sections += ["\n## Length of the target's test outputs\n"]
     sections += [f"![{p.stem}]({p.name})" for p in figures.length_distribution(dict(lengths), out_dir)]
-    sections += lossy.section(everything, out_dir)
+    c = cost_ratio.get("value") if cost_ratio else None
+    sections += lossy.section(everything, out_dir, c)
     sections += ["\n## What servers report\n", SERVER_NOTE, _table(server_table(_lossless_records(cells)))]
     sections += ["\n## Empirical vs analytic acceptance (on the same prompts)\n", AGREEMENT_NOTE]
     sections += [f"![{p.stem}]({p.name})" for p in figures.agreement(frame, out_dir)]

@@ -114,28 +114,34 @@ def test_analytic_lossy_beta_is_ops_lenient_acceptance_of_the_two_models(pair) -
     torch.testing.assert_close(by_point[("sq", 0.3)].beta[0, :6], expected)
 
 
-@pytest.mark.parametrize(("lenience", "epsilon"), [("lin", 0.5), ("sq", 0.5), ("exp", 0.3)])
+# leniences that leave the first position unsaturated on this pair (β_ε ≈ 0.93, 0.87, 0.88; lossless 0.72)
+@pytest.mark.parametrize(("lenience", "epsilon"), [("lin", 0.5), ("sq", 0.8), ("exp", 0.8)])
 def test_analytic_lossy_acceptance_lies_inside_the_empirical_interval(pair, lenience, epsilon) -> None:
     """At the first draft position, where the analytic β_ε is exact (its prefix is the prompt): γ = 1 and
-    two new tokens, so each decode tests exactly one draft token. 12 prompts × 40 seeded decodes
+    two new tokens, so each decode tests exactly one draft token. 12 prompts × 100 seeded decodes
     (deterministic) against β_ε of each prompt; the empirical 95% interval must hold the analytic value.
     (Further along, the analytic estimate follows the target's continuations, not the lossy output's: an
     approximation, see specray/specdec/analytic.py.)"""
     target, draft = pair
     prompts = [[1 + i % 5, (2 * i) % VOCAB, i % 4] for i in range(12)]
-    empirical = run_empirical(target, draft, prompts, 1.0, 1, 2, None, 40, 0, lenience, epsilon)
-    assert empirical.decodes == 480 and empirical.acceptance_rate < 0.97  # not trivially saturated
+    generator = torch.Generator().manual_seed(0)
+    accepted = [
+        speculative_decode(
+            target, draft, prompt, 1.0, 1, 2, None, generator, lenience, epsilon
+        ).stats.accepted
+        for prompt in prompts
+        for _ in range(100)
+    ]
+    rate = sum(accepted) / len(accepted)
+    ci95 = 1.96 * (rate * (1 - rate) / len(accepted)) ** 0.5  # one Bernoulli trial per decode
+    assert 0.5 < rate < 0.97  # not trivially saturated
     continuations = sample_continuations(target, prompts, 1.0, 1, None, seed=7)
     estimator = AnalyticEstimator(target, continuations, pad_id=0)
     (by_point,) = estimator.lenient_betas([draft], [(lenience, epsilon), LOSSLESS])
     analytic = analytic_result(by_point[(lenience, epsilon)], 1, 0.1).acceptance_rate
-    assert abs(analytic - empirical.acceptance_rate) < empirical.acceptance_rate_ci95, (
-        analytic,
-        empirical.acceptance_rate,
-        empirical.acceptance_rate_ci95,
-    )
+    assert abs(analytic - rate) < ci95, (analytic, rate, ci95)
     lossless = analytic_result(by_point[LOSSLESS], 1, 0.1).acceptance_rate
-    assert analytic - lossless > 2 * empirical.acceptance_rate_ci95  # the interval tells ε < 1 from ε = 1
+    assert analytic - lossless > 2 * ci95  # the interval tells ε < 1 from ε = 1
 
 
 def test_lossy_output_leaves_the_target_distribution_and_lossless_stays(pair) -> None:
