@@ -38,6 +38,7 @@ Divergence = Literal["fkl", "rkl", "jsd", "tvd"]
 Estimator = Literal["analytic", "empirical"]
 TestSet = Literal["in_domain", "out_of_domain"]
 DType = Literal["auto", "float32", "bfloat16", "float16"]
+LenienceFunction = Literal["lin", "sq", "exp"]  # specray/ops/lenience.py: p/ε, p/ε², p^ε
 
 
 class _Frozen(BaseModel):
@@ -268,6 +269,45 @@ class DistillSpec(_Frozen):
         return isinstance(self.data_sources, str) and DATA_PRESETS[self.data_sources].reads_lambda
 
 
+class LenienceSpec(_Frozen):
+    """Lossy speculative decoding (DistillSpec Algorithm A.1): accept y with min(1, f(p(y), ε) / q(y)).
+
+    `function` and `epsilon` are grid axes like τ_dec: every (function, ε < 1) pair is a cell coordinate.
+    ε = 1 is the lossless rule whatever the function, so it is one cell, not one per function. At τ_dec = 0
+    lenience changes nothing (greedy verification has no ratio to relax; `specray/ops/lenience.py`), so
+    lossy cells are planned only at τ_dec > 0.
+    """
+
+    function: list[LenienceFunction] = Field(
+        default=["lin"], min_length=1, description="f: lin (p/ε), sq (p/ε²), exp (p^ε); one or a list"
+    )
+    epsilon: list[Annotated[float, Field(gt=0.0, le=1.0)]] = Field(
+        default=[1.0], min_length=1, description="ε in (0, 1]; 1 = lossless; one value or a list"
+    )
+
+    @field_validator("function", "epsilon", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return v if isinstance(v, list | tuple) else [v]
+
+    @field_validator("function")
+    @classmethod
+    def _functions_unique(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"function has duplicates: {v}")
+        return v
+
+    @field_validator("epsilon")
+    @classmethod
+    def _epsilons_sorted_unique(cls, v: list[float]) -> list[float]:
+        return sorted(_unique_sorted(v, "epsilon"), reverse=True)  # lossless first
+
+    def points(self, tau_dec: float) -> list[tuple[str | None, float]]:
+        """The (function, ε) cells at one τ_dec: (None, 1.0) for lossless, then every lossy pair."""
+        lossy = [(f, e) for f in self.function for e in self.epsilon if e < 1.0] if tau_dec > 0 else []
+        return ([(None, 1.0)] if 1.0 in self.epsilon or not lossy else []) + lossy
+
+
 class EvalSpec(_Frozen):
     temperatures: list[Temperature] = Field(min_length=1, description="the τ_dec grid")
     gamma: list[Annotated[int, Field(ge=1, le=64)]] = Field(
@@ -283,6 +323,14 @@ class EvalSpec(_Frozen):
         description="diagonal: only drafts with τ_kd = τ_dec, mixtures and the un-distilled one",
     )
     test_sets: list[TestSet] = Field(default=["in_domain", "out_of_domain"], min_length=1)
+    lenience: LenienceSpec = Field(
+        default=LenienceSpec(), description="lossy decoding grid (ε = 1: lossless)"
+    )
+    quality_ends: bool = Field(
+        default=False,
+        description="also decode each model alone at every empirical τ_dec: target-only and draft-only "
+        "quality, the two ends of the quality-speedup trade-off (DistillSpec Fig. 5b)",
+    )
     draft_cost_ratio: float | None = Field(default=None, ge=0.0, description="c; None = measure it")
     projected_cost_ratio: float | None = Field(
         default=None, gt=0.0, description="also report speedup_model at this c (e.g. a target pair's)"

@@ -36,6 +36,9 @@ KEY_FORMAT = 1  # bump when a key's recipe changes, so nothing stored under the 
 # (4: the server-side metrics: mean acceptance length, draft acceptance and per position, with intervals,
 # and the block efficiency along the sampled tokens)
 CELL_RECORD_FORMAT = 4
+# empirical cells' records only (5: task quality of the decoded outputs, `specray/quality.py`); analytic
+# records are unchanged, so their keys and caches stay valid
+EMPIRICAL_RECORD_FORMAT = 5
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,11 @@ FIELDS: dict[str, Direct | Via] = {
     "eval.empirical_prompts": _direct("cell"),  # analytic cells also score exactly those prompts
     "eval.empirical_drafts": _direct("grid"),
     "eval.test_sets": _direct("grid"),
+    # each cell's own (function, ε) is one of its coordinates, hence in its key — only when ε < 1, so a
+    # lossless cell keeps the key it had before lenience existed
+    "eval.lenience.function": _direct("grid"),
+    "eval.lenience.epsilon": _direct("grid"),
+    "eval.quality_ends": _direct("grid"),  # whether the models-alone records exist, not what they hold
     "eval.draft_cost_ratio": _via("the value of c", "cell:analytic"),
     "eval.projected_cost_ratio": _direct("report"),
     "eval.drafts_per_pass": NONE,  # how many drafts share a target pass: the numbers are the same
@@ -296,8 +304,10 @@ def cell_key_inputs(
     estimator: str,
     gamma: int,
     cost_ratio: float | None,
+    lenience: tuple[str | None, float] = (None, 1.0),
 ) -> dict[str, Any]:
-    """What one evaluation cell's record depends on (`cost_ratio`: c's value, analytic cells only)."""
+    """What one evaluation cell's record depends on (`cost_ratio`: c's value, analytic cells only;
+    `lenience`: the cell's (function, ε), keyed only when ε < 1: a lossless cell's key is unchanged)."""
     inputs = direct_inputs(spec, "cell", f"cell:{estimator}")
     inputs |= {
         "draft": draft_key,
@@ -308,8 +318,11 @@ def cell_key_inputs(
         "tau_dec": float(tau_dec),
         "estimator": estimator,
         "eval.gamma": int(gamma),
-        "record_format": CELL_RECORD_FORMAT,
+        "record_format": CELL_RECORD_FORMAT if estimator == "analytic" else EMPIRICAL_RECORD_FORMAT,
     }
+    function, epsilon = lenience
+    if epsilon < 1.0:
+        inputs |= {"eval.lenience.function": function, "eval.lenience.epsilon": float(epsilon)}
     if estimator == "analytic":
         inputs["c"] = None if cost_ratio is None else float(f"{cost_ratio:.6g}")
     else:

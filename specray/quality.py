@@ -138,3 +138,24 @@ def score_outputs(
         for metric in METRICS
         if metric in per_prompt
     }
+
+
+def headline_metric(scores: dict[str, QualityScore]) -> str:
+    """The one metric a test set is summarised by: exact match where it has one-answer examples (GSM8K,
+    the synthetic numeric and deterministic families), else ROUGE-L."""
+    return EXACT_MATCH if EXACT_MATCH in scores else ROUGE_L
+
+
+def quality_metrics(
+    examples: Sequence[Example], outputs: Sequence[Sequence[str]], prefix: str = "quality", seed: int = 0
+) -> dict[str, float | str]:
+    """Flat record metrics of decoded outputs (outputs[i]: the repeated decodes of examples[i]):
+    `<prefix>` and `<prefix>_ci95` (half-width) for the headline metric, `<prefix>_metric` its name, and
+    `<prefix>_<metric>` with `_ci95` for every metric present."""
+    scores = score_outputs(examples, outputs, seed)
+    flat: dict[str, float | str] = {}
+    for name, score in scores.items():
+        flat |= {f"{prefix}_{name}": score.mean, f"{prefix}_{name}_ci95": (score.high - score.low) / 2}
+    headline = headline_metric(scores)
+    flat |= {prefix: flat[f"{prefix}_{headline}"], f"{prefix}_ci95": flat[f"{prefix}_{headline}_ci95"]}
+    return flat | {f"{prefix}_metric": headline}

@@ -33,6 +33,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +77,9 @@ EMPIRICAL_MEAN_ACCEPTANCE_LENGTH = "empirical_mean_acceptance_length"
 DRAFT_ACCEPTANCE_MODEL = "draft_acceptance_model"
 ACCEPTANCE_PER_POSITION = "acceptance_per_position"  # one metric per draft position: .../position_<k>
 EMPIRICAL_ACCEPTANCE_PER_POSITION = "empirical_acceptance_per_position"
+# task quality of decoded outputs (specray/quality.py: exact match or ROUGE-L per test set), and the two
+# ends: the target and the draft decoding alone
+QUALITY, QUALITY_TARGET, QUALITY_DRAFT = "quality", "quality_target_only", "quality_draft_only"
 # record field -> metric name, per estimator (analytic block efficiency: the per-position simulation)
 CELL_METRICS = {
     "analytic": {
@@ -93,7 +97,9 @@ CELL_METRICS = {
         "speedup": SPEEDUP,
         "mean_acceptance_length": EMPIRICAL_MEAN_ACCEPTANCE_LENGTH,
         "acceptance_per_position": EMPIRICAL_ACCEPTANCE_PER_POSITION,
+        "quality": QUALITY,
     },
+    "ends": {"quality_target": QUALITY_TARGET, "quality_draft": QUALITY_DRAFT},
 }
 ROLE, SWEEP_KEY, PARENT = "specray.role", "specray.sweep_key", "mlflow.parentRunId"
 DRAFT_KEY = "specray.draft_key"
@@ -117,20 +123,52 @@ def metric_key(name: str) -> str:
     return name.replace("=", "_")
 
 
-def cell_key(metric: str, test_set: str, tau_dec: float, gamma: int | None = None) -> str:
-    """`speedup_model/in_domain/tau_dec_0.6`, with `/gamma_4` appended when the sweep has several γ."""
+@dataclass(frozen=True)
+class CellAxes:
+    """Which grid axes a sweep varies beyond τ_dec, hence name in its cells' metric keys."""
+
+    gamma: bool = False
+    epsilon: bool = False
+    function: bool = False
+
+    @classmethod
+    def of(cls, spec: SweepSpec) -> CellAxes:
+        e = spec.eval
+        return cls(len(e.gamma) > 1, len(e.lenience.epsilon) > 1, len(e.lenience.function) > 1)
+
+
+def cell_key(
+    metric: str,
+    test_set: str,
+    tau_dec: float,
+    gamma: int | None = None,
+    epsilon: float | None = None,
+    lenience: str | None = None,
+) -> str:
+    """`speedup_model/in_domain/tau_dec_0.6`, with `/gamma_4` appended when the sweep has several γ, and
+    `/eps_0.5` when it has several ε (`/lin_eps_0.5` when it has several lenience functions; a lossless
+    cell is `/eps_1` whatever the function)."""
     key = f"{metric}/{test_set}/tau_dec_{tau_dec:g}"
-    return key if gamma is None else f"{key}/gamma_{gamma}"
+    key = key if gamma is None else f"{key}/gamma_{gamma}"
+    if epsilon is None:
+        return key
+    return f"{key}/{lenience}_eps_{epsilon:g}" if lenience and epsilon < 1.0 else f"{key}/eps_{epsilon:g}"
 
 
-def cell_metrics(record: CellRecord, with_gamma: bool = False) -> dict[str, float]:
-    """The metrics one evaluation record contributes to its draft's run."""
+def cell_metrics(
+    record: CellRecord, with_gamma: bool = False, axes: CellAxes | None = None
+) -> dict[str, float]:
+    """The metrics one evaluation record contributes to its draft's run (`axes`: as well as `with_gamma`,
+    which axes the metric names carry)."""
+    axes = axes or CellAxes(gamma=with_gamma)
     names = CELL_METRICS[record.estimator]
-    gamma = record.gamma if with_gamma else None
+    gamma = record.gamma if (axes.gamma or with_gamma) and record.estimator != "ends" else None
+    epsilon = record.epsilon if (axes.epsilon or axes.function) and record.estimator != "ends" else None
+    lenience = record.lenience if axes.function else None
     points = {}
     for field, metric in names.items():
         value = record.metrics.get(field)
-        key = cell_key(metric, record.test_set, record.tau_dec, gamma)
+        key = cell_key(metric, record.test_set, record.tau_dec, gamma, epsilon, lenience)
         # a list is one value per draft position (records saved before a field existed lack it)
         named = (
             {f"{key}/position_{k + 1}": v for k, v in enumerate(value)}

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from specray.report import figures, tables
+from specray.report import figures, lossy, tables
 from specray.report.convergence import CONVERGENCE_NOTE, convergence_table, projected_heading
 from specray.report.figures import BASELINE
 from specray.report.serving import SERVER_NOTE, server_table
@@ -162,8 +162,9 @@ def build_report(
     test set -> τ_dec -> characters -> generated tokens (Fig. 5; JSON's string keys accepted);
     `composition`: a finished `specray tune`'s results (Table 3 and its verdict)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    frame = cells_frame(cells, drafts)
-    frame.to_csv(out_dir / "cells.csv", index=False)
+    everything = cells_frame(cells, drafts)
+    everything.to_csv(out_dir / "cells.csv", index=False)
+    frame = lossless(everything)  # the lossy cells and the ends have their own section (report/lossy.py)
     curve_rows = [
         {"draft": name, **drafts.get(name, {}), **row} for name, rows in curves.items() for row in rows
     ]
@@ -172,7 +173,7 @@ def build_report(
         pd.concat([best_gamma(frame), frame[frame.estimator != "analytic"]]) if not frame.empty else frame
     )
     sections = [f"# {title}\n", f"{cost_ratio_line(cost_ratio)}\n"]
-    with_lists = cells_frame(cells, drafts, keep_lists=True)
+    with_lists = lossless(cells_frame(cells, drafts, keep_lists=True))
     sections += _verdict_section(with_lists, curve_frame, composition, at_best, out_dir)
     several = not frame.empty and frame.gamma.nunique() > 1
     for metric in ("speedup_model", "acceptance_rate"):
@@ -203,14 +204,28 @@ def build_report(
     sections += _figure5_section(token_lengths or {}, lengths, out_dir)
     sections += _figure6_section(curve_frame, out_dir)
     sections += ["\n## Convergence of the drafts\n", CONVERGENCE_NOTE, _table(convergence_table(curves))]
+    c = cost_ratio.get("value") if cost_ratio else None
+    sections += lossy.section(everything, out_dir, c)
+    sections += ["\n## What servers report\n", SERVER_NOTE, _table(server_table(_lossless_records(cells)))]
 
-    sections += ["\n## What servers report\n", SERVER_NOTE, _table(server_table(cells))]
     sections += ["\n## Empirical vs analytic acceptance (on the same prompts)\n", AGREEMENT_NOTE]
     sections += [f"![{p.stem}]({p.name})" for p in figures.agreement(frame, out_dir)]
     sections += ["", _table(figures.paired_estimates(frame).reset_index())]
     path = out_dir / "report.md"
     path.write_text("\n".join(sections) + "\n")
     return path
+
+
+def lossless(frame: pd.DataFrame) -> pd.DataFrame:
+    """The speculative cells at ε = 1 (records saved before lenience existed are lossless)."""
+    if frame.empty:
+        return frame
+    kept = frame.estimator != "ends"
+    return frame[kept & (frame.epsilon == 1.0)] if "epsilon" in frame else frame[kept]
+
+
+def _lossless_records(cells: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [c for c in cells if c.get("epsilon", 1.0) == 1.0 and c.get("estimator") != "ends"]
 
 
 def _verdict_section(
@@ -309,6 +324,7 @@ FIG6_NOTE = (
     "The training probe's acceptance (analytic, on validation prompts) along KD steps: first at τ_dec = 1.0 "
     "for τ_kd 0 and 1 (the paper's Fig. 6), then at τ_dec = τ_kd for every τ_kd of the grid.\n"
 )
+
 AGREEMENT_NOTE = (
     "Each empirical cell decodes the first `eval.empirical_prompts` test prompts; the analytic estimate in "
     "this table is computed on exactly those prompts (same draft, test set, τ_dec and γ). They agree when "

@@ -29,6 +29,8 @@ from specray.ops import (
     expected_block_counts,
     expected_block_efficiency,
     expected_target_calls,
+    lenient_target,
+    lenient_token_acceptance,
     sampled_token_acceptance,
     speedup_model,
     token_acceptance,
@@ -194,6 +196,63 @@ def _sampled_probs(logits: list[Tensor], batch: ForcedBatch, tau: float) -> Tens
     return warp(torch.stack(padded), tau)
 
 
+LeniencePoint = tuple[str | None, float]  # (lenience function, ε); (None, 1.0) = lossless
+LOSSLESS: LeniencePoint = (None, 1.0)
+
+
+def _score(
+    p: Tensor, q: Tensor, batch: ForcedBatch, point: LeniencePoint, eos_id: int | None
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """β [batch, T], the sampled tokens' own acceptance and P(a rejected proposal was EOS) at one point.
+
+    ε < 1: β_ε = Σ_v min(q, f(p, ε)) along the target's continuations — the exact acceptance given each
+    prefix, but the prefixes follow the target rather than the lossy decoder's output, so this is an
+    approximation that is exact at the first position. The sampled tokens' own acceptance has no lossy
+    counterpart here (the outputs are not the target's), so the server-side counts follow β_ε instead."""
+    function, epsilon = point
+    if epsilon == 1.0:
+        accept = token_acceptance(p, q)
+        tokens = batch.input_ids.gather(1, batch.index + 1)  # [batch, T]: the sampled response ids
+        sampled = sampled_token_acceptance(p, q, tokens)
+        relaxed = p
+    else:
+        assert function is not None, "a lossy point (ε < 1) needs a lenience function"
+        accept = lenient_token_acceptance(p, q, function, epsilon)
+        sampled, relaxed = None, lenient_target(p, function, epsilon)
+    stop = draft_stop_after_rejection(relaxed, q, accept, eos_id) if eos_id is not None else None
+    return accept, sampled, stop
+
+
+@dataclass
+class _Buffers:
+    """One draft's per-sequence results at one lenience point, filled batch by batch: [n, T] each."""
+
+    beta: Tensor
+    sampled: Tensor
+    stop: Tensor
+    has_sampled: bool = True
+    has_stop: bool = True
+
+    @classmethod
+    def empty(cls, n: int, width: int) -> _Buffers:
+        return cls(*(torch.zeros(n, width, dtype=torch.float32) for _ in range(3)))
+
+    def fill(self, batch: ForcedBatch, beta: Tensor, sampled: Tensor | None, stop: Tensor | None) -> None:
+        rows, span, valid = torch.tensor(batch.rows), batch.valid.shape[1], batch.valid
+        self.beta[rows, :span] = (beta.cpu() * valid).float()
+        self.has_sampled &= sampled is not None
+        self.has_stop &= stop is not None
+        if sampled is not None:
+            self.sampled[rows, :span] = (sampled.cpu() * valid).float()
+        if stop is not None:
+            self.stop[rows, :span] = (stop.cpu() * valid).float()
+
+    def betas(self, mask: Tensor) -> Betas:
+        sampled = self.sampled if self.has_sampled else None
+        # the lossless β always had a stop row, all zero without an EOS id: keep that for its records
+        return Betas(self.beta, mask, sampled, self.stop if self.has_stop or sampled is not None else None)
+
+
 class AnalyticEstimator:
     """Target continuations for one (test set, τ_dec); scores drafts batch by batch (see the module doc)."""
 
@@ -227,30 +286,27 @@ class AnalyticEstimator:
 
     def betas(self, drafts: Sequence[PreTrainedModel]) -> list[Betas]:
         """β of every draft, from one pass over the continuations (one target pass for all of them)."""
+        return [by_point[LOSSLESS] for by_point in self.lenient_betas(drafts, [LOSSLESS])]
+
+    def lenient_betas(
+        self, drafts: Sequence[PreTrainedModel], points: Sequence[LeniencePoint]
+    ) -> list[dict[LeniencePoint, Betas]]:
+        """β_ε of every draft at every lenience point (function, ε), from one pass over the continuations:
+        per draft, {point: Betas}. (None, 1.0) is the lossless β."""
         n = len(self.continuations.prompts)
         width = max((b.valid.shape[1] for b in self.batches), default=0)
-        beta = [torch.zeros(n, width, dtype=torch.float32) for _ in drafts]
-        sampled = [torch.zeros(n, width, dtype=torch.float32) for _ in drafts]
-        stops = [torch.zeros(n, width, dtype=torch.float32) for _ in drafts]
+        buffers = [{point: _Buffers.empty(n, width) for point in points} for _ in drafts]
         mask = torch.zeros(n, width, dtype=torch.bool)
         for i, batch in enumerate(self.batches):
             p = self._target_probs(i)  # [batch, T, vocab]
-            rows, span = torch.tensor(batch.rows), batch.valid.shape[1]
-            mask[rows, :span] = batch.valid
-            tokens = batch.input_ids.gather(1, batch.index + 1)  # [batch, T]: the sampled response ids
-            for out, out_sampled, out_stop, draft in zip(beta, sampled, stops, drafts, strict=True):
+            mask[torch.tensor(batch.rows), : batch.valid.shape[1]] = batch.valid
+            for by_point, draft in zip(buffers, drafts, strict=True):
                 q = response_probs(draft, batch, self.continuations.tau).to(p.device)
-                accept = token_acceptance(p, q)
-                out[rows, :span] = (accept.cpu() * batch.valid).float()
-                out_sampled[rows, :span] = (
-                    sampled_token_acceptance(p, q, tokens).cpu() * batch.valid
-                ).float()
-                if self.eos_id is not None:
-                    stop = draft_stop_after_rejection(p, q, accept, self.eos_id)
-                    out_stop[rows, :span] = (stop.cpu() * batch.valid).float()
+                for point, out in by_point.items():
+                    out.fill(batch, *_score(p, q, batch, point, self.eos_id))
                 del q
             del p
-        return [Betas(b, mask, a, r) for b, a, r in zip(beta, sampled, stops, strict=True)]
+        return [{point: out.betas(mask) for point, out in by_point.items()} for by_point in buffers]
 
     def beta(self, draft: PreTrainedModel) -> tuple[Tensor, Tensor]:
         """β [n, T] of one draft and the valid mask [n, T], in the continuations' order."""

@@ -72,44 +72,64 @@ def plan_jobs(
     drafts: Sequence[DraftRef],
     keyed: tuple[SweepSpec, Mapping[str, str], float | None] | None = None,
 ) -> list[EvalJob]:
-    """Every cell: analytic at every τ_dec, empirical at `empirical_temperatures`, per draft, test set and γ.
+    """Every cell: analytic at every τ_dec, empirical at `empirical_temperatures`, per draft, test set, γ
+    and lenience point (`LenienceSpec.points`: lossless, then every (function, ε < 1) at τ_dec > 0).
 
     With `empirical_drafts: diagonal`, empirical cells go only to drafts whose single τ_kd equals that τ_dec
-    and to drafts without one (the un-distilled draft, mixtures). `keyed` = (the sweep spec, the prompts'
-    fingerprints, c) gives every job its content key; without it jobs carry none (nothing is cached).
+    and to drafts without one (the un-distilled draft, mixtures). With `quality_ends`, each draft with an
+    empirical cell at a τ_dec also gets one `ends` record there (the target and the draft decoding alone).
+    `keyed` = (the sweep spec, the prompts' fingerprints, c) gives every job its content key; without it
+    jobs carry none (nothing is cached).
     """
     jobs = []
     for draft in drafts:
         for test_set in spec.test_sets:
             if "analytic" in spec.estimators:
                 jobs += [
-                    _job(draft, t, test_set, "analytic", g, keyed)
+                    _job(draft, t, test_set, "analytic", g, keyed, point)
                     for t in spec.temperatures
+                    for point in spec.lenience.points(t)
                     for g in spec.gamma
                 ]
             if "empirical" not in spec.estimators:
                 continue
             for tau in spec.empirical_temperatures:
                 if spec.empirical_drafts == "all" or draft.tau_kd in (None, tau):
-                    jobs += [_job(draft, tau, test_set, "empirical", g, keyed) for g in spec.gamma]
+                    jobs += [
+                        _job(draft, tau, test_set, "empirical", g, keyed, point)
+                        for point in spec.lenience.points(tau)
+                        for g in spec.gamma
+                    ]
+                    jobs += [_job(draft, tau, test_set, "ends", 0, keyed)] if spec.quality_ends else []
     return jobs
 
 
-def _job(draft: DraftRef, tau: float, test_set: str, estimator, gamma: int, keyed) -> EvalJob:
+def _job(
+    draft: DraftRef,
+    tau: float,
+    test_set: str,
+    estimator,
+    gamma: int,
+    keyed,
+    lenience: tuple[str | None, float] = (None, 1.0),
+) -> EvalJob:
+    coordinates = (draft.name, draft.path, tau, test_set, estimator, gamma, draft.key)
     if keyed is None:
-        return EvalJob(draft.name, draft.path, tau, test_set, estimator, gamma, draft.key)
+        return EvalJob(*coordinates, lenience=lenience[0], epsilon=lenience[1])
     spec, fingerprints, c = keyed
-    inputs = cell_key_inputs(spec, draft.key, fingerprints[test_set], test_set, tau, estimator, gamma, c)
-    return EvalJob(draft.name, draft.path, tau, test_set, estimator, gamma, draft.key, digest(inputs), inputs)
+    prompts = fingerprints[test_set]
+    inputs = cell_key_inputs(spec, draft.key, prompts, test_set, tau, estimator, gamma, c, lenience)
+    return EvalJob(*coordinates, digest(inputs), inputs, lenience=lenience[0], epsilon=lenience[1])
 
 
 def passes(jobs: Sequence[EvalJob], drafts_per_pass: int) -> list[tuple[EvalJob, ...]]:
     """The units of work: analytic cells grouped by (test set, τ_dec) — at most `drafts_per_pass` drafts,
-    each with all its γ, per pass, so one target pass serves them — and each empirical cell alone."""
+    each with all its γ and lenience points, per pass, so one target pass serves them — and each empirical
+    (or `ends`) cell alone."""
     groups: dict[tuple[str, float], dict[str, list[EvalJob]]] = {}
     units: list[tuple[EvalJob, ...]] = []
     for job in jobs:
-        if job.estimator == "empirical":
+        if job.estimator != "analytic":
             units.append((job,))
         else:
             groups.setdefault((job.test_set, job.tau_dec), {}).setdefault(job.draft_path, []).append(job)

@@ -31,6 +31,7 @@ from specray.ops import (
     verify_greedy,
     warp,
 )
+from specray.ops.lenience import verify_block_lenient
 
 
 @dataclass
@@ -124,15 +125,23 @@ def _verify(
     target_logits: Tensor,
     tau: float,
     generator: torch.Generator | None,
+    lenience: str | None = None,
+    epsilon: float = 1.0,
 ) -> tuple[int, int]:
-    """(accepted proposals, next token) from the target's logits for the block [len(proposals) + 1, vocab]."""
+    """(accepted proposals, next token) from the target's logits for the block [len(proposals) + 1, vocab].
+
+    ε < 1: DistillSpec's lossy rule (`ops.lenience`); ε = 1 takes the lossless code path itself, so a
+    lossless decode is the decode it always was. At τ = 0 lenience changes nothing (see ops.lenience)."""
     if tau == 0.0:
         return verify_greedy(proposals, target_logits)
     p = warp(target_logits, tau)  # [block + 1, vocab]
     if not proposals:
         return 0, int(sample(p[0], generator))
     draft_tokens = torch.tensor(proposals, device=p.device)
-    return verify_block(draft_tokens, torch.stack(q_rows), p, generator)
+    if epsilon == 1.0:
+        return verify_block(draft_tokens, torch.stack(q_rows), p, generator)
+    assert lenience is not None, "a lossy decode (ε < 1) needs a lenience function"
+    return verify_block_lenient(draft_tokens, torch.stack(q_rows), p, lenience, epsilon, generator)
 
 
 def _finish(tokens: list[int], new: list[int], eos_token_id: int | None, max_new_tokens: int) -> bool:
@@ -161,11 +170,16 @@ def speculative_decode(
     max_new_tokens: int,
     eos_token_id: int | None,
     generator: torch.Generator | None = None,
+    lenience: str | None = None,
+    epsilon: float = 1.0,
 ) -> Decoded:
-    """Decode one prompt with speculative sampling; the output is distributed as the target's at τ.
+    """Decode one prompt with speculative sampling; the output is distributed as the target's at τ when
+    ε = 1 (lossless), and drifts towards the draft's as ε falls (`lenience`: lin, sq or exp; ε < 1).
 
     Both models and `generator` must be on one device."""
     _check_settings(gamma, tau)
+    if not 0.0 < epsilon <= 1.0 or (epsilon < 1.0 and lenience is None):
+        raise ValueError(f"epsilon must be in (0, 1], a lenience function below 1: {lenience}, {epsilon}")
     started = time.perf_counter()
     device = target.device
     target_cache, draft_cache = _prefill(target, prompt, device), _prefill(draft, prompt, device)
@@ -185,7 +199,7 @@ def speculative_decode(
                 break
         block = len(proposals)
         target_logits = _step(target, target_pending + proposals, target_cache, device)  # [block + 1, vocab]
-        n, next_token = _verify(proposals, q_rows, target_logits, tau, generator)
+        n, next_token = _verify(proposals, q_rows, target_logits, tau, generator, lenience, epsilon)
         stats.drafted += block
         stats.tested += min(n + 1, block)
         stats.accepted += n

@@ -2,12 +2,14 @@
 
 Each prompt is decoded R times (the paper uses R = 5) with speculative decoding at batch size 1, and the
 target-only baseline decodes the same prompt with the same seed to the same length, so both do the same
-amount of work; `speedup` is the ratio of their total wall times, measured after a warm-up.
+amount of work; `speedup` is the ratio of their total wall times, measured after a warm-up. With a
+lenience function and ε < 1 the speculative side decodes lossily (DistillSpec Algorithm A.1); its outputs
+are kept (`outputs`) so their task quality can be scored (`specray/quality.py`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers import PreTrainedModel
@@ -33,6 +35,8 @@ class EmpiricalResult:
     draft_acceptance_ci95: float
     acceptance_per_position: list[float]  # steps accepting ≥ k+1 tokens / steps, k < γ
     speedup_ci95: float
+    # the speculative decodes' new tokens, per prompt then repeat (for quality; not a metric)
+    outputs: list[list[list[int]]] = field(default_factory=list, repr=False)
 
 
 def _seed(seed: int, prompt_index: int, repeat: int, device: torch.device) -> torch.Generator:
@@ -51,19 +55,25 @@ def run_empirical(
     eos_token_id: int | None,
     repeats: int,
     seed: int = 0,
+    lenience: str | None = None,
+    epsilon: float = 1.0,
 ) -> EmpiricalResult:
     """Decode every prompt `repeats` times both ways; counts are pooled, times summed."""
+    lossy = {"lenience": lenience, "epsilon": epsilon}
     # warm-up: first calls pay for allocator growth and kernel selection
-    speculative_decode(target, draft, prompts[0], tau, gamma, min(8, max_new_tokens), eos_token_id)
+    speculative_decode(target, draft, prompts[0], tau, gamma, min(8, max_new_tokens), eos_token_id, **lossy)
     autoregressive_decode(target, prompts[0], tau, min(8, max_new_tokens), eos_token_id)
     total, baseline_seconds, per_decode = DecodeStats(), 0.0, []
     per_decode_extra: list[tuple[int, float, float, int]] = []
+    outputs: list[list[list[int]]] = [[] for _ in prompts]
     for i, prompt in enumerate(prompts):
         for r in range(repeats):
             generator = _seed(seed, i, r, target.device)
-            stats = speculative_decode(
-                target, draft, prompt, tau, gamma, max_new_tokens, eos_token_id, generator
-            ).stats
+            decoded = speculative_decode(
+                target, draft, prompt, tau, gamma, max_new_tokens, eos_token_id, generator, **lossy
+            )
+            stats = decoded.stats
+            outputs[i].append(decoded.tokens)
             # same seed and the same number of tokens, with no early stop: equal work for the baseline
             generator = _seed(seed, i, r, target.device)
             baseline = autoregressive_decode(target, prompt, tau, stats.emitted, None, generator)
@@ -91,7 +101,30 @@ def run_empirical(
         draft_acceptance_ci95=ratio_ci95(counts[:, 0], extra[:, 0]),
         acceptance_per_position=_per_position(total, gamma),
         speedup_ci95=ratio_ci95(extra[:, 1], extra[:, 2]),
+        outputs=outputs,
     )
+
+
+def decode_alone(
+    model: PreTrainedModel,
+    prompts: list[list[int]],
+    tau: float,
+    max_new_tokens: int,
+    eos_token_id: int | None,
+    repeats: int,
+    seed: int = 0,
+) -> list[list[list[int]]]:
+    """One model decoding alone (target-only or draft-only) on the empirical cells' prompts, repeats and
+    seeds, with the speculative decoder's stopping rules: new tokens per prompt, then repeat."""
+    return [
+        [
+            autoregressive_decode(
+                model, prompt, tau, max_new_tokens, eos_token_id, _seed(seed, i, r, model.device)
+            ).tokens
+            for r in range(repeats)
+        ]
+        for i, prompt in enumerate(prompts)
+    ]
 
 
 def _per_position(total: DecodeStats, gamma: int) -> list[float]:

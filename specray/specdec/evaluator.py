@@ -3,7 +3,11 @@
 The unit of work is a *pass*: the analytic cells of several drafts at one (test set, τ_dec) — scored in one
 streaming pass over the target's continuations, every γ from the same β — or one empirical cell. Target
 continuations are sampled once per (test set, τ_dec) and cached on disk under a key of everything they
-depend on, so every actor and every later run reuses them (a changed γ resamples nothing).
+depend on, so every actor and every later run reuses them (a changed γ or ε resamples nothing).
+
+Given the test sets' examples, empirical cells also score the task quality of what they decoded
+(`specray/quality.py`), and an `ends` cell decodes the target alone and the draft alone on the same
+prompts and seeds: the two ends of the quality–speedup trade-off.
 """
 
 from __future__ import annotations
@@ -17,12 +21,14 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
+from specray.data.examples import Example
 from specray.files import write_json
 from specray.keys import digest
 from specray.models.loading import check_same_vocabulary, load_model, load_tokenizer
+from specray.quality import quality_metrics
 from specray.specdec.analytic import AnalyticEstimator, Continuations, analytic_result, sample_continuations
 from specray.specdec.cost import measure_cost_ratio
-from specray.specdec.empirical import EmpiricalResult, run_empirical
+from specray.specdec.empirical import EmpiricalResult, decode_alone, run_empirical
 from specray.specdec.records import CellRecord, CostRatio, EvalJob, EvalSettings
 
 __all__ = ["CellRecord", "EvalJob", "EvalSettings", "Evaluator", "continuations_file"]
@@ -50,7 +56,9 @@ def default_continuations_dir() -> Path:
 
 
 class Evaluator:
-    """Holds the target (loaded once) and the test prompts; evaluates any draft on any cell."""
+    """Holds the target (loaded once) and the test prompts; evaluates any draft on any cell. `examples`
+    (per test set, in the prompts' order) are what decoded outputs are scored against; without them no
+    quality is measured."""
 
     def __init__(
         self,
@@ -62,8 +70,10 @@ class Evaluator:
         device: str = "cpu",
         continuations_dir: Path | None = None,
         target_id: str | None = None,
+        examples: dict[str, list[Example]] | None = None,
     ):
         self.target_path, self.prompts, self.settings = target_path, prompts, settings
+        self.examples = examples or {}
         self.target_id = target_id or target_path  # what names the target in the continuations' key
         self.continuations_dir = continuations_dir or default_continuations_dir()
         self.tokenizer = load_tokenizer(target_path, trust_remote_code)
@@ -75,10 +85,10 @@ class Evaluator:
         first = jobs[0]
         if first.test_set not in self.prompts:
             raise ValueError(f"unknown test set {first.test_set!r}; have {sorted(self.prompts)}")
-        if first.estimator == "empirical":
+        if first.estimator != "analytic":
             if len(jobs) != 1:
-                raise ValueError("an empirical pass holds exactly one cell")
-            return [self._empirical(first)]
+                raise ValueError(f"an {first.estimator} pass holds exactly one cell")
+            return [self._empirical(first) if first.estimator == "empirical" else self._ends(first)]
         if any(
             (j.test_set, j.tau_dec, j.estimator) != (first.test_set, first.tau_dec, "analytic") for j in jobs
         ):
@@ -97,12 +107,20 @@ class Evaluator:
         pad = self.tokenizer.pad_token_id
         eos = self.tokenizer.eos_token_id
         estimator = AnalyticEstimator(self.target, continuations, pad, self.settings.batch_size, eos_id=eos)
-        betas = dict(zip(paths, estimator.betas(drafts), strict=True))
+        points = list(dict.fromkeys((job.lenience, job.epsilon) for job in jobs))
+        betas = dict(zip(paths, estimator.lenient_betas(drafts, points), strict=True))
         seconds = (time.perf_counter() - started) / len(jobs)  # the pass's time, shared by its cells
         subset, limit = self.settings.empirical_prompts, self.settings.max_new_tokens
         return [
             CellRecord.of(
-                job, c, seconds, asdict(analytic_result(betas[job.draft_path], job.gamma, c, subset, limit))
+                job,
+                c,
+                seconds,
+                asdict(
+                    analytic_result(
+                        betas[job.draft_path][(job.lenience, job.epsilon)], job.gamma, c, subset, limit
+                    )
+                ),
             )
             for job in jobs
         ]
@@ -114,9 +132,42 @@ class Evaluator:
         eos = self.tokenizer.eos_token_id
         draft = self._load_draft(job.draft_path)
         result: EmpiricalResult = run_empirical(
-            self.target, draft, prompts, job.tau_dec, job.gamma, s.max_new_tokens, eos, s.repeats, s.seed
+            self.target,
+            draft,
+            prompts,
+            job.tau_dec,
+            job.gamma,
+            s.max_new_tokens,
+            eos,
+            s.repeats,
+            s.seed,
+            job.lenience,
+            job.epsilon,
         )
-        return CellRecord.of(job, None, time.perf_counter() - started, asdict(result))
+        metrics = asdict(result)
+        metrics |= self._quality(job.test_set, metrics.pop("outputs"), "quality")
+        return CellRecord.of(job, None, time.perf_counter() - started, metrics)
+
+    def _ends(self, job: EvalJob) -> CellRecord:
+        """Target-only and draft-only decodes on the empirical cells' prompts and seeds, and their quality."""
+        started = time.perf_counter()
+        s = self.settings
+        prompts = self.prompts[job.test_set][: s.empirical_prompts]
+        eos, metrics = self.tokenizer.eos_token_id, {}
+        models = {"target": self.target, "draft": self._load_draft(job.draft_path)}
+        for name, model in models.items():
+            outputs = decode_alone(model, prompts, job.tau_dec, s.max_new_tokens, eos, s.repeats, s.seed)
+            metrics |= self._quality(job.test_set, outputs, f"quality_{name}")
+            metrics[f"tokens_{name}"] = sum(len(tokens) for per_prompt in outputs for tokens in per_prompt)
+        return CellRecord.of(job, None, time.perf_counter() - started, metrics)
+
+    def _quality(self, test_set: str, outputs: list[list[list[int]]], prefix: str) -> dict:
+        """Quality metrics of decoded token ids (per prompt, per repeat) against the test set's examples."""
+        if test_set not in self.examples:
+            return {}
+        texts = [[self.tokenizer.decode(t, skip_special_tokens=True) for t in per] for per in outputs]
+        examples = self.examples[test_set][: len(texts)]
+        return quality_metrics(examples, texts, prefix, seed=self.settings.seed)
 
     def _load_draft(self, path: str) -> PreTrainedModel:
         check_same_vocabulary(self.tokenizer, load_tokenizer(path), self.target_path, path)

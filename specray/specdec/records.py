@@ -1,8 +1,10 @@
 """What the evaluation stage is asked to do and what it returns, as frozen records.
 
-An `EvalJob` is one cell of the grid — (draft, test set, τ_dec, estimator, γ) — carrying its content key
-(`specray.keys.cell_key_inputs`). A `CellRecord` is the cell's result: it is saved to disk as JSON under
-its key before its metrics go to MLflow, and read back unchanged (`from_json`).
+An `EvalJob` is one cell of the grid — (draft, test set, τ_dec, estimator, γ, lenience function, ε) —
+carrying its content key (`specray.keys.cell_key_inputs`). The `ends` estimator is not speculative: it
+decodes the target alone and the draft alone on the empirical cells' prompts and seeds, for the two ends
+of the quality–speedup trade-off (γ = 0, ε = 1). A `CellRecord` is the cell's result: it is saved to disk
+as JSON under its key before its metrics go to MLflow, and read back unchanged (`from_json`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-Estimator = Literal["analytic", "empirical"]
+Estimator = Literal["analytic", "empirical", "ends"]
 
 
 @dataclass(frozen=True)
@@ -28,11 +30,14 @@ class EvalJob:
     draft_key: str = ""
     key: str = ""
     key_inputs: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    lenience: str | None = None  # the lenience function; None when lossless (ε = 1)
+    epsilon: float = 1.0
 
     @property
     def label(self) -> str:
         """Readable coordinates, for logs and errors."""
-        return f"{self.draft}|{self.test_set}|tau_dec={self.tau_dec:g}|{self.estimator}|gamma={self.gamma}"
+        label = f"{self.draft}|{self.test_set}|tau_dec={self.tau_dec:g}|{self.estimator}|gamma={self.gamma}"
+        return label if self.epsilon == 1.0 else f"{label}|{self.lenience} eps={self.epsilon:g}"
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,8 @@ class CellRecord:
     seconds: float
     metrics: dict[str, Any]
     key_inputs: dict[str, Any] = field(default_factory=dict)
+    lenience: str | None = None  # records saved before lenience existed are lossless
+    epsilon: float = 1.0
 
     @classmethod
     def of(cls, job: EvalJob, c: float | None, seconds: float, metrics: Mapping[str, Any]) -> CellRecord:
@@ -95,6 +102,8 @@ class CellRecord:
             seconds,
             dict(metrics),
             dict(job.key_inputs),
+            job.lenience,
+            job.epsilon,
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from specray.specdec.records import CellRecord, CostRatio, EvalJob, EvalSettings
 
 if TYPE_CHECKING:
     from specray.config import SweepSpec
+    from specray.data.examples import Example
 
 log = logging.getLogger(__name__)
 
@@ -95,15 +96,18 @@ def make_eval_pool(
     *,
     replicas: int | None = None,
     target_id: str | None = None,
+    examples: dict[str, list[Example]] | None = None,
 ) -> EvalPool:
     """The sweep's eval pool (`eval_demand`), refused first when a local Ray can never place it (Ray must
-    be initialised)."""
+    be initialised). `examples`: the test sets' examples, to score the quality of decoded outputs."""
     demand, target = eval_demand(spec, replicas), spec.models.target
     if spec.ray.address is None:  # a remote cluster may autoscale; a local one never grows
         check_local_fits(demand)
     model: dict[str, Any] = {"dtype": target.dtype, "trust_remote_code": target.trust_remote_code}
     if target_id is not None:
         model["target_id"] = target_id
+    if examples is not None:
+        model["examples"] = examples
     return EvalPool(target_path, prompts, settings, demand.count, demand.each, **model)
 
 

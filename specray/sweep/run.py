@@ -60,7 +60,7 @@ from specray.sweep.plan import (
     sweep_dir,
 )
 from specray.sweep.progress import SweepDisplay
-from specray.tracking import Tracker, cell_metrics, open_tracker
+from specray.tracking import CellAxes, Tracker, cell_metrics, open_tracker
 
 log = logging.getLogger(__name__)
 
@@ -186,9 +186,17 @@ class _LazyPool:
 
     def get(self) -> EvalPool:
         if self.pool is None:
-            settings = eval_settings(self.spec.eval)
+            from specray.data.dataset import build_splits
+
+            settings, splits = eval_settings(self.spec.eval), build_splits(self.spec.data)
+            examples = {test_set: splits[TEST_SPLITS[test_set]] for test_set in self.prompts}
             self.pool = make_eval_pool(
-                self.spec, self.target_path, self.prompts, settings, target_id=target_id(self.spec)
+                self.spec,
+                self.target_path,
+                self.prompts,
+                settings,
+                target_id=target_id(self.spec),
+                examples=examples,
             )
         return self.pool
 
@@ -337,14 +345,14 @@ def _evaluate_all(
     folder: Path,
 ) -> list[CellRecord]:
     """Evaluate the cells without a record under their key; every record ends up once on disk and once in
-    MLflow (metrics carry γ when the sweep has more than one)."""
-    with_gamma = len(spec.eval.gamma) > 1
+    MLflow (metrics carry γ, ε and the lenience function when the sweep has more than one)."""
+    axes = CellAxes.of(spec)
     saved = read_cells(folder)
     stage, todo = cell_stage(jobs, saved)
     logged = {name: tracker.metric_keys(run_id) for name, run_id in runs.items()}
     for job in jobs:  # backfill what a killed driver saved but had not logged
         if job.key in saved:
-            metrics = cell_metrics(saved[job.key], with_gamma)
+            metrics = cell_metrics(saved[job.key], axes=axes)
             if not set(metrics) <= logged[job.draft]:
                 tracker.log_metrics(runs[job.draft], metrics)
     display.advance(stage.reused, reused=True)
@@ -352,7 +360,7 @@ def _evaluate_all(
     def on_result(records: list[CellRecord]) -> None:
         for record in records:
             write_json(folder / f"{record.key}.json", record.to_json(), indent=None)
-            tracker.log_metrics(runs[record.draft], cell_metrics(record, with_gamma))
+            tracker.log_metrics(runs[record.draft], cell_metrics(record, axes=axes))
             saved[record.key] = record
         display.advance(len(records))
 
