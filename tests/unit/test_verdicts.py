@@ -170,6 +170,19 @@ def test_composition_gain_is_bootstrapped_from_the_tune_records() -> None:
     assert tuned.verdict == NOT_REPRODUCED and tuned.effect == pytest.approx(-0.1)
 
 
+def test_a_composition_gain_below_the_papers_band_is_not_reproduced() -> None:
+    """The claim is a 12–20% gain: a gain clearly above 0 but clearly below 12% does not reproduce it."""
+    names = {"single draft": "single", "manual draft": "manual", "tuned draft": "tuned"}
+    table3 = pd.DataFrame(
+        [{"test_set": "in_domain", "tau_dec": 1.0, "manual gain": 0.0, "tuned gain": 0.0} | names]
+    )
+    gains = {"single": 1.0, "manual": 1.05, "tuned": 1.05}
+    records = pd.DataFrame([cell(name, 1.0, DIFFICULTY * gain) for name, gain in gains.items()])
+    manual, _ = verdicts.composition_gains(verdicts.Composition(table3, records))
+    assert manual.effect == pytest.approx(0.05) and manual.low > 0 and manual.high < 0.12
+    assert manual.verdict == NOT_REPRODUCED and "smaller gain" in manual.note
+
+
 def test_curves_with_per_prompt_values_are_bootstrapped() -> None:
     """Where the probe's rows carry per-prompt sums, the parting is judged with an interval: here the gap
     grows from 0.02 to 0.20 on every one of 16 prompts."""
