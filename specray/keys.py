@@ -39,6 +39,9 @@ CELL_RECORD_FORMAT = 4
 # empirical cells' records only (5: task quality of the decoded outputs, `specray/quality.py`); analytic
 # records are unchanged, so their keys and caches stay valid
 EMPIRICAL_RECORD_FORMAT = 5
+# analytic cells at ε < 1 only (2: β_ε along the lossy decoder's own output, `specdec/lossy.py`, where 1
+# scored it along the target's continuations); lossless cells' keys stay as they were
+LOSSY_ANALYTIC_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -323,6 +326,8 @@ def cell_key_inputs(
     function, epsilon = lenience
     if epsilon < 1.0:
         inputs |= {"eval.lenience.function": function, "eval.lenience.epsilon": float(epsilon)}
+        if estimator == "analytic":
+            inputs["lossy_format"] = LOSSY_ANALYTIC_FORMAT
     if estimator == "analytic":
         inputs["c"] = None if cost_ratio is None else float(f"{cost_ratio:.6g}")
     else:

@@ -206,9 +206,10 @@ def _score(
     """β [batch, T], the sampled tokens' own acceptance and P(a rejected proposal was EOS) at one point.
 
     ε < 1: β_ε = Σ_v min(q, f(p, ε)) along the target's continuations — the exact acceptance given each
-    prefix, but the prefixes follow the target rather than the lossy decoder's output, so this is an
-    approximation that is exact at the first position. The sampled tokens' own acceptance has no lossy
-    counterpart here (the outputs are not the target's), so the server-side counts follow β_ε instead."""
+    prefix, but the prefixes follow the target rather than the lossy decoder's output, so it is exact at
+    the first position only; the evaluator scores lossy cells along their own output (`lossy.py`). The
+    sampled tokens' own acceptance has no lossy counterpart here (the outputs are not the target's), so
+    the server-side counts follow β_ε instead."""
     function, epsilon = point
     if epsilon == 1.0:
         accept = token_acceptance(p, q)

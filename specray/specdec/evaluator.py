@@ -26,9 +26,17 @@ from specray.files import write_json
 from specray.keys import digest
 from specray.models.loading import check_same_vocabulary, load_model, load_tokenizer
 from specray.quality import quality_metrics
-from specray.specdec.analytic import AnalyticEstimator, Continuations, analytic_result, sample_continuations
+from specray.specdec.analytic import (
+    LOSSLESS,
+    AnalyticEstimator,
+    Betas,
+    Continuations,
+    analytic_result,
+    sample_continuations,
+)
 from specray.specdec.cost import measure_cost_ratio
 from specray.specdec.empirical import EmpiricalResult, decode_alone, run_empirical
+from specray.specdec.lossy import lossy_betas
 from specray.specdec.records import CellRecord, CostRatio, EvalJob, EvalSettings
 
 __all__ = ["CellRecord", "EvalJob", "EvalSettings", "Evaluator", "continuations_file"]
@@ -47,6 +55,13 @@ def continuations_file(
         "device": device,
     }
     return folder / f"{digest(inputs)}.json"
+
+
+def _betas_key(job: EvalJob) -> tuple:
+    """Where a cell's β is in `Evaluator._analytic`: one lossless β per draft, a lossy one per γ too."""
+    if job.epsilon == 1.0:
+        return job.draft_path, LOSSLESS, None
+    return job.draft_path, (job.lenience, job.epsilon), job.gamma
 
 
 def default_continuations_dir() -> Path:
@@ -103,12 +118,34 @@ class Evaluator:
         paths = list(dict.fromkeys(job.draft_path for job in jobs))  # each draft once, in order
         drafts = [self._load_draft(path) for path in paths]
         first = jobs[0]
-        continuations = self.continuations(first.test_set, first.tau_dec)
         pad = self.tokenizer.pad_token_id
         eos = self.tokenizer.eos_token_id
-        estimator = AnalyticEstimator(self.target, continuations, pad, self.settings.batch_size, eos_id=eos)
-        points = list(dict.fromkeys((job.lenience, job.epsilon) for job in jobs))
-        betas = dict(zip(paths, estimator.lenient_betas(drafts, points), strict=True))
+        betas: dict[tuple, Betas] = {}
+        if any(job.epsilon == 1.0 for job in jobs):  # one target pass serves every draft's lossless β
+            continuations = self.continuations(first.test_set, first.tau_dec)
+            estimator = AnalyticEstimator(
+                self.target, continuations, pad, self.settings.batch_size, eos_id=eos
+            )
+            for path, result in zip(paths, estimator.betas(drafts), strict=True):
+                betas[path, LOSSLESS, None] = result
+        s, models = self.settings, dict(zip(paths, drafts, strict=True))
+        for job in jobs:  # a lossy point follows its own decoder's output (specdec/lossy.py)
+            key = (job.draft_path, (job.lenience, job.epsilon), job.gamma)
+            if job.epsilon < 1.0 and key not in betas:
+                betas[key] = lossy_betas(
+                    self.target,
+                    models[job.draft_path],
+                    self.prompts[job.test_set],
+                    job.tau_dec,
+                    job.lenience,
+                    job.epsilon,
+                    job.gamma,
+                    s.max_new_tokens,
+                    eos,
+                    s.seed,
+                    pad,
+                    s.batch_size,
+                )
         seconds = (time.perf_counter() - started) / len(jobs)  # the pass's time, shared by its cells
         subset, limit = self.settings.empirical_prompts, self.settings.max_new_tokens
         return [
@@ -116,11 +153,7 @@ class Evaluator:
                 job,
                 c,
                 seconds,
-                asdict(
-                    analytic_result(
-                        betas[job.draft_path][(job.lenience, job.epsilon)], job.gamma, c, subset, limit
-                    )
-                ),
+                asdict(analytic_result(betas[_betas_key(job)], job.gamma, c, subset, limit)),
             )
             for job in jobs
         ]

@@ -12,6 +12,7 @@ from specray.keys import cell_key_inputs
 from specray.models.loading import load_tokenizer
 from specray.specdec.cells import DraftRef, plan_jobs, prompts_fingerprints
 from specray.specdec.evaluator import EvalJob, EvalSettings, Evaluator
+from specray.specdec.lossy import lossy_betas
 from specray.specdec.records import CellRecord
 from specray.tracking import CellAxes, cell_metrics
 from tests.conftest import REPO
@@ -77,6 +78,13 @@ def test_a_lossless_cell_keeps_its_key_and_lossy_cells_get_their_own() -> None:
     # unchanged analytic recipe: the same inputs as before lenience existed
     inputs = cell_key_inputs(SMOKE, "DRAFT", fingerprints["in_domain"], "in_domain", 1.0, "analytic", 3, 0.1)
     assert inputs["record_format"] == 4 and not any(k.startswith("eval.lenience") for k in inputs)
+    assert "lossy_format" not in inputs
+    # a lossy analytic cell names how its β_ε was made (along the lossy decoder's output, format 2), so
+    # records of the earlier recipe (along the target's continuations) are not served under the new one
+    lossy = cell_key_inputs(
+        SMOKE, "DRAFT", fingerprints["in_domain"], "in_domain", 1.0, "analytic", 3, 0.1, ("lin", 0.5)
+    )
+    assert lossy["lossy_format"] == 2
 
 
 def _record(estimator: str, epsilon: float, lenience: str | None, metrics: dict) -> CellRecord:
@@ -137,3 +145,35 @@ def test_a_lossy_cell_decodes_towards_the_draft(scored, micro_zoo) -> None:
     assert (a.lenience, a.epsilon) == ("exp", 0.01)
     assert a.metrics["acceptance_rate"] > b.metrics["acceptance_rate"]
     assert 0.0 <= a.metrics["quality"] <= 1.0
+
+
+def test_an_analytic_pass_scores_lossy_points_along_their_own_decoder_output(scored, micro_zoo) -> None:
+    """Lossless and lossy analytic cells in one pass: the lossless β comes from the target's continuations,
+    each lossy (point, γ) from `lossy_betas` along that decoder's output, with nothing shared between them."""
+    settings = EvalSettings(repeats=1, max_new_tokens=12, empirical_prompts=10, seed=3, cost_ratio=0.1)
+    evaluator = Evaluator(str(micro_zoo.target), scored.prompts, settings)
+    draft = str(micro_zoo.draft)
+    jobs = [
+        EvalJob("d", draft, 1.0, "in_domain", "analytic", 3),
+        EvalJob("d", draft, 1.0, "in_domain", "analytic", 3, lenience="lin", epsilon=0.2),
+        EvalJob("d", draft, 1.0, "in_domain", "analytic", 2, lenience="lin", epsilon=0.2),
+    ]
+    lossless, lossy3, lossy2 = (record.metrics for record in evaluator.evaluate(jobs))
+    assert lossy3["acceptance_rate"] > lossless["acceptance_rate"]
+    tokenizer = evaluator.tokenizer
+    direct = lossy_betas(
+        evaluator.target,
+        evaluator._load_draft(draft),
+        scored.prompts["in_domain"],
+        1.0,
+        "lin",
+        0.2,
+        3,
+        12,
+        tokenizer.eos_token_id,
+        3,
+        tokenizer.pad_token_id,
+    )
+    assert lossy3["acceptance_rate"] == pytest.approx(float(direct.beta.sum() / direct.mask.sum()))
+    assert lossy3["tokens"] == int(direct.mask.sum())
+    assert lossy2["tokens"] > 0  # its own decoder (γ = 2): its own sample, not γ = 3's
