@@ -59,20 +59,30 @@ class AcceptanceProbe:
         }
 
     @torch.no_grad()
-    def __call__(self, draft: PreTrainedModel) -> dict[str, float]:
-        """{acceptance_rate/tau_dec=<τ>: α}; the draft is put in eval mode and restored afterwards."""
+    def __call__(self, draft: PreTrainedModel) -> dict[str, float | list]:
+        """{acceptance_rate/tau_dec=<τ>: α} and, per τ, the per-prompt response tokens and β sums α pools
+        (`per_prompt_tokens/tau_dec=<τ>`, `per_prompt_beta_sum/tau_dec=<τ>`: lists in the probe prompts'
+        order, what the report's paired bootstrap over prompts resamples); the draft is put in eval mode
+        and restored afterwards."""
         was_training = draft.training
         draft.eval()
         try:
-            return {
-                acceptance_key(tau): _pooled(estimator.betas([draft])[0])
-                for tau, estimator in self.estimators.items()
-            }
+            out: dict[str, float | list] = {}
+            for tau, estimator in self.estimators.items():
+                out |= _pooled(estimator.betas([draft])[0], tau)
+            return out
         finally:
             draft.train(was_training)
 
 
-def _pooled(betas: Betas) -> float:
-    """Token-pooled mean β: the acceptance rate α."""
-    tokens = int(betas.mask.sum())
-    return float(betas.beta.double().sum() / tokens) if tokens else float("nan")
+def _pooled(betas: Betas, tau: float) -> dict[str, float | list]:
+    """Token-pooled mean β (the acceptance rate α) and the per-prompt sums it pools."""
+    tokens = betas.mask.sum(dim=1)  # [n]
+    sums = (betas.beta.double() * betas.mask).sum(dim=1)  # [n]
+    total = int(tokens.sum())
+    suffix = acceptance_key(tau).removeprefix(ACCEPTANCE_PREFIX)
+    return {
+        acceptance_key(tau): float(sums.sum() / total) if total else float("nan"),
+        f"per_prompt_tokens/tau_dec={suffix}": tokens.tolist(),
+        f"per_prompt_beta_sum/tau_dec={suffix}": [round(x, 6) for x in sums.tolist()],
+    }

@@ -109,7 +109,11 @@ def test_a_run_publishes_a_loadable_draft_with_curves(spec, paradigm, tmp_path: 
     result = train_draft(spec, paradigm, {1.0: 1.0}, tmp_path / "draft", reported.append)
     assert result.output_dir == tmp_path / "draft" and result.steps == 4
     assert [c["step"] for c in result.curves] == [0, 2, 4] and reported == result.curves
-    assert set(result.curves[0]) == {"step", acceptance_key(0.0), acceptance_key(1.0)}
+    per_prompt = {f"per_prompt_{x}/tau_dec={t}" for x in ("tokens", "beta_sum") for t in (0, 1)}
+    assert set(result.curves[0]) == {"step", acceptance_key(0.0), acceptance_key(1.0)} | per_prompt
+    for curve in result.curves:  # α is the pool of the per-prompt sums the report's bootstrap resamples
+        tokens, sums = curve["per_prompt_tokens/tau_dec=1"], curve["per_prompt_beta_sum/tau_dec=1"]
+        assert curve[acceptance_key(1.0)] == pytest.approx(sum(sums) / sum(tokens), abs=1e-5)
     for curve in result.curves[1:]:
         assert curve["loss"] > 0 and curve["tokens_per_s"] > 0 and 0 <= curve[acceptance_key(1.0)] <= 1
     assert is_finished(result.output_dir) and not work_dir(result.output_dir).exists()
