@@ -23,7 +23,6 @@ pass across drafts; memory is O(batch) models' caches plus [n, T] floats.
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import torch
@@ -31,7 +30,7 @@ from transformers import PreTrainedModel
 
 from specray.ops import draft_stop_after_rejection, lenient_target, lenient_token_acceptance, sample, warp
 from specray.specdec.analytic import Betas
-from specray.teacher.engines import _prefill_shared_prefix
+from specray.teacher.engines import decode_lockstep
 
 
 @dataclass
@@ -85,7 +84,6 @@ def lossy_betas(
     if gamma < 1:
         raise ValueError(f"gamma must be ≥ 1, got {gamma}")
     device = target.device
-    eos = {eos_token_id} if eos_token_id is not None else set()
     rows: list[_LossyRow] = [None] * len(prompts)  # type: ignore[list-item]
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     for start in range(0, len(order), batch_size):
@@ -103,7 +101,6 @@ def lossy_betas(
             lenience,
             epsilon,
             gamma,
-            eos,
             eos_token_id,
             pad_token_id,
         )
@@ -127,32 +124,13 @@ def _sample_batch(
     lenience: str,
     epsilon: float,
     gamma: int,
-    eos: Collection[int],
     eos_token_id: int | None,
     pad_token_id: int,
 ) -> None:
-    """Decode one batch in place: both models step on the same emitted token, finished rows leave."""
-    device = target.device
-    caches = []
-    for model in (target, draft):
-        cache, input_ids, attention_mask, position_ids = _prefill_shared_prefix(
-            model, prompts, pad_token_id, device
-        )
-        caches.append(cache)
-    running = list(range(len(rows)))
-    while running:
-        logits = []
-        for k, model in enumerate((target, draft)):
-            out = model(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                past_key_values=caches[k],
-                use_cache=True,
-                logits_to_keep=1,
-            )
-            caches[k] = out.past_key_values
-            logits.append(out.logits[:, -1, :])
+    """Decode one batch in place: both models step on the same emitted token (`decode_lockstep`)."""
+    eos = {eos_token_id} if eos_token_id is not None else set()
+
+    def choose(logits: list[torch.Tensor], running: list[int]) -> list[int]:
         p, q = warp(logits[0], tau), warp(logits[1], tau)  # [running, vocab]
         accept = lenient_token_acceptance(p, q, lenience, epsilon)  # [running]
         stop = (
@@ -169,15 +147,6 @@ def _sample_batch(
             row.stop.append(float(stop[j]))
             row.done = token in eos or len(row.tokens) >= row.limit
             next_ids.append(token)
-        still = [j for j, index in enumerate(running) if not rows[index].done]
-        if len(still) < len(running):
-            select = torch.tensor(still, device=device, dtype=torch.long)
-            for cache in caches:
-                if cache is not None:
-                    cache.batch_select_indices(select)
-            attention_mask, position_ids = attention_mask[select], position_ids[select]
-            next_ids = [next_ids[j] for j in still]
-            running = [running[j] for j in still]
-        input_ids = torch.tensor(next_ids, device=device, dtype=torch.long)[:, None]
-        attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(running), 1))], dim=-1)
-        position_ids = position_ids[:, -1:] + 1
+        return next_ids
+
+    decode_lockstep([target, draft], prompts, pad_token_id, choose, lambda index: rows[index].done)

@@ -130,46 +130,80 @@ def sample_batch(
     limits = [max_new_tokens] * count if isinstance(max_new_tokens, int) else list(max_new_tokens)
     if not (len(taus) == len(generators) == len(limits) == count):
         raise ValueError("prompts_token_ids, taus, generators and max_new_tokens must have the same length")
-    device = next(model.parameters()).device
-    with torch.no_grad():
-        cache, input_ids, attention_mask, position_ids = _prefill_shared_prefix(
-            model, prompts_token_ids, pad_token_id, device
-        )
     rows = [
         _Row(tau, generator, limit) for tau, generator, limit in zip(taus, generators, limits, strict=True)
     ]
-    running = list(range(count))  # the rows still in the batch, in batch order
     kept: list[list[torch.Tensor]] = [[] for _ in rows]
+
+    def choose(logits: list[torch.Tensor], running: list[int]) -> list[int]:
+        next_ids = []
+        for i, index in enumerate(running):
+            next_ids.append(rows[index].step(logits[0][i], eos_token_ids, pad_token_id))
+            if keep_logits:
+                kept[index].append(logits[0][i].float().cpu())
+        return next_ids
+
+    def finished(index: int) -> bool:
+        return rows[index].finish_reason is not None
+
+    decode_lockstep([model], prompts_token_ids, pad_token_id, choose, finished)
+    return [
+        Sample(row.tokens, row.finish_reason, torch.stack(kept[i]) if keep_logits else None)  # type: ignore[arg-type]
+        for i, row in enumerate(rows)
+    ]
+
+
+def decode_lockstep(
+    models: Sequence[PreTrainedModel],
+    prompts_token_ids: Sequence[Sequence[int]],
+    pad_token_id: int,
+    choose: Callable[[list[torch.Tensor], list[int]], list[int]],
+    finished: Callable[[int], bool],
+) -> None:
+    """The KV-cached decoding loop behind every sampler here, for one model or several in lockstep.
+
+    Each model prefills the prompts (a common prefix once, `_prefill_shared_prefix`). Then, until no row
+    is left: every model runs on the running rows' last token, `choose(logits, running)` gets logits[k]
+    [running, vocab] of model k and the running rows' indices (batch order) and returns each running row's
+    next token, and the rows for which `finished(index)` now holds leave the batch and every cache, so
+    later steps pay only for the rows still going. The models must share a tokenizer; runs under no_grad.
+    """
+    import torch
+
+    device = next(models[0].parameters()).device
     with torch.no_grad():
-        while running:
-            out = model(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,  # only the last position is needed: skips the prompt's vocab projection
+        caches = []
+        for model in models:
+            cache, input_ids, attention_mask, position_ids = _prefill_shared_prefix(
+                model, prompts_token_ids, pad_token_id, device
             )
-            cache, logits = out.past_key_values, out.logits[:, -1, :]  # [running, vocab]
-            next_ids = []
-            for i, index in enumerate(running):
-                next_ids.append(rows[index].step(logits[i], eos_token_ids, pad_token_id))
-                if keep_logits:
-                    kept[index].append(logits[i].float().cpu())
-            still = [i for i, index in enumerate(running) if rows[index].finish_reason is None]
-            if len(still) < len(running):  # drop finished rows from the batch and the cache
+            caches.append(cache)
+        running = list(range(len(prompts_token_ids)))
+        while running:
+            logits = []
+            for k, model in enumerate(models):
+                out = model(
+                    input_ids=input_ids,
+                    attention_mask=attention_mask,
+                    position_ids=position_ids,
+                    past_key_values=caches[k],
+                    use_cache=True,
+                    logits_to_keep=1,  # only the last position is needed: skips the prompt's vocab projection
+                )
+                caches[k] = out.past_key_values
+                logits.append(out.logits[:, -1, :])  # [running, vocab]
+            next_ids = choose(logits, running)
+            still = [i for i, index in enumerate(running) if not finished(index)]
+            if len(still) < len(running):  # drop finished rows from the batch and the caches
                 select = torch.tensor(still, device=device, dtype=torch.long)
-                cache.batch_select_indices(select)
+                for cache in caches:
+                    cache.batch_select_indices(select)
                 attention_mask, position_ids = attention_mask[select], position_ids[select]
                 next_ids = [next_ids[i] for i in still]
                 running = [running[i] for i in still]
             input_ids = torch.tensor(next_ids, device=device, dtype=torch.long)[:, None]  # [running, 1]
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(running), 1))], dim=-1)
             position_ids = position_ids[:, -1:] + 1
-    return [
-        Sample(row.tokens, row.finish_reason, torch.stack(kept[i]) if keep_logits else None)  # type: ignore[arg-type]
-        for i, row in enumerate(rows)
-    ]
 
 
 SHARED_PREFIX_MIN = 4  # shorter common prefixes are not worth a separate forward pass
