@@ -192,8 +192,8 @@ def distill(
         weights = {tau_kd: 1.0} if tau_kd is not None else parse_mixture(mixture or "")
         name = draft_name(paradigm, weights)
         target = output or Path(spec.output_dir) / spec.name / "drafts" / draft_folder_name(name)  # as `run`
-        typer.echo(f"distilling {name} for {spec.distill.steps} steps -> {target}")
-        steps, tau_decs = spec.distill.steps, spec.eval.temperatures
+        steps, tau_decs = spec.distill.steps_for(paradigm), spec.eval.temperatures
+        typer.echo(f"distilling {name} for {steps} steps -> {target}")
         with curve_progress(name, steps, tau_decs) as report:
             result = run_distill(spec, paradigm, weights, target, report=report)
     typer.echo(f"draft written to {result.output_dir}")

@@ -243,7 +243,14 @@ class DistillSpec(_Frozen):
         "ground-truth responses), computed once per run, if they fit in this many MB; same loss up to "
         "fp round-off; 0 = run the teacher on every row every step",
     )
-    steps: int = Field(default=200, ge=1)
+    steps: int = Field(default=200, ge=1, description="optimizer steps per draft")
+    online_steps: int | None = Field(
+        default=None,
+        ge=1,
+        description="optimizer steps of online drafts; None = steps. Online batches hold fresh student "
+        "samples every step, so an online draft keeps improving after an offline one (a fixed set of "
+        "teacher responses) has plateaued",
+    )
     batch_size: int = Field(default=16, ge=1)
     grad_accum: int = Field(default=1, ge=1)
     lr: float = Field(default=5e-4, gt=0.0, le=1.0)
@@ -258,6 +265,10 @@ class DistillSpec(_Frozen):
     report_every: int = Field(default=25, ge=1)
     mixtures: list[Mixture] = Field(default=[], description="extra composition recipes to distill")
     seed: int = 0
+
+    def steps_for(self, paradigm: str) -> int:
+        """The optimizer steps a draft of this paradigm trains."""
+        return (self.online_steps or self.steps) if paradigm == "online" else self.steps
 
     @property
     def sources(self) -> DataSources:
@@ -373,7 +384,10 @@ class TuneSpec(_Frozen):
     asha_reduction_factor: int = Field(default=2, ge=2)
     paradigm: Paradigm = "offline"
     steps: int | None = Field(
-        default=None, ge=1, description="optimizer steps per trial and per baseline; None = distill.steps"
+        default=None,
+        ge=1,
+        description="optimizer steps per trial and per baseline; None = distill.steps (online trials "
+        "too: one budget for every trial, whatever its paradigm)",
     )
     paradigms: list[Paradigm] = Field(default=[], description="also search the paradigm; [] = `paradigm`")
     divergences: list[Divergence] = Field(default=[], description="also search the divergence (online)")
@@ -438,6 +452,15 @@ class SweepSpec(_Frozen):
     @property
     def experiment(self) -> str:
         return self.tracking.experiment or self.name
+
+    def for_paradigm(self, paradigm: str) -> SweepSpec:
+        """The spec one draft of `paradigm` trains under: `distill.steps` is that paradigm's steps and
+        `online_steps` is resolved away, so the loop, its checkpoints and the draft's key read one number."""
+        steps = self.distill.steps_for(paradigm)
+        if steps == self.distill.steps and self.distill.online_steps is None:
+            return self
+        distill = self.distill.model_copy(update={"steps": steps, "online_steps": None})
+        return self.model_copy(update={"distill": distill})
 
 
 # ---------------------------------------------------------------- loading

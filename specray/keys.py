@@ -120,6 +120,9 @@ FIELDS: dict[str, Direct | Via] = {
     "distill.teacher_cache_mb": NONE,  # teacher states computed once, not every step: same up to round-off
     "distill.loss_temperature": _direct("draft:online"),
     "distill.steps": _direct("draft"),
+    # an online draft's key holds its own steps as distill.steps (`SweepSpec.for_paradigm`), so online
+    # steps of 600 made either way share a key and an offline draft never depends on this field
+    "distill.online_steps": _direct("draft:online"),
     "distill.batch_size": _direct("draft"),
     "distill.grad_accum": _direct("draft"),
     "distill.lr": _direct("draft"),
@@ -268,7 +271,8 @@ def draft_key_inputs(
     if paradigm is None:
         return inputs
     roles = ("draft", "draft:online") if paradigm == "online" else ("draft",)
-    inputs |= direct_inputs(spec, *roles)
+    inputs |= direct_inputs(spec.for_paradigm(paradigm), *roles)
+    inputs.pop("distill.online_steps", None)  # resolved into distill.steps: the steps this draft trains
     if paradigm == "online":
         inputs["target"] = model_id(spec.models.target, spec.models)
         if spec.distill.divergence != "jsd":

@@ -159,8 +159,8 @@ def draft_note(spec: SweepSpec, plan: DraftPlan) -> str:
     data = f"τ_kd={plan.tau_kd:g}" if plan.tau_kd is not None else f"the mixture {plan.tags['mixture']}"
     return (
         f"**{plan.paradigm}** draft trained on the teacher's responses at **{data}** — {how}; "
-        f"{d.steps} steps, lr {d.lr:g}. Evaluated at {_grid(spec)}. The draft is this run's logged model "
-        f"(Models); its key `{plan.key}` is the hash of its recipe (the model's params)."
+        f"{d.steps_for(plan.paradigm)} steps, lr {d.lr:g}. Evaluated at {_grid(spec)}. The draft is this "
+        f"run's logged model (Models); its key `{plan.key}` is the hash of its recipe (the model's params)."
     )
 
 

@@ -446,6 +446,7 @@ def train_draft(
     curve points after that checkpoint are then reported again (same values: the run is deterministic).
     """
     output_dir = Path(output_dir).absolute()
+    spec = spec.for_paradigm(paradigm)
     inputs = inputs or prepare_inputs(spec, paradigm, mixture)
     started = time.perf_counter()
     work = claim_work_dir(output_dir, fingerprint(spec, paradigm, mixture))

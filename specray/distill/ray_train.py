@@ -245,6 +245,7 @@ def distill(
     thread (exceptions from it are logged, not raised: the run goes on).
     """
     output_dir = Path(output_dir).absolute()
+    spec = spec.for_paradigm(paradigm)  # distill.steps: this paradigm's steps (loop, checkpoints)
     inputs = prepare_inputs(spec, paradigm, mixture)  # every user error surfaces here, before Ray
     weights = {float(tau): float(weight) for tau, weight in mixture.items()}
     started = time.perf_counter()

@@ -280,7 +280,7 @@ def _distill_all(
                 plan.paradigm,
                 plan.mixture,
                 plan.output_dir,
-                report=display.curve_reporter(plan.name, spec),
+                report=display.curve_reporter(plan.name, spec.for_paradigm(plan.paradigm)),
             ): plan
             for plan in work.drafts_todo
         }

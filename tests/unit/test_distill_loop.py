@@ -125,6 +125,15 @@ def test_a_run_publishes_a_loadable_draft_with_curves(spec, paradigm, tmp_path: 
     assert not all(torch.equal(p, q) for p, q in zip(trained, untrained, strict=True))
 
 
+def test_online_drafts_train_online_steps_and_offline_drafts_steps(micro_zoo, tmp_path: Path) -> None:
+    both = micro_spec(micro_zoo, "distill.online_steps=6")
+    online = train_draft(both, "online", {1.0: 1.0}, tmp_path / "online")
+    assert online.steps == 6 and [c["step"] for c in online.curves] == [0, 2, 4, 6]
+    assert load_spec(online.output_dir / SPEC_FILE).distill.steps == 6  # the spec it trained under
+    offline = train_draft(both, "offline", {1.0: 1.0}, tmp_path / "offline")
+    assert offline.steps == 4 and offline.curves[-1]["step"] == 4
+
+
 class Crash(Exception):
     pass
 

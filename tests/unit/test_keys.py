@@ -177,6 +177,16 @@ def test_the_un_jsd_beta_does_not_retrain_other_divergences() -> None:
     )
 
 
+def test_online_drafts_are_keyed_by_the_steps_they_train() -> None:
+    online_600 = _with(SMOKE, "distill.online_steps", SMOKE.distill.steps * 3)
+    assert fingerprint(online_600, "offline", {0.0: 1}) == fingerprint(SMOKE, "offline", {0.0: 1})
+    assert fingerprint(online_600, "online", {0.0: 1}) != fingerprint(SMOKE, "online", {0.0: 1})
+    all_600 = _with(SMOKE, "distill.steps", SMOKE.distill.steps * 3)  # the same online draft, made either way
+    assert fingerprint(online_600, "online", {0.0: 1}) == fingerprint(all_600, "online", {0.0: 1})
+    fewer_offline = _with(online_600, "distill.steps", SMOKE.distill.steps + 1)
+    assert fingerprint(fewer_offline, "online", {0.0: 1}) == fingerprint(online_600, "online", {0.0: 1})
+
+
 def test_sweep_key_ignores_where_and_how_it_runs_but_not_what_it_computes() -> None:
     assert spec_key(SMOKE) == spec_key(_with(SMOKE, "tracking.uri", "http://127.0.0.1:5000"))
     assert spec_key(SMOKE) == spec_key(_with(SMOKE, "eval.replicas", 3))

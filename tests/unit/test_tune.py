@@ -82,6 +82,8 @@ def test_a_recipe_carries_the_searched_settings_and_the_shared_budget() -> None:
     assert recipe.name.startswith("online/mix=0:0.091,")
     trained = budget_spec(spec, recipe)
     assert trained.distill.steps == 40 and trained.distill.divergence == "rkl"
+    longer_online = budget_spec(tiny("tune.steps=40", "distill.online_steps=600"), recipe)
+    assert longer_online.for_paradigm("online").distill.steps == 40  # one budget, whatever the paradigm
     baseline = baseline_recipe(spec, {0.9: 1.0})
     assert (
         baseline.paradigm == "offline"

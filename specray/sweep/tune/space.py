@@ -110,9 +110,10 @@ def baseline_recipe(spec: SweepSpec, mixture: Mapping[float, float]) -> Recipe:
 
 
 def budget_spec(spec: SweepSpec, recipe: Recipe) -> SweepSpec:
-    """The spec a recipe trains under: `distill` with the recipe's overrides, validated again."""
+    """The spec a recipe trains under: `distill` with the recipe's overrides, validated again. The budget
+    holds for every paradigm: `distill.online_steps` does not apply to trials."""
     raw = spec.model_dump(mode="json")
-    raw["distill"] |= recipe.distill
+    raw["distill"] |= recipe.distill | {"online_steps": None}
     return SweepSpec.model_validate(raw)
 
 
