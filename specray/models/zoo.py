@@ -26,13 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers.utils import logging as hf_logging
 
 from specray.config import TinyLlamaSpec, ZooSpec
 from specray.data.splits import fingerprint
 from specray.data.synthetic import IN_DOMAIN, OUT_OF_DOMAIN, synthetic_corpus
 from specray.data.templates import format_prompt
+from specray.progress import bar, live_display
 
 log = logging.getLogger(__name__)
 
@@ -176,23 +177,27 @@ def pretrain(
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
     model.train()
     losses = []
-    bar = tqdm(range(shape.train_steps), desc=f"zoo: pre-train {name}", unit="step", leave=False)
-    for _ in bar:
-        starts = torch.randint(0, len(stream) - spec.seq_len - 1, (spec.batch_size,), generator=generator)
-        batch = torch.stack([stream[s : s + spec.seq_len] for s in starts.tolist()])  # [batch, seq]
-        loss = model(input_ids=batch, labels=batch).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    # a tqdm bar on a terminal, a line every 5% (and a heartbeat) in a log: `make demo > demo.log`
+    with bar(shape.train_steps, f"zoo: pre-train {name}", "step") as meter:
+        for _ in range(shape.train_steps):
+            starts = torch.randint(0, len(stream) - spec.seq_len - 1, (spec.batch_size,), generator=generator)
+            batch = torch.stack([stream[s : s + spec.seq_len] for s in starts.tolist()])  # [batch, seq]
+            loss = model(input_ids=batch, labels=batch).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+            meter.set_postfix_str(f"loss {losses[-1]:.3f}")
+            meter.update(1)
     model.eval()
     return losses
 
 
 def _save(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, path: Path) -> None:
+    if not live_display():  # transformers' "Writing model shards" bar redraws with \r: noise in a log
+        hf_logging.disable_progress_bar()
     model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
 

@@ -77,6 +77,14 @@ def test_build_is_deterministic(tmp_path: Path) -> None:
         assert torch.equal(p, q), name
 
 
+def test_pre_training_progress_in_a_log_is_plain_lines(tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
+    build_zoo(micro_zoo_spec(corpus_size=100), root=tmp_path)  # stderr is captured: not a terminal
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if "zoo: pre-train target" in line]
+    assert "\r" not in err and len(lines) >= 2, err  # tqdm's bar would redraw one line with \r
+    assert "steps (100%)" in lines[-1] and "loss " in lines[-1] and lines[-1].endswith("done")
+
+
 def test_killed_build_leaves_no_zoo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def crash(*args, **kwargs):
         raise KeyboardInterrupt  # as if the user pressed Ctrl-C mid-training
