@@ -396,7 +396,7 @@ def _after_step(run: _Run, step: int, window: _Window) -> bool:
     if curve is not None:
         run.state["curves"].append(curve)
     folder = _checkpoint(run) if save and run.session.rank == 0 else None
-    run.session.report(step, curve, folder)
+    run.session.report(step, curve, folder, save)
     return report
 
 

@@ -18,10 +18,13 @@ The controller takes reports asynchronously: a checkpoint reported in the instan
 registered, and the run then resumes from the one before it. On a multi-node cluster `output_dir` must be
 on storage every node shares (NFS), as Ray Train requires of its storage path.
 
-Reports: the controller receives each `ray.train.report`; a `UserCallback` there forwards rank 0's curve
-point to a Ray queue, and the driver thread that called `distill` hands it to `report` while `fit` runs in a
-helper thread — so `report` runs live, on the driver, in the caller's thread. Points that a restarted worker
-group reports again (steps after the checkpoint it resumed from) are not passed on twice.
+Reports: rank 0 puts each curve point on a Ray queue (an actor on the driver's node), and the driver thread
+that called `distill` hands it to `report` while `fit` runs in a helper thread — so `report` runs live, on
+the driver, in the caller's thread. Points that a restarted worker group reports again (steps after the
+checkpoint it resumed from) are not passed on twice. Only checkpoints go through `ray.train.report`: Train
+V2's worker holds one unconsumed report and its controller takes it at each poll (every
+RAY_TRAIN_HEALTH_CHECK_INTERVAL_S, 2 s in Ray 2.60), so a report per curve point held a fast loop to one
+point per poll — 41 points made a 20-CPU-second offline draft take ~110 s of wall time.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ import ray
 import ray.train
 import ray.train.torch
 import torch
-from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig, UserCallback
+from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 from ray.util.queue import Empty, Queue
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -73,13 +76,17 @@ class RaySession:
     """The loop's Session inside a Ray Train worker, computing on the device of the worker's resources."""
 
     def __init__(
-        self, resources: Resources | None = None, faults: Faults | None = None, work: Path | None = None
+        self,
+        resources: Resources | None = None,
+        faults: Faults | None = None,
+        work: Path | None = None,
+        curves: Queue | None = None,
     ) -> None:
         context = ray.train.get_context()
         self.rank, self.world_size = context.get_world_rank(), context.get_world_size()
         self.device = worker_device(resources or Resources(1.0))
         self.scratch_dir = None  # system temp; the checkpoint is copied to storage by `report`
-        self.faults, self.work = faults or Faults(), work
+        self.faults, self.work, self.curves = faults or Faults(), work, curves
 
     def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
         return ray.train.torch.prepare_model(model)  # DDP when world_size > 1
@@ -100,13 +107,19 @@ class RaySession:
         with checkpoint.as_directory() as folder:
             yield Path(folder)
 
-    def report(self, step: int, curve: dict | None, checkpoint: Path | None) -> None:
-        try:
-            persisted = ray.train.Checkpoint.from_directory(checkpoint) if checkpoint else None
-            ray.train.report({"step": step, "curve": curve}, checkpoint=persisted)
-        finally:
-            if checkpoint is not None:
-                shutil.rmtree(checkpoint, ignore_errors=True)
+    def report(self, step: int, curve: dict | None, checkpoint: Path | None, saving: bool) -> None:
+        if curve is not None and self.rank == 0 and self.curves is not None:
+            self.curves.put(curve)  # before the checkpoint's report: the driver sees the steps in order
+        if saving:  # every rank reports (a barrier); rank 0 with the folder
+            try:
+                persisted = ray.train.Checkpoint.from_directory(checkpoint) if checkpoint else None
+                ray.train.report({"step": step}, checkpoint=persisted)
+            finally:
+                if checkpoint is not None:
+                    shutil.rmtree(checkpoint, ignore_errors=True)
+        if self.rank == 0 and self.faults.due("train.step", step):  # fault injection (specray/faults.py)
+            self._wait_for_registered_checkpoint()
+            self.faults.fire("train.step")
         if self.rank == 0 and self.faults.due("train.step", step):  # fault injection (specray/faults.py)
             self._wait_for_registered_checkpoint()
             self.faults.fire("train.step")
@@ -147,20 +160,8 @@ def _train_worker(config: dict[str, Any]) -> None:
 
     hf_logging.disable_progress_bar()  # a bar per model load, from every worker, floods the driver's console
     spec = SweepSpec.model_validate(config["spec"])
-    session = RaySession(worker_resources(spec), config["faults"], Path(config["work"]))
+    session = RaySession(worker_resources(spec), config["faults"], Path(config["work"]), config["curves"])
     run_training(spec, config["paradigm"], config["mixture"], config["inputs"], session)
-
-
-class _CurveForwarder(UserCallback):
-    """Runs on the Train controller: puts rank 0's curve points on a queue the driver reads."""
-
-    def __init__(self, queue: Queue) -> None:
-        self.queue = queue
-
-    def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
-        curve = metrics[0].get("curve") if metrics else None
-        if curve is not None:
-            self.queue.put(curve)
 
 
 # ---------------------------------------------------------------- driver side
@@ -286,10 +287,12 @@ def _run_trainer(
         failure_config=FailureConfig(max_failures=MAX_FAILURES),
         checkpoint_config=CheckpointConfig(num_to_keep=1),
         logging_config=LoggingConfig(log_level="WARNING"),  # not a line per report on the console
-        callbacks=[_CurveForwarder(queue)],
     )
     trainer = ray.train.torch.TorchTrainer(
-        _train_worker, train_loop_config=config, scaling_config=_scaling(spec.distill), run_config=run_config
+        _train_worker,
+        train_loop_config=config | {"curves": queue},
+        scaling_config=_scaling(spec.distill),
+        run_config=run_config,
     )
     try:
         return _fit_streaming(trainer, queue, report)

@@ -41,9 +41,10 @@ class Session(Protocol):
         """The folder of the checkpoint to resume from, or None for a fresh start."""
         ...
 
-    def report(self, step: int, curve: dict | None, checkpoint: Path | None) -> None:
+    def report(self, step: int, curve: dict | None, checkpoint: Path | None, saving: bool) -> None:
         """Publish a curve point and/or a checkpoint folder (rank 0 only; the session then owns it).
-        Every rank calls this at the same steps: under Ray Train it is a barrier."""
+        Every rank calls this at the same steps with the same `saving` (this step checkpoints, though only
+        rank 0 holds the folder): under Ray Train a checkpoint's report is a barrier."""
         ...
 
 
@@ -75,7 +76,7 @@ class LocalSession:
         found = self.checkpoints()
         yield found[-1] if found else None
 
-    def report(self, step: int, curve: dict | None, checkpoint: Path | None) -> None:
+    def report(self, step: int, curve: dict | None, checkpoint: Path | None, saving: bool) -> None:
         if checkpoint is not None:
             assert self.scratch_dir is not None
             final = self.scratch_dir / f"{CHECKPOINT_PREFIX}{step:08d}"
