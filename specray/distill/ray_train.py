@@ -120,9 +120,6 @@ class RaySession:
         if self.rank == 0 and self.faults.due("train.step", step):  # fault injection (specray/faults.py)
             self._wait_for_registered_checkpoint()
             self.faults.fire("train.step")
-        if self.rank == 0 and self.faults.due("train.step", step):  # fault injection (specray/faults.py)
-            self._wait_for_registered_checkpoint()
-            self.faults.fire("train.step")
 
     def _wait_for_registered_checkpoint(self, timeout_s: float = 120.0) -> None:
         """Let the controller register the last reported checkpoint first (it does so asynchronously; on a
