@@ -515,7 +515,8 @@ _HTTP_ERRORS = "HTTP error responses"
 _TOO_MANY_STATUS = re.compile(r"too many (\d{3}) error responses")  # urllib3's ResponseError keeps only this
 # (exception types in the cause chain, few words), most telling first. A dying server shows as any of the
 # connection errors: refused once it is gone, reset or closed with a request in flight, a broken pipe
-# mid-upload. urllib3's NewConnectionError is one of its TimeoutErrors, so timeouts are the socket's own.
+# mid-upload, an answer cut short when it dies while writing one. urllib3's NewConnectionError is one of
+# its TimeoutErrors, so timeouts are the socket's own.
 _FAILURE_TYPES: tuple[tuple[tuple[type[BaseException], ...], str], ...] = (
     ((socket.gaierror,), "host name not found"),
     ((TimeoutError, requests.Timeout, urllib3.exceptions.ReadTimeoutError), "timed out"),
@@ -523,6 +524,8 @@ _FAILURE_TYPES: tuple[tuple[tuple[type[BaseException], ...], str], ...] = (
     ((http.client.RemoteDisconnected,), "connection closed"),  # a ConnectionResetError: test it first
     ((ConnectionResetError,), "connection reset"),
     ((ConnectionAbortedError, BrokenPipeError), "connection aborted"),
+    # the server went away between the answer's headers and the end of its body
+    ((http.client.IncompleteRead, urllib3.exceptions.IncompleteRead), "answer cut short"),
     ((requests.exceptions.RetryError, urllib3.exceptions.ResponseError), _HTTP_ERRORS),
     ((requests.ConnectionError, urllib3.exceptions.ProtocolError), "connection failed"),
 )
@@ -538,6 +541,7 @@ _FAILURE_TEXTS = (
     (re.compile(r"RemoteDisconnected|Remote end closed connection"), "connection closed"),
     (re.compile(r"Connection reset by peer"), "connection reset"),
     (re.compile(r"Broken pipe|ConnectionAbortedError"), "connection aborted"),
+    (re.compile(r"IncompleteRead"), "answer cut short"),
     (_TOO_MANY_STATUS, _HTTP_ERRORS),
 )
 

@@ -10,6 +10,18 @@ import ray
 
 from specray.config import RaySpec
 
+# Ray Train settings for a Ray that `ray_session` starts on this machine, where a user has not set them
+# (Ray reads them from the driver's environment and hands them on to its controller and workers):
+# - the controller polls its workers every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (2 s), and a run's start, each
+#   checkpoint report and its end each wait for a poll; a local poll is a cheap call;
+# - the preemption watcher (an actor per run, polling every 5 s) watches for nodes being drained, which a
+#   machine's own local Ray never is.
+# benchmarks/train_overhead.py measures what they save per draft.
+LOCAL_TRAIN_ENV = {
+    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+}
+
 
 @contextmanager
 def ray_session(spec: RaySpec) -> Iterator[None]:
@@ -21,7 +33,9 @@ def ray_session(spec: RaySpec) -> Iterator[None]:
     # workers' own log lines drown the sweep's progress display; SPECRAY_RAY_LOGS=1 shows them
     # (errors in workers still reach the driver as exceptions either way)
     log_to_driver = os.environ.get("SPECRAY_RAY_LOGS", "") not in ("", "0")
+    unset = {name: value for name, value in LOCAL_TRAIN_ENV.items() if name not in os.environ}
     if spec.address is None:
+        os.environ.update(unset)
         # "local" never attaches to another cluster found on the machine; bind to loopback only.
         ray.init(
             "local",
@@ -36,3 +50,6 @@ def ray_session(spec: RaySpec) -> Iterator[None]:
         yield
     finally:
         ray.shutdown()
+        if spec.address is None:
+            for name in unset:
+                os.environ.pop(name, None)

@@ -282,7 +282,7 @@ def _distill_all(
                 plan.output_dir,
                 report=display.curve_reporter(plan.name, spec.for_paradigm(plan.paradigm)),
             ): plan
-            for plan in work.drafts_todo
+            for plan in longest_first(spec, work.drafts_todo)
         }
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -292,6 +292,14 @@ def _distill_all(
                 datasets = data.for_draft(plan.mixture)
                 curves[plan.name] = finish_draft(plan, tracker, runs[plan.name], display, datasets)
     return curves
+
+
+def longest_first(spec: SweepSpec, plans: Sequence[DraftPlan]) -> list[DraftPlan]:
+    """The drafts in the order to start them: the longest first, so that the last to finish is a short one
+    (a long draft left running alone holds the sweep while the other slots idle). Online drafts are the
+    long ones: a step also samples from the student and runs the teacher (~3x an offline step's CPU,
+    benchmarks/README.md), then more steps before fewer; otherwise the plan's order."""
+    return sorted(plans, key=lambda p: (p.paradigm != "online", -spec.distill.steps_for(p.paradigm or "")))
 
 
 def finish_draft(

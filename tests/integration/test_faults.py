@@ -42,7 +42,13 @@ SECRET = "hf_specrayFAKEsecret0123456789abcdefXYZ"  # must never be written anyw
 OFFLINE_DRAFTS = ["non-distill", "offline/tau_kd=0", "offline/tau_kd=1"]
 OFFLINE = ("distill.paradigms=[offline]",)  # fewer drafts where the fault is not in distillation
 # what a client of a server killed mid-run sees, depending on where the kill lands (specray/tracking.py)
-DYING_SERVER = ("connection refused", "connection reset", "connection closed", "connection aborted")
+DYING_SERVER = (
+    "connection refused",
+    "connection reset",
+    "connection closed",
+    "connection aborted",
+    "answer cut short",
+)
 
 
 def _files_containing(folder: Path, needle: bytes) -> list[Path]:
@@ -210,7 +216,8 @@ def test_tracking_server_dying_mid_run_stops_cleanly_and_resumes_once_it_is_back
         stdout, stderr = process.communicate(timeout=CLI_TIMEOUT_S)
         stopped = subprocess.CompletedProcess(command, process.returncode, stdout.decode(), stderr.decode())
         # what the client sees depends on where the kill lands: no request in flight (refused), one in
-        # flight (reset or closed), an upload in progress (aborted); each is the same one line
+        # flight (reset or closed), an upload in progress (aborted), an answer being written (cut short);
+        # each is the same one line
         error = _one_error_and_resume_hint(stopped, f"error: MLflow at {server.url} stopped answering (")
         assert error.split(" stopped answering ")[1] in {f"({reason})" for reason in DYING_SERVER}, error
 

@@ -67,6 +67,17 @@ def _close(handler: BaseHTTPRequestHandler) -> None:
     handler.close_connection = True  # FIN without a byte of answer
 
 
+def _cut_short(handler: BaseHTTPRequestHandler) -> None:
+    # the headers and part of the body, then FIN: a server killed while writing its answer
+    body = json.dumps({"experiment": {"experiment_id": "0", "name": "smoke"}}).encode()
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body[: len(body) // 2])
+    handler.close_connection = True
+
+
 def _unavailable(handler: BaseHTTPRequestHandler) -> None:
     handler.send_response(503)
     handler.send_header("Content-Length", "0")
@@ -110,6 +121,7 @@ CASES = {
     "refused": (_bound_not_listening, "connection refused"),
     "reset": (lambda: _http_server(_reset), "connection reset"),
     "closed": (lambda: _http_server(_close), "connection closed"),
+    "cut-short": (lambda: _http_server(_cut_short), "answer cut short"),
     "unavailable": (lambda: _http_server(_unavailable), "HTTP 503"),
     "silent": (_silent, "timed out"),
     "no-such-host": (_no_such_host, "host name not found"),

@@ -1,0 +1,163 @@
+"""What Ray Train adds to one draft: wall and machine CPU seconds of the same offline draft trained by the
+plain loop in a fresh process and by `specray.distill.ray_train.distill` (a TorchTrainer run), side by side.
+
+    .venv/bin/python benchmarks/train_overhead.py [--steps 100] [--repeats 2] [--tau-kd 1.0] [--knobs]
+
+Every run trains the same draft (sweeps/tiny.yaml's distill settings, `--steps` offline steps, a curve point
+every 10, checkpoints every 100) into a fresh folder, one run at a time, the variants alternating so that a
+change in machine load hits each. Ray is started once, before any timed run (the sweep starts it once too).
+
+- `plain`: `python -c 'train_draft(...)'`, a new interpreter that imports torch and transformers and loads
+  the models, as a Train worker must — the floor for a draft run in its own process.
+- `ray_train`: `distill(...)` on the running Ray: controller, placement group, worker and helper actors,
+  checkpoints through `ray.train.report`.
+- `ray_train+knobs` (with `--knobs`): the same with the Ray Train settings that the local runtime sets
+  (`specray.cluster.runtime.LOCAL_TRAIN_ENV`), read by Ray where Ray reads them (the driver's environment,
+  propagated to the controller and the workers) and checked at run time by reading them back in a worker.
+
+Columns: wall seconds of the call; machine CPU seconds over the call (all processes: /proc/stat's busy
+jiffies, since Ray's actors are not our children); "first point" is the wall seconds from the call to the
+first curve point (start-up plus 10 steps); "after last" from the last curve point to the call's return
+(the final checkpoint, its report, tear-down and publishing).
+
+Needs the tiny zoo and the τ_kd shard: `specray generate sweeps/tiny.yaml 'teacher.temperatures=[1.0]'`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from specray.cluster.runtime import LOCAL_TRAIN_ENV, ray_session  # noqa: E402
+from specray.config import SweepSpec, load_spec  # noqa: E402
+
+RAY_DEFAULTS = {  # Ray 2.60's (ray/train/v2/_internal/constants.py)
+    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "2.0",
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "1",
+}
+PLAIN = """
+import sys, time
+from pathlib import Path
+from transformers.utils import logging as hf_logging
+from specray.config import SweepSpec
+from specray.distill.loop import train_draft
+hf_logging.disable_progress_bar()
+spec = SweepSpec.model_validate_json(Path(sys.argv[1]).read_text())
+start = time.perf_counter()
+first = []
+def report(curve):
+    first.append(time.perf_counter() - start) if not first else None
+    last[0] = time.perf_counter()
+last = [0.0]
+train_draft(spec, "offline", {float(sys.argv[3]): 1.0}, Path(sys.argv[2]), report)
+print(first[0], time.perf_counter() - last[0])
+"""
+
+
+def busy_cpu_s() -> float:
+    """Machine-wide busy CPU seconds since boot (user, nice, system, irq, softirq, steal)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def plain_run(spec: SweepSpec, output: Path, tau_kd: float) -> tuple[float, float]:
+    spec_file = output.parent / f"{output.name}.json"
+    spec_file.write_text(spec.model_dump_json())
+    done = subprocess.run(
+        [sys.executable, "-c", PLAIN, str(spec_file), str(output), str(tau_kd)],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    first, after = (float(x) for x in done.stdout.split()[-2:])
+    return first, after
+
+
+def ray_run(spec: SweepSpec, output: Path, tau_kd: float) -> tuple[float, float]:
+    from specray.distill.ray_train import distill
+
+    start = time.perf_counter()
+    seen: list[float] = []
+    distill(spec, "offline", {tau_kd: 1.0}, output, report=lambda curve: seen.append(time.perf_counter()))
+    return seen[0] - start, time.perf_counter() - seen[-1]
+
+
+def knobs_seen_by_a_worker(root: Path) -> dict[str, str]:
+    """The Ray Train settings as a Train worker reads them (what Ray actually ran with)."""
+    import json
+
+    import ray.train
+    from ray.train.torch import TorchTrainer
+
+    seen = root / "seen.json"
+
+    def read(config: dict) -> None:
+        Path(config["file"]).write_text(json.dumps({n: os.environ.get(n, "unset") for n in LOCAL_TRAIN_ENV}))
+
+    TorchTrainer(
+        read,
+        train_loop_config={"file": str(seen)},
+        scaling_config=ray.train.ScalingConfig(num_workers=1),
+        run_config=ray.train.RunConfig(storage_path=str(root / "seen")),
+    ).fit()
+    return json.loads(seen.read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--tau-kd", type=float, default=1.0)
+    parser.add_argument("--knobs", action="store_true", help="also time ray_train with LOCAL_TRAIN_ENV")
+    args = parser.parse_args()
+    overrides = [
+        f"distill.steps={args.steps}",
+        "distill.paradigms=[offline]",
+        f"distill.checkpoint_every={min(100, args.steps)}",
+        "distill.report_every=10",
+    ]
+    spec = load_spec(REPO / "sweeps" / "tiny.yaml", overrides)
+    variants = ["plain", "ray_train"] + (["ray_train+knobs"] if args.knobs else [])
+    rows: dict[str, list[tuple[float, float, float, float]]] = {v: [] for v in variants}
+    # Ray's own defaults, set explicitly: `ray_session` leaves a user's settings alone, so its Ray (and every
+    # process it starts) runs with these, and each trainer hands the driver's values on to its controller
+    os.environ.update(RAY_DEFAULTS)
+    with tempfile.TemporaryDirectory() as root, ray_session(spec.ray.model_copy(update={"address": None})):
+        for repeat in range(args.repeats):
+            for variant in variants:
+                output = Path(root) / f"{variant}-{repeat}"
+                os.environ.update(LOCAL_TRAIN_ENV if variant.endswith("+knobs") else RAY_DEFAULTS)
+                if repeat == 0 and variant != "plain":
+                    print(f"{variant}: a Train worker sees {knobs_seen_by_a_worker(Path(root))}", flush=True)
+                cpu, start = busy_cpu_s(), time.perf_counter()
+                run = plain_run if variant == "plain" else ray_run
+                first, after = run(spec, output, args.tau_kd)
+                wall, used = time.perf_counter() - start, busy_cpu_s() - cpu
+                rows[variant].append((wall, used, first, after))
+                print(
+                    f"pass {repeat + 1} {variant:>16}: {wall:6.1f} s wall, {used:6.1f} CPU s, "
+                    f"first point {first:5.1f} s, after last {after:5.1f} s",
+                    flush=True,
+                )
+    print(f"\none offline draft, {args.steps} steps, best of {args.repeats} (by wall):")
+    best = {v: min(r) for v, r in rows.items()}
+    for variant, (wall, used, first, after) in best.items():
+        print(
+            f"  {variant:>16}: {wall:6.1f} s wall ({wall / best['plain'][0]:.2f}x plain), "
+            f"{used:6.1f} CPU s ({used / best['plain'][1]:.2f}x), first point {first:5.1f} s, "
+            f"after last {after:5.1f} s"
+        )
+
+
+if __name__ == "__main__":
+    main()
