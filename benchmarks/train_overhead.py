@@ -12,8 +12,11 @@ change in machine load hits each. Ray is started once, before any timed run (the
 - `ray_train`: `distill(...)` on the running Ray: controller, placement group, worker and helper actors,
   checkpoints through `ray.train.report`.
 - `ray_train+knobs` (with `--knobs`): the same with the Ray Train settings that the local runtime sets
-  (`specray.cluster.runtime.LOCAL_TRAIN_ENV`), read by Ray where Ray reads them (the driver's environment,
-  propagated to the controller and the workers) and checked at run time by reading them back in a worker.
+  (`specray.cluster.runtime.LOCAL_TRAIN_ENV`) in the driver's environment, which Ray hands on to the
+  controller and the workers as a runtime_env;
+- `ray_train+inherited` (with `--knobs`): the same settings, inherited by every process of a Ray started
+  with them in its environment, and none in the driver's (nothing handed on).
+Each variant's settings are checked at run time by reading them back inside a Train worker.
 
 Columns: wall seconds of the call; machine CPU seconds over the call (all processes: /proc/stat's busy
 jiffies, since Ray's actors are not our children); "first point" is the wall seconds from the call to the
@@ -127,16 +130,23 @@ def main() -> None:
         "distill.report_every=10",
     ]
     spec = load_spec(REPO / "sweeps" / "tiny.yaml", overrides)
-    variants = ["plain", "ray_train"] + (["ray_train+knobs"] if args.knobs else [])
+    variants = ["plain", "ray_train"] + (["ray_train+knobs", "ray_train+inherited"] if args.knobs else [])
     rows: dict[str, list[tuple[float, float, float, float]]] = {v: [] for v in variants}
-    # Ray's own defaults, set explicitly: `ray_session` leaves a user's settings alone, so its Ray (and every
-    # process it starts) runs with these, and each trainer hands the driver's values on to its controller
-    os.environ.update(RAY_DEFAULTS)
+    # Ray starts with the local settings in its environment (every process it starts inherits them); a
+    # trainer hands the driver's values of these names on to its controller and workers (a runtime_env),
+    # which override the inherited ones: Ray's defaults for `ray_train`, the local values for `+knobs`, and
+    # nothing at all for `+inherited`, whose processes read what they inherited
+    os.environ.update(LOCAL_TRAIN_ENV)
     with tempfile.TemporaryDirectory() as root, ray_session(spec.ray.model_copy(update={"address": None})):
         for repeat in range(args.repeats):
             for variant in variants:
                 output = Path(root) / f"{variant}-{repeat}"
-                os.environ.update(LOCAL_TRAIN_ENV if variant.endswith("+knobs") else RAY_DEFAULTS)
+                for name in LOCAL_TRAIN_ENV:
+                    os.environ.pop(name, None)
+                if variant in ("plain", "ray_train"):
+                    os.environ.update(RAY_DEFAULTS)
+                elif variant.endswith("+knobs"):
+                    os.environ.update(LOCAL_TRAIN_ENV)
                 if repeat == 0 and variant != "plain":
                     print(f"{variant}: a Train worker sees {knobs_seen_by_a_worker(Path(root))}", flush=True)
                 cpu, start = busy_cpu_s(), time.perf_counter()
@@ -145,7 +155,7 @@ def main() -> None:
                 wall, used = time.perf_counter() - start, busy_cpu_s() - cpu
                 rows[variant].append((wall, used, first, after))
                 print(
-                    f"pass {repeat + 1} {variant:>16}: {wall:6.1f} s wall, {used:6.1f} CPU s, "
+                    f"pass {repeat + 1} {variant:>19}: {wall:6.1f} s wall, {used:6.1f} CPU s, "
                     f"first point {first:5.1f} s, after last {after:5.1f} s",
                     flush=True,
                 )
@@ -153,7 +163,7 @@ def main() -> None:
     best = {v: min(r) for v, r in rows.items()}
     for variant, (wall, used, first, after) in best.items():
         print(
-            f"  {variant:>16}: {wall:6.1f} s wall ({wall / best['plain'][0]:.2f}x plain), "
+            f"  {variant:>19}: {wall:6.1f} s wall ({wall / best['plain'][0]:.2f}x plain), "
             f"{used:6.1f} CPU s ({used / best['plain'][1]:.2f}x), first point {first:5.1f} s, "
             f"after last {after:5.1f} s"
         )
