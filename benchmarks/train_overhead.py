@@ -39,7 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from specray.cluster.runtime import LOCAL_TRAIN_ENV, ray_session  # noqa: E402
+from specray.cluster.runtime import LOCAL_TRAIN_ENV, ray_session, train_env_seen_by_a_worker  # noqa: E402
 from specray.config import SweepSpec, load_spec  # noqa: E402
 
 RAY_DEFAULTS = {  # Ray 2.60's (ray/train/v2/_internal/constants.py)
@@ -95,27 +95,6 @@ def ray_run(spec: SweepSpec, output: Path, tau_kd: float) -> tuple[float, float]
     return seen[0] - start, time.perf_counter() - seen[-1]
 
 
-def knobs_seen_by_a_worker(root: Path) -> dict[str, str]:
-    """The Ray Train settings as a Train worker reads them (what Ray actually ran with)."""
-    import json
-
-    import ray.train
-    from ray.train.torch import TorchTrainer
-
-    seen = root / "seen.json"
-
-    def read(config: dict) -> None:
-        Path(config["file"]).write_text(json.dumps({n: os.environ.get(n, "unset") for n in LOCAL_TRAIN_ENV}))
-
-    TorchTrainer(
-        read,
-        train_loop_config={"file": str(seen)},
-        scaling_config=ray.train.ScalingConfig(num_workers=1),
-        run_config=ray.train.RunConfig(storage_path=str(root / "seen")),
-    ).fit()
-    return json.loads(seen.read_text())
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=100)
@@ -148,7 +127,8 @@ def main() -> None:
                 elif variant.endswith("+knobs"):
                     os.environ.update(LOCAL_TRAIN_ENV)
                 if repeat == 0 and variant != "plain":
-                    print(f"{variant}: a Train worker sees {knobs_seen_by_a_worker(Path(root))}", flush=True)
+                    seen = train_env_seen_by_a_worker(Path(root) / f"seen-{variant}")
+                    print(f"{variant}: a Train worker sees {seen}", flush=True)
                 cpu, start = busy_cpu_s(), time.perf_counter()
                 run = plain_run if variant == "plain" else ray_run
                 first, after = run(spec, output, args.tau_kd)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import ray
 
@@ -53,3 +55,25 @@ def ray_session(spec: RaySpec) -> Iterator[None]:
         if spec.address is None:
             for name in unset:
                 os.environ.pop(name, None)
+
+
+def train_env_seen_by_a_worker(folder: Path) -> dict[str, str]:
+    """The values of LOCAL_TRAIN_ENV's names as a Ray Train worker on the running Ray reads them ("unset"
+    where it has none): what Ray actually ran with, whoever set them. A one-worker run with its storage in
+    `folder`."""
+    import ray.train
+    from ray.train.torch import TorchTrainer
+
+    seen = Path(folder) / "train_env_seen.json"
+
+    def read(config: dict) -> None:
+        values = {name: os.environ.get(name, "unset") for name in LOCAL_TRAIN_ENV}
+        Path(config["file"]).write_text(json.dumps(values))
+
+    TorchTrainer(
+        read,
+        train_loop_config={"file": str(seen)},
+        scaling_config=ray.train.ScalingConfig(num_workers=1, resources_per_worker={"CPU": 1}),
+        run_config=ray.train.RunConfig(storage_path=str(Path(folder) / "train_env_run")),
+    ).fit()
+    return json.loads(seen.read_text())
