@@ -35,26 +35,27 @@ def ray_session(spec: RaySpec) -> Iterator[None]:
     # workers' own log lines drown the sweep's progress display; SPECRAY_RAY_LOGS=1 shows them
     # (errors in workers still reach the driver as exceptions either way)
     log_to_driver = os.environ.get("SPECRAY_RAY_LOGS", "") not in ("", "0")
-    unset = {name: value for name, value in LOCAL_TRAIN_ENV.items() if name not in os.environ}
-    if spec.address is None:
-        os.environ.update(unset)
-        # "local" never attaches to another cluster found on the machine; bind to loopback only.
-        ray.init(
-            "local",
-            num_cpus=spec.num_cpus,
-            include_dashboard=False,
-            _node_ip_address="127.0.0.1",
-            log_to_driver=log_to_driver,
-        )
-    else:
-        ray.init(address=spec.address, log_to_driver=log_to_driver)
+    unset = {n: v for n, v in LOCAL_TRAIN_ENV.items() if n not in os.environ} if spec.address is None else {}
+    os.environ.update(unset)
     try:
-        yield
-    finally:
-        ray.shutdown()
         if spec.address is None:
-            for name in unset:
-                os.environ.pop(name, None)
+            # "local" never attaches to another cluster found on the machine; bind to loopback only.
+            ray.init(
+                "local",
+                num_cpus=spec.num_cpus,
+                include_dashboard=False,
+                _node_ip_address="127.0.0.1",
+                log_to_driver=log_to_driver,
+            )
+        else:
+            ray.init(address=spec.address, log_to_driver=log_to_driver)
+        try:
+            yield
+        finally:
+            ray.shutdown()
+    finally:
+        for name in unset:  # the driver's environment as it was, also when Ray did not start
+            os.environ.pop(name, None)
 
 
 def train_env_seen_by_a_worker(folder: Path) -> dict[str, str]:
