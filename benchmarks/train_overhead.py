@@ -39,12 +39,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from ray.train.v2._internal import constants as rc  # noqa: E402
+
 from specray.cluster.runtime import LOCAL_TRAIN_ENV, ray_session, train_env_seen_by_a_worker  # noqa: E402
 from specray.config import SweepSpec, load_spec  # noqa: E402
 
-RAY_DEFAULTS = {  # Ray 2.60's (ray/train/v2/_internal/constants.py)
-    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "2.0",
-    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "1",
+# the installed Ray's own defaults, read where Ray keeps them (not copied: they change between versions)
+RAY_DEFAULTS = {
+    rc.HEALTH_CHECK_INTERVAL_S_ENV_VAR: str(rc.DEFAULT_HEALTH_CHECK_INTERVAL_S),
+    rc.ENABLE_PREEMPTION_WATCHER_ENV_VAR: str(int(rc.DEFAULT_ENABLE_PREEMPTION_WATCHER)),
 }
 PLAIN = """
 import sys, time
