@@ -165,7 +165,7 @@ class ResponseLoss:
         requires).
         """
         inputs = (input_ids, attention_mask, labels, teacher_states)
-        if self.chunk_size > 0 and int((labels != IGNORE_INDEX).sum()) > self.chunk_size:
+        if self.chunk_size > 0:
             return self._chunked(student, teacher, *inputs)
         return self._plain(student, teacher, *inputs)
 

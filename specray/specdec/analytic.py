@@ -180,12 +180,17 @@ def _forced_batch(pairs: list[tuple[int, tuple[list[int], list[int]]]], pad_id: 
 @torch.no_grad()
 def response_probs(model: PreTrainedModel, batch: ForcedBatch, tau: float) -> Tensor:
     """Warped next-token distributions at every response position, on the model's device: [batch, T, vocab].
-    Only the response positions go through the vocabulary softmax (the gather comes first)."""
+    The LM head runs only from the earliest response position on (`logits_to_keep`: the prompts' other
+    positions never reach the vocabulary), and only the response positions go through the vocabulary
+    softmax (the gather comes first)."""
     device = model.device
+    first = int(batch.index[batch.valid].min()) if bool(batch.valid.any()) else 0
     logits = model(
-        input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device)
+        input_ids=batch.input_ids.to(device),
+        attention_mask=batch.attention_mask.to(device),
+        logits_to_keep=batch.input_ids.shape[1] - first,  # positions first.. of every row
     ).logits
-    index = batch.index.to(device)[..., None].expand(-1, -1, logits.shape[-1])
+    index = (batch.index.to(device) - first).clamp(min=0)[..., None].expand(-1, -1, logits.shape[-1])
     return warp(logits.gather(1, index), tau)
 
 

@@ -150,10 +150,9 @@ def test_analytic_matches_a_hand_computed_beta() -> None:
             self.table = table
             self.device = torch.device("cpu")
 
-        def forward(self, input_ids, attention_mask=None):
-            return type(
-                "Out", (), {"logits": self.table[: input_ids.shape[1]].expand(input_ids.shape[0], -1, -1)}
-            )
+        def forward(self, input_ids, attention_mask=None, logits_to_keep=0):  # HF: 0 keeps every position
+            logits = self.table[: input_ids.shape[1]].expand(input_ids.shape[0], -1, -1)
+            return type("Out", (), {"logits": logits[:, -logits_to_keep:]})
 
     target_table, draft_table = torch.randn(8, 5), torch.randn(8, 5)
     continuations = Continuations(1.0, [[1, 2], [1]], [[3, 4, 0], [2]])
