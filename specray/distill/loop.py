@@ -33,7 +33,7 @@ import math
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,7 +64,7 @@ from specray.distill.inputs import DistillInputs, check_request, draft_name, pre
 from specray.distill.losses import ResponseLoss, check_chunkable
 from specray.distill.probe import AcceptanceProbe
 from specray.distill.session import LocalSession, Session
-from specray.distill.teacher_states import StaticStates, estimated_mb
+from specray.distill.teacher_states import PromptStates, StaticStates, estimated_mb, prompt_cache_matches
 from specray.keys import curve_inputs
 from specray.models.loading import load_model, load_tokenizer
 from specray.teacher.engines import eos_token_ids, sample_batch
@@ -213,17 +213,43 @@ def _setup(
 
 def _static_states(run: _Run) -> StaticStates | None:
     """Online, the teacher's states of every fixed-data and teacher row this rank will train on, computed
-    now (`teacher_states.py`) — unless `distill.teacher_cache_mb` is 0 or too small for them, or the
-    heads are not chunked (the cached states need the logits to be the head applied to them)."""
+    now, and the teacher's caches of every prompt it will see (`teacher_states.py`) — unless
+    `distill.teacher_cache_mb` is 0 or too small for the states, or the heads are not chunked (the cached
+    states need the logits to be the head applied to them). The prompts get what the states leave."""
     d = run.spec.distill
     if run.teacher is None or d.teacher_cache_mb <= 0 or d.loss_chunk_size <= 0:
         return None
-    rows = list(_static_rows(run))
+    rows, prompts = _row_plan(run)
     needed = estimated_mb(rows, unwrap(run.teacher).config.hidden_size)
     if needed > d.teacher_cache_mb:
         log.info("teacher states need %.0f MB > distill.teacher_cache_mb: computed every step", needed)
         return None
-    return StaticStates(run.teacher, rows, run.tokenizer.pad_token_id, run.spec.teacher.batch_size)
+    cache = _prompt_states(run, prompts, rows, d.teacher_cache_mb - needed)
+    return StaticStates(run.teacher, rows, run.tokenizer.pad_token_id, run.spec.teacher.batch_size, cache)
+
+
+def _prompt_states(
+    run: _Run, prompts: set[tuple[int, ...]], rows: list[TrainRow], budget_mb: float
+) -> PromptStates | None:
+    """The teacher's caches of `prompts` if they fit in `budget_mb` and the teacher's cached pass matches
+    its full one on a few of the run's rows; else None (every fresh row then runs in full)."""
+    assert run.teacher is not None
+    needed = PromptStates.estimated_mb(run.teacher, prompts)
+    if needed > budget_mb:
+        log.info(
+            "prompt caches need %.0f MB, %.0f MB left in distill.teacher_cache_mb: not kept",
+            needed,
+            budget_mb,
+        )
+        return None
+    cache = PromptStates(run.teacher, prompts, run.spec.teacher.batch_size)
+    sample = [row for row in rows if row.response_ids][:4] or [
+        TrainRow(prompt, prompt[-2:], 0.0) for prompt in sorted(prompts)[:4]
+    ]
+    if not prompt_cache_matches(run.teacher, cache, sample, run.tokenizer.pad_token_id):
+        log.warning("the teacher's cached forward pass differs from its full one: prompt caches not used")
+        return None
+    return cache
 
 
 def _response_loss(
@@ -309,12 +335,17 @@ def _planned_rows(run: _Run, step: int, micro: int) -> tuple[list[TrainRow], lis
     return rows, local, sorted(sources.student & set(local))
 
 
-def _static_rows(run: _Run) -> Iterator[TrainRow]:
-    """Every row of this rank's whole run whose response is not a student sample (with repeats)."""
+def _row_plan(run: _Run) -> tuple[list[TrainRow], set[tuple[int, ...]]]:
+    """Every row of this rank's whole run whose response is not a student sample (with repeats), and the
+    prompts of all of this rank's rows."""
+    static: list[TrainRow] = []
+    prompts: set[tuple[int, ...]] = set()
     for step in range(1, run.spec.distill.steps + 1):
         for micro in range(run.spec.distill.grad_accum):
             rows, local, chosen = _planned_rows(run, step, micro)
-            yield from (rows[i] for i in local if i not in chosen)
+            static.extend(rows[i] for i in local if i not in chosen)
+            prompts.update(rows[i].prompt_ids for i in local)
+    return static, prompts
 
 
 def _local_rows(run: _Run, step: int, micro: int) -> list[TrainRow]:

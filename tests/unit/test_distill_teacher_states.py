@@ -8,15 +8,24 @@ import torch
 
 from specray.distill.data import TrainRow, collate
 from specray.distill.inputs import prepare_inputs
-from specray.distill.loop import _setup, _static_rows, train_draft
+from specray.distill.loop import _row_plan, _setup, train_draft
 from specray.distill.losses import ResponseLoss
 from specray.distill.session import LocalSession
-from specray.distill.teacher_states import StaticStates, estimated_mb, response_states
+from specray.distill.teacher_states import (
+    PromptStates,
+    StaticStates,
+    cached_response_states,
+    estimated_mb,
+    prompt_cache_matches,
+    response_states,
+)
 from specray.models.loading import load_model
 from tests.unit.test_distill_loop import losses, make_shards, micro_spec
 from tests.unit.test_distill_losses import ROWS
 
 ROWS_4 = [*ROWS, TrainRow((1, 4, 4), (6, 7, 8, 9, 2), 1.0)]
+# prompts of 2..5 tokens, responses of 0..5: both paddings of the cached pass, and its edge cases
+ROWS_CACHED = [*ROWS_4, TrainRow((1, 4), (3, 3, 3, 2), 0.5), TrainRow((1, 5, 6), (), 1.0)]
 
 
 def _models(micro_zoo):
@@ -64,9 +73,12 @@ def test_static_rows_are_exactly_the_non_student_rows(micro_zoo, tmp_path) -> No
     make_shards(spec)
     inputs = prepare_inputs(spec, "online", {1.0: 1.0})
     run = _setup(spec, "online", {1.0: 1.0}, inputs, LocalSession(tmp_path, None))
-    rows = list(_static_rows(run))
+    rows, prompts = _row_plan(run)
     assert len(rows) == spec.distill.steps * 2
     assert run.states is not None and set(run.states.states) == set(rows)
+    every_row = [run.data.micro_batch(step, 0) for step in range(1, spec.distill.steps + 1)]
+    assert prompts == {row.prompt_ids for batch in every_row for row in batch}
+    assert run.states.prompts is not None and set(run.states.prompts.kv) == prompts
 
 
 def test_the_loop_with_kept_states_trains_like_the_loop_without(micro_zoo, tmp_path) -> None:
@@ -92,3 +104,56 @@ def test_the_loop_with_kept_states_trains_like_the_loop_without(micro_zoo, tmp_p
         strict=True,
     ):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_the_cached_pass_gives_each_rows_own_full_pass_states(micro_zoo) -> None:
+    """The responses run after the kept prompt caches (left-padded to the longest prompt): every row's
+    states equal its own unpadded full forward's, whatever the other rows' prompt and response lengths."""
+    _, teacher = _models(micro_zoo)
+    prompts = PromptStates(teacher, [row.prompt_ids for row in ROWS_CACHED], batch_size=2)
+    assert len(prompts) == 4  # (1, 4) and (1, 5, 6) twice
+    cached = cached_response_states(teacher, prompts, ROWS_CACHED, pad_token_id=0)
+    alone = [response_states(teacher, [row], pad_token_id=0)[0] for row in ROWS_CACHED]
+    for row, a, b in zip(ROWS_CACHED, cached, alone, strict=True):
+        assert a.shape == (len(row.response_ids), teacher.config.hidden_size)
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert prompt_cache_matches(teacher, prompts, ROWS_CACHED, pad_token_id=0)
+    sizes = {len(p) for p in prompts.kv}
+    assert PromptStates.estimated_mb(teacher, prompts.kv) == pytest.approx(prompts.megabytes())
+    assert sizes == {2, 3, 5}
+
+
+def test_a_teacher_whose_cached_pass_differs_is_caught(micro_zoo) -> None:
+    """A forward that ignores the positions it is given (numbering from the cache's length instead) is
+    right for the longest prompt only: the check sees it, and the run would not use the caches."""
+    _, teacher = _models(micro_zoo)
+    prompts = PromptStates(teacher, [row.prompt_ids for row in ROWS_CACHED], batch_size=2)
+    forward = teacher.forward
+
+    def own_positions(*args, **kwargs):
+        kwargs.pop("position_ids", None)
+        return forward(*args, **kwargs)
+
+    teacher.forward = own_positions
+    assert not prompt_cache_matches(teacher, prompts, ROWS_CACHED, pad_token_id=0)
+    teacher.forward = forward
+    assert prompt_cache_matches(teacher, prompts, ROWS_CACHED, pad_token_id=0)
+
+
+def test_kept_states_and_prompt_caches_share_the_budget(micro_zoo, tmp_path, caplog) -> None:
+    """States first, prompt caches with what is left: a budget that holds the states only keeps no
+    prompt cache (and says so); every fresh row then runs in full."""
+    spec = micro_spec(micro_zoo, "distill.onpolicy_fraction=0.5")
+    make_shards(spec)
+    inputs = prepare_inputs(spec, "online", {1.0: 1.0})
+    run = _setup(spec, "online", {1.0: 1.0}, inputs, LocalSession(tmp_path / "a", None))
+    assert run.states is not None and run.states.prompts is not None
+    rows, _ = _row_plan(run)
+    states_mb = estimated_mb(rows, run.teacher.config.hidden_size)
+    tight = micro_spec(
+        micro_zoo, "distill.onpolicy_fraction=0.5", f"distill.teacher_cache_mb={states_mb * 1.01}"
+    )
+    with caplog.at_level("INFO", logger="specray.distill.loop"):
+        run = _setup(tight, "online", {1.0: 1.0}, inputs, LocalSession(tmp_path / "b", None))
+    assert run.states is not None and run.states.prompts is None
+    assert "prompt caches need" in caplog.text
