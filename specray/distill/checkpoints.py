@@ -78,6 +78,13 @@ def save_checkpoint(
     tokenizer.save_pretrained(folder)
     torch.save(state, folder / TRAINER_STATE)
     (folder / CURVES_FILE).write_text(json.dumps(state["curves"], indent=1))
+    (folder / FINGERPRINT_FILE).write_text(state["fingerprint"])  # whose checkpoint, without loading it
+
+
+def checkpoint_key(folder: Path) -> str:
+    """The draft key a checkpoint was written under (read from its trainer state where no tag was kept)."""
+    tag = folder / FINGERPRINT_FILE
+    return tag.read_text().strip() if tag.is_file() else load_trainer_state(folder)["fingerprint"]
 
 
 def load_trainer_state(folder: Path) -> dict[str, Any]:

@@ -1,30 +1,36 @@
 """Ray Train adapter: the distillation loop under a `TorchTrainer` (Ray Train V2). The only distill module
 that imports Ray.
 
-Driver side (`distill`): validate the request and read the shards before Ray starts (`prepare_inputs`: a bad
-τ_kd or a missing shard is one clear error, never a retried worker failure); pass the rows and resolved
-model paths to the workers (no worker reads the driver's cache or builds the zoo); run the trainer; publish
-the last checkpoint as the draft (`checkpoints.publish`: marker written last).
+One Train run distils one draft (`distill`) or several one after another (`distill_drafts`: the sweep runs
+one per slot, so Ray Train's start — controller, placement group, worker processes importing torch and
+transformers — is paid once per slot rather than once per draft).
 
-Worker side (`RaySession`): the loop's `Session` over Ray Train — DDP through `ray.train.torch.prepare_model`
-(gloo on CPU, NCCL on GPU), sums through `torch.distributed.all_reduce`, checkpoints through
-`ray.train.report(..., checkpoint=...)` (rank 0 writes, every rank reports: it is a barrier) and resume
-through `ray.train.get_checkpoint()`. When a worker dies, `FailureConfig(max_failures)` makes the controller
-restart the whole worker group, which resumes from the latest reported checkpoint and still ends at
-`distill.steps`: the data order is a function of the step, so the resumed run is the uninterrupted one.
-Ray's run folder (checkpoints, its snapshot) lives in the work folder beside `output_dir`, so calling
-`distill` again after the driver itself died resumes too (Train V2 restores a run by storage path and name).
-The controller takes reports asynchronously: a checkpoint reported in the instant before a crash may not be
-registered, and the run then resumes from the one before it. On a multi-node cluster `output_dir` must be
-on storage every node shares (NFS), as Ray Train requires of its storage path.
+Driver side: validate every request and read the shards before Ray starts (`prepare_inputs`: a bad τ_kd or
+a missing shard is one clear error, never a retried worker failure); pass the rows and resolved model paths
+to the workers (no worker reads the driver's cache or builds the zoo); run the trainer.
 
-Reports: rank 0 puts each curve point on a Ray queue (an actor on the driver's node), and the driver thread
-that called `distill` hands it to `report` while `fit` runs in a helper thread — so `report` runs live, on
-the driver, in the caller's thread. Points that a restarted worker group reports again (steps after the
-checkpoint it resumed from) are not passed on twice. Only checkpoints go through `ray.train.report`: Train
-V2's worker holds one unconsumed report and its controller takes it at each poll (every
-RAY_TRAIN_HEALTH_CHECK_INTERVAL_S, 2 s in Ray 2.60), so a report per curve point held a fast loop to one
-point per poll — 41 points made a 20-CPU-second offline draft take ~110 s of wall time.
+Worker side (`RaySession`, one per draft): the loop's `Session` over Ray Train — DDP through
+`ray.train.torch.prepare_model` (gloo on CPU, NCCL on GPU), sums through `torch.distributed.all_reduce`,
+checkpoints through `ray.train.report(..., checkpoint=...)` (rank 0 writes, every rank reports: it is a
+barrier) and resume through `ray.train.get_checkpoint()`, which is the run's latest checkpoint: a session
+resumes from it only if it is its own draft's (each checkpoint names its draft key). At a draft's last step
+rank 0 publishes its last checkpoint as the draft (`checkpoints.publish`: marker written last) and moves on
+to the next. When a worker dies, `FailureConfig(max_failures)` makes the controller restart the whole worker
+group: it skips the drafts already published, resumes the one the latest checkpoint names and still ends it
+at `distill.steps` (the data order is a function of the step, so the resumed run is the uninterrupted one).
+Ray's run folder (checkpoints, its snapshot) lives in a work folder beside the drafts, keyed by the drafts'
+keys, so calling again after the driver itself died resumes too (Train V2 restores a run by storage path and
+name). The controller takes reports asynchronously: a checkpoint reported in the instant before a crash may
+not be registered, and the run then resumes from the one before it. On a multi-node cluster the drafts'
+folder must be on storage every node shares (NFS), as Ray Train requires of its storage path.
+
+Reports: rank 0 puts each curve point (and each publication) on a Ray queue (an actor on the driver's node),
+and the driver thread that called `distill` hands it to `report` while `fit` runs in a helper thread — so
+`report` runs live, on the driver, in the caller's thread. Points that a restarted worker group reports
+again (steps after the checkpoint it resumed from) are not passed on twice. Only checkpoints go through
+`ray.train.report`: Train V2's worker holds one unconsumed report and its controller takes it at each poll
+(every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S, 2 s in Ray 2.60), so a report per curve point held a fast loop to
+one point per poll — 41 points made a 20-CPU-second offline draft take ~110 s of wall time.
 """
 
 from __future__ import annotations
@@ -34,8 +40,9 @@ import logging
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +59,7 @@ from specray.cluster.runtime import ray_session
 from specray.config import DistillSpec, SweepSpec
 from specray.devices import Resources
 from specray.distill.checkpoints import (
+    checkpoint_key,
     claim_work_dir,
     fingerprint,
     is_finished,
@@ -59,12 +67,13 @@ from specray.distill.checkpoints import (
     publish,
     read_curves,
 )
-from specray.distill.inputs import prepare_inputs
+from specray.distill.inputs import check_request, draft_name, prepare_inputs
 from specray.distill.loop import DistillResult, finished_info, run_training, worker_resources
 from specray.errors import USER_ERRORS, find_cause
 from specray.faults import Faults
+from specray.keys import digest
 
-__all__ = ["RaySession", "distill", "is_finished"]
+__all__ = ["DraftJob", "RaySession", "distill", "distill_drafts", "is_finished"]
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +82,11 @@ RUN_NAME = "ray_train"
 
 
 class RaySession:
-    """The loop's Session inside a Ray Train worker, computing on the device of the worker's resources."""
+    """The loop's Session inside a Ray Train worker, computing on the device of the worker's resources.
+
+    One session per draft of the run: `key` is the draft's (a checkpoint of another draft of the same run is
+    no checkpoint of this one) and `draft` names its curve points on the queue. Rank 0 keeps its latest
+    checkpoint folder after reporting it (`kept`), so the worker can publish the last one itself."""
 
     def __init__(
         self,
@@ -81,12 +94,17 @@ class RaySession:
         faults: Faults | None = None,
         work: Path | None = None,
         curves: Queue | None = None,
+        key: str | None = None,
+        draft: str = "",
     ) -> None:
         context = ray.train.get_context()
         self.rank, self.world_size = context.get_world_rank(), context.get_world_size()
         self.device = worker_device(resources or Resources(1.0))
         self.scratch_dir = None  # system temp; the checkpoint is copied to storage by `report`
         self.faults, self.work, self.curves = faults or Faults(), work, curves
+        self.key, self.draft = key, draft
+        self.kept: Path | None = None
+        self.saved: dict[str, Any] | None = None  # what this draft's latest checkpoint was reported with
 
     def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
         return ray.train.torch.prepare_model(model)  # DDP when world_size > 1
@@ -100,48 +118,64 @@ class RaySession:
 
     @contextmanager
     def latest_checkpoint(self) -> Iterator[Path | None]:
-        checkpoint = ray.train.get_checkpoint()
+        checkpoint = ray.train.get_checkpoint()  # the run's latest: maybe an earlier draft's
         if checkpoint is None:
             yield None
             return
         with checkpoint.as_directory() as folder:
-            yield Path(folder)
+            ours = self.key is None or checkpoint_key(Path(folder)) == self.key
+            yield Path(folder) if ours else None
 
     def report(self, step: int, curve: dict | None, checkpoint: Path | None, saving: bool) -> None:
         if curve is not None and self.rank == 0 and self.curves is not None:
-            self.curves.put(curve)  # before the checkpoint's report: the driver sees the steps in order
+            self.curves.put({"draft": self.draft, "curve": curve})  # before the checkpoint: steps in order
         if saving:  # every rank reports (a barrier); rank 0 with the folder
             try:
                 persisted = ray.train.Checkpoint.from_directory(checkpoint) if checkpoint else None
-                ray.train.report({"step": step}, checkpoint=persisted)
+                # synchronous upload, local folder kept (Ray's default): rank 0 publishes the last one
+                self.saved = {"step": step, "draft": self.key or ""}
+                ray.train.report(self.saved, checkpoint=persisted, delete_local_checkpoint_after_upload=False)
             finally:
                 if checkpoint is not None:
-                    shutil.rmtree(checkpoint, ignore_errors=True)
+                    self.release()
+                    self.kept = checkpoint
         if self.rank == 0 and self.faults.due("train.step", step):  # fault injection (specray/faults.py)
-            self._wait_for_registered_checkpoint()
+            if self.saved is not None:
+                self._wait_for_registered_checkpoint(self.saved)
             self.faults.fire("train.step")
 
-    def _wait_for_registered_checkpoint(self, timeout_s: float = 120.0) -> None:
-        """Let the controller register the last reported checkpoint first (it does so asynchronously; on a
-        loaded machine a kill right after `report` can beat it), so an injected fault always resumes from
-        the checkpoint it follows."""
+    def release(self) -> None:
+        """Delete the kept checkpoint folder (storage has its copy)."""
+        if self.kept is not None:
+            shutil.rmtree(self.kept, ignore_errors=True)
+            self.kept = None
+
+    def _wait_for_registered_checkpoint(self, metrics: dict[str, Any], timeout_s: float = 120.0) -> None:
+        """Let the controller register this draft's latest reported checkpoint first (it does so
+        asynchronously; on a loaded machine a kill right after `report` can beat it), so an injected fault
+        always resumes from the checkpoint it follows."""
         if self.work is None:
             return
         snapshot = self.work / RUN_NAME / "checkpoint_manager_snapshot.json"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if _registered(snapshot):
+            if _registered(snapshot, metrics):
                 return
             time.sleep(0.2)
 
 
-def _registered(snapshot: Path) -> bool:
-    """Whether Ray's checkpoint manager snapshot names a latest checkpoint. Ray rewrites the file in place,
-    so a read can see it missing, empty or cut short: all of those are "not yet"."""
+def _registered(snapshot: Path, metrics: Mapping[str, Any] | None = None) -> bool:
+    """Whether Ray's checkpoint manager snapshot names a latest checkpoint (reported with `metrics`, if
+    given: the draft's key and step). Ray rewrites the file in place, so a read can see it missing, empty or
+    cut short: all of those are "not yet"."""
     try:
-        return bool(json.loads(snapshot.read_text() or "{}").get("latest_checkpoint_result"))
+        latest = json.loads(snapshot.read_text() or "{}").get("latest_checkpoint_result")
     except (OSError, json.JSONDecodeError):
         return False
+    if not latest:
+        return False
+    reported = latest.get("metrics", {})
+    return metrics is None or all(reported.get(name) == value for name, value in metrics.items())
 
 
 def worker_device(resources: Resources) -> torch.device:
@@ -152,13 +186,35 @@ def worker_device(resources: Resources) -> torch.device:
 
 
 def _train_worker(config: dict[str, Any]) -> None:
-    """Ray Train's per-worker entry point: rebuild the spec, then run the plain loop."""
+    """Ray Train's per-worker entry point: rebuild the spec, then run the plain loop for each draft of the
+    run that is not published yet (after a restart, the earlier ones are), publishing each from rank 0."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # a bar per model load, from every worker, floods the driver's console
     spec = SweepSpec.model_validate(config["spec"])
-    session = RaySession(worker_resources(spec), config["faults"], Path(config["work"]), config["curves"])
-    run_training(spec, config["paradigm"], config["mixture"], config["inputs"], session)
+    for job in config["jobs"]:
+        if not is_finished(job["output_dir"], job["key"]):
+            _train_job(spec.for_paradigm(job["paradigm"]), job, config)
+
+
+def _train_job(spec: SweepSpec, job: dict[str, Any], config: dict[str, Any]) -> None:
+    """One draft: the loop from its latest checkpoint (if the run's latest is its own) to `distill.steps`;
+    rank 0 then publishes the last checkpoint and tells the driver."""
+    paradigm, mixture = job["paradigm"], job["mixture"]
+    resources, work = worker_resources(spec), Path(config["work"])
+    session = RaySession(resources, config["faults"], work, config["curves"], job["key"], job["name"])
+    started = time.perf_counter()
+    try:
+        run_training(spec, paradigm, mixture, job["inputs"], session)
+        if session.rank == 0:
+            assert session.kept is not None, "the last step always writes a checkpoint"
+            state = load_trainer_state(session.kept)
+            info = finished_info(spec, paradigm, mixture, state, time.perf_counter() - started)
+            publish(session.kept, Path(job["output_dir"]), spec, info)
+            if config["curves"] is not None:
+                config["curves"].put({"draft": job["name"], "published": True})
+    finally:
+        session.release()
 
 
 # ---------------------------------------------------------------- driver side
@@ -190,9 +246,13 @@ def _drain(queue: Queue, timeout: float) -> list[dict]:
 
 
 def _fit_streaming(
-    trainer: ray.train.torch.TorchTrainer, queue: Queue, report: Callable[[dict], None] | None
+    trainer: ray.train.torch.TorchTrainer,
+    queue: Queue,
+    report: Callable[[str, dict], None] | None,
+    published: Callable[[str], None] | None,
 ) -> ray.train.Result:
-    """`trainer.fit()` in a helper thread; curve points reach `report` in this thread as they arrive."""
+    """`trainer.fit()` in a helper thread; each draft's curve points reach `report(draft, curve)`, and its
+    publication `published(draft)`, in this thread as they arrive."""
     outcome: dict[str, Any] = {}
 
     def fit() -> None:
@@ -203,13 +263,19 @@ def _fit_streaming(
 
     thread = threading.Thread(target=fit, name="specray-distill-fit", daemon=True)
     thread.start()
-    last_step = -1
+    last_step: dict[str, int] = {}
     while True:
         running = thread.is_alive()
-        for curve in _drain(queue, timeout=0.5 if running else 0.0):
-            if curve["step"] > last_step and report is not None:
-                _call_report(report, curve)
-            last_step = max(last_step, curve["step"])
+        for item in _drain(queue, timeout=0.5 if running else 0.0):
+            draft = item["draft"]
+            if "published" in item:
+                if published is not None:
+                    _call_back(published, draft)
+                continue
+            curve = item["curve"]
+            if curve["step"] > last_step.get(draft, -1) and report is not None:
+                _call_back(report, draft, curve)
+            last_step[draft] = max(last_step.get(draft, -1), curve["step"])
         if not running:
             break
     if "error" in outcome:
@@ -217,17 +283,30 @@ def _fit_streaming(
     return outcome["result"]
 
 
-def _call_report(report: Callable[[dict], None], curve: dict) -> None:
+def _call_back(callback: Callable[..., None], *args: Any) -> None:
     # The run lives on the cluster and goes on regardless: a failing callback must not orphan it.
     try:
-        report(curve)
+        callback(*args)
     except Exception:
-        log.exception("the distillation report callback failed on step %s; training goes on", curve["step"])
+        log.exception("a distillation callback failed on %s; training goes on", args)
 
 
 def _user_error(error: BaseException) -> BaseException:
     """A user error raised in a worker (bad data, model) is re-raised as itself: one clear line."""
     return find_cause(error, USER_ERRORS) or error
+
+
+@dataclass(frozen=True)
+class DraftJob:
+    """One draft of a Train run: its paradigm, its τ_kd mixture and where it is published."""
+
+    paradigm: str
+    mixture: Mapping[float, float]
+    output_dir: Path
+
+    @property
+    def name(self) -> str:
+        return draft_name(self.paradigm, self.mixture)
 
 
 def distill(
@@ -240,38 +319,95 @@ def distill(
     """Distil the spec's draft with Ray Train (`distill.workers` DDP workers) and publish it at `output_dir`.
 
     Uses the running Ray, else starts one per `spec.ray`. `report` gets each curve point live, on this
-    thread (exceptions from it are logged, not raised: the run goes on).
+    thread (exceptions from it are logged, not raised: the run goes on). A draft already published under
+    the same key is returned as it is.
     """
-    output_dir = Path(output_dir).absolute()
-    spec = spec.for_paradigm(paradigm)  # distill.steps: this paradigm's steps (loop, checkpoints)
-    inputs = prepare_inputs(spec, paradigm, mixture)  # every user error surfaces here, before Ray
-    weights = {float(tau): float(weight) for tau, weight in mixture.items()}
-    started = time.perf_counter()
-    work = claim_work_dir(output_dir, fingerprint(spec, paradigm, weights))
-    config = {
-        "spec": spec.model_dump(mode="json"),
-        "paradigm": paradigm,
-        "mixture": weights,
+    on_curve = None if report is None else (lambda _draft, curve: report(curve))
+    return distill_drafts(spec, [DraftJob(paradigm, mixture, Path(output_dir))], on_curve)[0]
+
+
+def distill_drafts(
+    spec: SweepSpec,
+    jobs: Sequence[DraftJob],
+    report: Callable[[str, dict], None] | None = None,
+    published: Callable[[str], None] | None = None,
+) -> list[DistillResult]:
+    """Distil several drafts one after another in one Ray Train run and publish each as it ends.
+
+    One run pays Ray Train's start (controller, placement group, worker processes importing torch and
+    transformers: ~8 CPU s a run on the tiny sweep, benchmarks/README.md) once for all of them. Drafts
+    already published under their key are skipped; the others are trained in the given order.
+    `report(draft, curve)` gets each curve point and `published(draft)` each publication, live, on this
+    thread (exceptions from either are logged, not raised). Calling it again with the same jobs after the
+    driver died resumes: the run's folder is keyed by every job's key, and its latest checkpoint names its
+    draft (the drafts before it are published; the ones after it start fresh).
+    """
+    specs = [spec.for_paradigm(job.paradigm) for job in jobs]  # distill.steps: this paradigm's steps
+    jobs = [  # a bad paradigm or τ_kd is one clear error here, before any key is computed
+        DraftJob(j.paradigm, check_request(s, j.paradigm, j.mixture), Path(j.output_dir).absolute())
+        for s, j in zip(specs, jobs, strict=True)
+    ]
+    keys = [fingerprint(s, job.paradigm, job.mixture) for s, job in zip(specs, jobs, strict=True)]
+    todo = [i for i, job in enumerate(jobs) if not is_finished(job.output_dir, keys[i])]
+    work = _claim_run_dir(jobs, keys)
+    if todo:
+        # every user error surfaces here, before Ray
+        inputs = {i: prepare_inputs(specs[i], jobs[i].paradigm, jobs[i].mixture) for i in todo}
+        config = {
+            "spec": spec.model_dump(mode="json"),
+            "jobs": [_job_config(jobs[i], keys[i], inputs[i]) for i in todo],
+            "work": str(work),
+            "faults": Faults.from_env(),
+        }
+        told: set[str] = set()
+
+        def on_published(draft: str) -> None:
+            told.add(draft)
+            if published is not None:
+                published(draft)
+
+        with ray_session(spec.ray):
+            if spec.ray.address is None:  # a remote cluster may autoscale; a local one never grows
+                check_local_fits(_demand(spec))
+            _run_trainer(spec, config, work, report, on_published)
+        for i in todo:
+            if not is_finished(jobs[i].output_dir, keys[i]):
+                raise RuntimeError(f"{jobs[i].name}: the run ended without publishing it")
+            if jobs[i].name not in told:  # published just before a restart, the message lost with it
+                on_published(jobs[i].name)
+    shutil.rmtree(work, ignore_errors=True)
+    return [
+        DistillResult(job.output_dir, s.distill.steps, read_curves(job.output_dir))
+        for s, job in zip(specs, jobs, strict=True)
+    ]
+
+
+def _claim_run_dir(jobs: Sequence[DraftJob], keys: Sequence[str]) -> Path:
+    """The run's work folder: `.<draft>.work` beside a single draft; `.run-<digest>.work` beside the first
+    of several, keyed by all of their keys (the same jobs find the same folder again)."""
+    if len(jobs) == 1:
+        return claim_work_dir(jobs[0].output_dir, keys[0])
+    run_key = digest({"drafts": list(keys)})
+    return claim_work_dir(jobs[0].output_dir.parent / f"run-{run_key[:16]}", run_key)
+
+
+def _job_config(job: DraftJob, key: str, inputs: Any) -> dict[str, Any]:
+    return {
+        "paradigm": job.paradigm,
+        "mixture": dict(job.mixture),
+        "output_dir": str(job.output_dir),
+        "key": key,
+        "name": job.name,
         "inputs": inputs,
     }
-    config |= {"work": str(work), "faults": Faults.from_env()}
-    with ray_session(spec.ray):
-        if spec.ray.address is None:  # a remote cluster may autoscale; a local one never grows
-            check_local_fits(_demand(spec))
-        result = _run_trainer(spec, config, work, report)
-        with result.checkpoint.as_directory() as final:
-            state, curves = load_trainer_state(Path(final)), read_curves(Path(final))
-            info = finished_info(spec, paradigm, weights, state, time.perf_counter() - started)
-            publish(Path(final), output_dir, spec, info)
-    shutil.rmtree(work, ignore_errors=True)
-    return DistillResult(output_dir, spec.distill.steps, curves)
 
 
 def _run_trainer(
     spec: SweepSpec,
     config: dict,
     work: Path,
-    report: Callable[[dict], None] | None,
+    report: Callable[[str, dict], None] | None,
+    published: Callable[[str], None],
 ) -> ray.train.Result:
     # On this process's node (the driver's, or a Tune trial's), like Train's controller: this process reads
     # the queue for the whole run, and a lost worker node must not take the queue along with it, failing a
@@ -292,6 +428,6 @@ def _run_trainer(
         run_config=run_config,
     )
     try:
-        return _fit_streaming(trainer, queue, report)
+        return _fit_streaming(trainer, queue, report, published)
     finally:
         queue.shutdown()

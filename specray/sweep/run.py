@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from queue import SimpleQueue
 from typing import Any
 
 import ray
@@ -263,43 +264,77 @@ def _distill_all(
     display: SweepDisplay,
     data: SweepData,
 ) -> dict[str, list[dict]]:
-    """Distil every draft the plan lists (several at once where resources allow); log each finished one.
+    """Distil every draft the plan lists, in as many Train runs side by side as the cluster fits, each run
+    distilling its share of the drafts one after another (`split_runs`); log each one as it is published.
     Each distillation's latest loss and acceptance reach the display as they are reported."""
-    from specray.distill.ray_train import distill
+    from specray.distill.ray_train import DraftJob, distill_drafts
 
     curves: dict[str, list[dict]] = {}
     for plan in work.drafts:
         if plan not in work.drafts_todo:
             datasets = data.for_draft(plan.mixture)
             curves[plan.name] = finish_draft(plan, tracker, runs[plan.name], display, datasets, reused=True)
-    with ThreadPoolExecutor(max_workers=_concurrent_runs(spec)) as executor:
-        pending: dict[Future, DraftPlan] = {
-            executor.submit(
-                distill,
-                spec,
-                plan.paradigm,
-                plan.mixture,
-                plan.output_dir,
-                report=display.curve_reporter(plan.name, spec.for_paradigm(plan.paradigm)),
-            ): plan
-            for plan in longest_first(spec, work.drafts_todo)
-        }
-        while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                plan = pending.pop(future)
-                future.result()  # a failed distillation stops the sweep; finished drafts stay finished
+    todo = {plan.name: plan for plan in work.drafts_todo}
+    reporters = {
+        name: display.curve_reporter(name, spec.for_paradigm(p.paradigm or "")) for name, p in todo.items()
+    }
+    published: SimpleQueue[str] = SimpleQueue()  # from the runs' threads to this one (MLflow stays here)
+
+    def log_published() -> None:
+        while not published.empty():
+            plan = todo.get(published.get())
+            if plan is not None and plan.name not in curves:
                 datasets = data.for_draft(plan.mixture)
                 curves[plan.name] = finish_draft(plan, tracker, runs[plan.name], display, datasets)
+
+    lanes = [
+        lane
+        for lane in split_runs(spec, work.drafts, _concurrent_runs(spec))
+        if {plan.name for plan in lane} & set(todo)
+    ]
+    with ThreadPoolExecutor(max_workers=max(1, len(lanes))) as executor:
+        pending: set[Future] = {
+            executor.submit(
+                distill_drafts,
+                spec,
+                [DraftJob(p.paradigm or "", p.mixture, p.output_dir) for p in lane],
+                report=lambda draft, curve: reporters[draft](curve),
+                published=published.put,
+            )
+            for lane in lanes
+        }
+        while pending:
+            done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            log_published()
+            for future in done:
+                future.result()  # a failed run stops the sweep; published drafts stay published
+    log_published()
     return curves
 
 
-def longest_first(spec: SweepSpec, plans: Sequence[DraftPlan]) -> list[DraftPlan]:
-    """The drafts in the order to start them: the longest first, so that the last to finish is a short one
-    (a long draft left running alone holds the sweep while the other slots idle). Online drafts are the
-    long ones: a step also samples from the student and runs the teacher (~3x an offline step's CPU,
-    benchmarks/README.md), then more steps before fewer; otherwise the plan's order."""
-    return sorted(plans, key=lambda p: (p.paradigm != "online", -spec.distill.steps_for(p.paradigm or "")))
+ONLINE_STEP_COST = 2.0  # an online step's CPU over an offline one's on the tiny sweep (benchmarks/README.md)
+
+
+def split_runs(spec: SweepSpec, plans: Sequence[DraftPlan], runs: int) -> list[list[DraftPlan]]:
+    """The drafts shared out among `runs` Train runs, each list in the order its run trains them.
+
+    Longest first onto the least loaded run (LPT: the last draft to end is a short one, and the runs end
+    close together), a draft's cost estimated as its steps, an online step counting ONLINE_STEP_COST
+    offline ones (it also samples from the student and runs the teacher). The same plans and run count
+    always give the same runs, which is what lets a re-run after the driver died find each run's folder
+    and resume it (`ray_train.distill_drafts`); drafts that are finished are skipped inside their run."""
+
+    def cost(plan: DraftPlan) -> float:
+        steps = spec.distill.steps_for(plan.paradigm or "")
+        return steps * (ONLINE_STEP_COST if plan.paradigm == "online" else 1.0)
+
+    lanes: list[list[DraftPlan]] = [[] for _ in range(max(1, min(runs, len(plans))))]
+    loads = [0.0] * len(lanes)
+    for plan in sorted(plans, key=lambda p: (-cost(p), p.name)):
+        lightest = loads.index(min(loads))
+        lanes[lightest].append(plan)
+        loads[lightest] += cost(plan)
+    return [lane for lane in lanes if lane]
 
 
 def finish_draft(

@@ -1,5 +1,5 @@
 """Distillation under real Ray Train (Train V2) with the micro zoo: DDP equivalence, a worker killed mid-run,
-and the `specray distill` CLI."""
+several drafts in one run, and the `specray distill` CLI."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 
 from specray.distill import ray_train
 from specray.distill.checkpoints import FINISHED_FILE, is_finished, work_dir
-from specray.distill.ray_train import distill
+from specray.distill.ray_train import DraftJob, distill, distill_drafts
 from specray.faults import FAULTS_DIR_ENV, FAULTS_ENV
 from specray.models.loading import load_model
 from tests.conftest import REPO
@@ -106,6 +106,59 @@ def test_a_run_that_dies_leaves_no_finished_draft_and_a_later_call_resumes_it(
     result = distill(spec, "offline", {1.0: 1.0}, output)  # e.g. after the driver itself died
     assert is_finished(output) and json.loads((output / FINISHED_FILE).read_text())["resumed_from"] == [2]
     assert [c["step"] for c in result.curves] == [0, 1, 2, 3, 4] and not work_dir(output).exists()
+
+
+@pytest.mark.parametrize(
+    ("checkpoint_every", "resumed_from"),
+    [(2, [2]), (4, [])],  # the online draft's own step-2 checkpoint; or only the offline draft's last one
+)
+def test_several_drafts_in_one_run_each_resume_only_from_their_own_checkpoint(
+    micro_zoo, local_ray, tmp_path, monkeypatch, checkpoint_every, resumed_from
+) -> None:
+    """One Train run distils an offline draft (2 steps), then an online one (4 steps); rank 0 dies after
+    the online draft's step 3. The restarted run skips the published offline draft and resumes the online
+    one from its own latest checkpoint — never from the offline draft's, the run's latest when the online
+    draft has none yet — and the online draft ends exactly as when distilled alone."""
+    spec = micro_spec(
+        micro_zoo,
+        "distill.steps=2",
+        "distill.online_steps=4",
+        "distill.report_every=1",
+        f"distill.checkpoint_every={checkpoint_every}",
+        "distill.onpolicy_fraction=0.5",
+    )
+    make_shards(spec)
+    alone = distill(spec, "online", MIXTURE, tmp_path / "alone")  # before the fault is armed
+    arm_train_fault(monkeypatch, tmp_path)
+    jobs = [
+        DraftJob("offline", {1.0: 1.0}, tmp_path / "offline"),
+        DraftJob("online", MIXTURE, tmp_path / "online"),
+    ]
+    reported: dict[str, list[int]] = {}
+    published: list[str] = []
+    offline, online = distill_drafts(
+        spec,
+        jobs,
+        lambda draft, curve: reported.setdefault(draft, []).append(curve["step"]),
+        published.append,
+    )
+    assert (tmp_path / "faults" / "train.step").exists()  # the worker really was killed
+    names = [job.name for job in jobs]
+    assert published == names  # each once, as it was published
+    assert reported == {names[0]: [0, 1, 2], names[1]: [0, 1, 2, 3, 4]}  # re-run steps not passed on twice
+    finished = [json.loads((r.output_dir / FINISHED_FILE).read_text()) for r in (offline, online)]
+    assert [f["resumed_from"] for f in finished] == [[], resumed_from]
+    assert [f["steps"] for f in finished] == [2, 4]
+    assert losses(online.curves) == pytest.approx(losses(alone.curves), rel=1e-5)
+    for p, q in zip(
+        load_model(str(alone.output_dir)).parameters(),
+        load_model(str(online.output_dir)).parameters(),
+        strict=True,
+    ):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+    assert not list(tmp_path.glob(".run-*.work"))  # the run's folder goes once every draft is published
+    again = distill_drafts(spec, jobs, published=published.append)  # all published: nothing runs
+    assert [r.curves for r in again] == [offline.curves, online.curves] and published == names
 
 
 def specray(*args: str) -> subprocess.CompletedProcess:

@@ -1,26 +1,38 @@
-"""The order in which a sweep starts its distillations."""
+"""How a sweep shares its distillations out among Train runs, and in which order each run trains them."""
 
 from __future__ import annotations
 
+import pytest
+
 from specray.config import load_spec
 from specray.sweep.plan import plan_drafts
-from specray.sweep.run import longest_first
+from specray.sweep.run import ONLINE_STEP_COST, split_runs
 from tests.conftest import REPO
 
 
-def test_online_drafts_start_first_and_each_paradigm_keeps_the_plans_order() -> None:
+def _cost(spec, plan) -> float:
+    steps = spec.distill.steps_for(plan.paradigm)
+    return steps * (ONLINE_STEP_COST if plan.paradigm == "online" else 1.0)
+
+
+@pytest.mark.parametrize("runs", [1, 2, 3, 5])
+def test_every_draft_once_longest_first_and_the_runs_balanced(runs: int) -> None:
     spec = load_spec(REPO / "sweeps" / "tiny.yaml")
     plans = plan_drafts(spec)
     assert plans[0].paradigm == "offline"  # the plan lists offline first; the schedule must not
-    ordered = longest_first(spec, plans)
-    assert sorted(ordered, key=plans.index) == plans  # the same drafts, each once
-    paradigms = [plan.paradigm for plan in ordered]
-    assert paradigms == ["online"] * 11 + ["offline"] * 11
-    for paradigm in ("online", "offline"):
-        assert [p for p in ordered if p.paradigm == paradigm] == [p for p in plans if p.paradigm == paradigm]
+    lanes = split_runs(spec, plans, runs)
+    assert len(lanes) == runs
+    assert sorted(p.name for lane in lanes for p in lane) == sorted(p.name for p in plans)
+    for lane in lanes:  # online (the long ones) first in every run: the last to end is a short one
+        costs = [_cost(spec, p) for p in lane]
+        assert costs == sorted(costs, reverse=True)
+    loads = [sum(_cost(spec, p) for p in lane) for lane in lanes]
+    shortest = min(_cost(spec, p) for p in plans)
+    assert max(loads) - min(loads) <= shortest  # LPT: within one (the shortest, last placed) draft
+    assert split_runs(spec, list(reversed(plans)), runs) == lanes  # the same runs whatever the order given
 
 
-def test_a_one_paradigm_sweep_keeps_the_plans_order() -> None:
-    spec = load_spec(REPO / "sweeps" / "tiny.yaml", ["distill.paradigms=[offline]"])
+def test_more_runs_than_drafts_gives_one_draft_a_run() -> None:
+    spec = load_spec(REPO / "sweeps" / "tiny.yaml", ["teacher.temperatures=[0.0, 1.0]"])
     plans = plan_drafts(spec)
-    assert longest_first(spec, plans) == plans  # one paradigm, one step count: the plan's order
+    assert [len(lane) for lane in split_runs(spec, plans, 10)] == [1, 1, 1, 1]
