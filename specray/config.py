@@ -233,15 +233,18 @@ class DistillSpec(_Frozen):
     loss_chunk_size: int = Field(
         default=256,
         ge=0,
-        description="response tokens per LM-head chunk once a micro-batch has more: the [batch, seq, "
-        "vocab] logits are never built (large vocabularies); same loss up to fp round-off; 0 = never",
+        description="response tokens per LM-head chunk: the heads run on response positions only and "
+        "the [batch, seq, vocab] logits are never built (large vocabularies); same loss up to fp "
+        "round-off; 0 = full logits at every position (models whose logits are not their head applied "
+        "to the final hidden state)",
     )
     teacher_cache_mb: float = Field(
         default=1024,
         ge=0,
         description="online: keep the teacher's hidden states of rows that never change (teacher and "
-        "ground-truth responses), computed once per run, if they fit in this many MB; same loss up to "
-        "fp round-off; 0 = run the teacher on every row every step",
+        "ground-truth responses), computed once per run, if they fit in this many MB, and with what is "
+        "left the teacher's KV caches of the prompts (a student sample's teacher pass then covers its "
+        "response only); same loss up to fp round-off; 0 = run the teacher on every row every step",
     )
     steps: int = Field(default=200, ge=1, description="optimizer steps per draft")
     online_steps: int | None = Field(

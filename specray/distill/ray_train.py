@@ -35,6 +35,7 @@ one point per poll — 41 points made a 20-CPU-second offline draft take ~110 s 
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import shutil
@@ -195,6 +196,7 @@ def _train_worker(config: dict[str, Any]) -> None:
     for job in config["jobs"]:
         if not is_finished(job["output_dir"], job["key"]):
             _train_job(spec.for_paradigm(job["paradigm"]), job, config)
+            gc.collect()  # the draft's models, states and caches go now, not whenever cycles are next swept
 
 
 def _train_job(spec: SweepSpec, job: dict[str, Any], config: dict[str, Any]) -> None:

@@ -1,0 +1,116 @@
+"""Online KD's teacher pass over student samples: the full forward against the one after kept prompt caches.
+
+    .venv/bin/python benchmarks/teacher_pass.py [--tau-kd 1.0] [--batches 100] [--repeats 2] [--steps 200]
+
+Part 1 (the pass): `--batches` random batches of 8 rows of the τ_kd shard (the fresh half of a 16-row
+online batch) through the tiny zoo's target, 1 torch thread: `response_states` (prompt + response, padded)
+against `cached_response_states` (the response only, after the prompts' kept KV caches), the same batches
+in the same order, alternating per repeat; the largest difference between the two is printed too.
+
+Part 2 (a whole draft): one online draft of sweeps/tiny.yaml for `--steps` steps through the plain loop
+(`train_draft`, no Ray), with the kept teacher states only (`loop._prompt_states` returning None: every
+student sample's teacher pass in full, as before the prompt caches) and with the prompt caches, process CPU
+seconds and the final loss of each (the same up to fp round-off).
+
+Needs the tiny zoo and the τ_kd shard: `specray generate sweeps/tiny.yaml 'teacher.temperatures=[1.0]'`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from transformers.utils import logging as hf_logging
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from specray.config import load_spec  # noqa: E402
+from specray.distill import loop  # noqa: E402
+from specray.distill.inputs import prepare_inputs  # noqa: E402
+from specray.distill.teacher_states import PromptStates, cached_response_states, response_states  # noqa: E402
+from specray.models.loading import load_model, load_tokenizer  # noqa: E402
+
+
+def passes(spec, inputs, tau_kd: float, batches: int, repeats: int) -> None:
+    rows = inputs.rows[tau_kd]
+    teacher = load_model(inputs.target_path, "float32").requires_grad_(False).eval()
+    pad = load_tokenizer(inputs.draft_path).pad_token_id
+    started = time.process_time()
+    prompts = PromptStates(teacher, [row.prompt_ids for row in rows], spec.teacher.batch_size)
+    built = time.process_time() - started
+    prompt_mean = sum(len(r.prompt_ids) for r in rows) / len(rows)
+    response_mean = sum(len(r.response_ids) for r in rows) / len(rows)
+    print(
+        f"{len(rows)} rows: prompts {prompt_mean:.1f} tokens on average, responses {response_mean:.1f}; "
+        f"{len(prompts)} prompt caches, "
+        f"{prompts.megabytes():.0f} MB, built in {built:.2f} CPU s"
+    )
+    sample = random.Random(0)
+    chosen = [sample.sample(rows, 8) for _ in range(batches)]
+    worst = max(
+        float((a - b).abs().max())
+        for batch in chosen[:10]
+        for a, b in zip(
+            response_states(teacher, batch, pad),
+            cached_response_states(teacher, prompts, batch, pad),
+            strict=True,
+        )
+    )
+    times: dict[str, list[float]] = {"full": [], "cached": []}
+    for _ in range(repeats):
+        for name in times:
+            started = time.process_time()
+            for batch in chosen:
+                if name == "full":
+                    response_states(teacher, batch, pad)
+                else:
+                    cached_response_states(teacher, prompts, batch, pad)
+            times[name].append(time.process_time() - started)
+    full, cached = min(times["full"]), min(times["cached"])
+    print(
+        f"teacher pass, {batches} batches of 8 rows, best of {repeats}: full {full:.2f} CPU s, "
+        f"cached {cached:.2f} CPU s ({cached / full:.2f}x); largest |difference| {worst:.1e}"
+    )
+
+
+def whole_draft(spec, inputs, tau_kd: float) -> None:
+    results = {}
+    kept_prompts = loop._prompt_states
+    for name in ("states only", "states + prompt caches"):
+        loop._prompt_states = (lambda *args: None) if name == "states only" else kept_prompts
+        started = time.process_time()
+        with tempfile.TemporaryDirectory() as root:
+            curves = loop.train_draft(spec, "online", {tau_kd: 1.0}, Path(root) / "d", inputs=inputs).curves
+        results[name] = (time.process_time() - started, curves[-1]["loss"])
+    loop._prompt_states = kept_prompts
+    base = results["states only"][0]
+    print(f"one online draft, {spec.distill.steps} steps:")
+    for name, (cpu, loss) in results.items():
+        print(f"  {name:>22}: {cpu:6.1f} CPU s ({cpu / base:.2f}x), last loss {loss:.6f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tau-kd", type=float, default=1.0)
+    parser.add_argument("--batches", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=200)
+    args = parser.parse_args()
+    torch.set_num_threads(1)  # one Ray Train worker's CPU
+    hf_logging.disable_progress_bar()
+    every = max(1, args.steps // 10)
+    overrides = [f"distill.online_steps={args.steps}", f"distill.report_every={every}"]
+    spec = load_spec(REPO / "sweeps" / "tiny.yaml", overrides).for_paradigm("online")
+    inputs = prepare_inputs(spec, "online", {args.tau_kd: 1.0})
+    passes(spec, inputs, args.tau_kd, args.batches, args.repeats)
+    whole_draft(spec, inputs, args.tau_kd)
+
+
+if __name__ == "__main__":
+    main()

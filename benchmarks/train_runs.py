@@ -1,0 +1,88 @@
+"""Several drafts in one Ray Train run against one run per draft: wall and machine CPU seconds, side by side.
+
+    .venv/bin/python benchmarks/train_runs.py [--drafts 4] [--steps 100] [--repeats 2] [--tau-kd 1.0]
+
+Both variants train the same `--drafts` offline drafts (sweeps/tiny.yaml's distill settings, `--steps` steps,
+a curve point every 10, one checkpoint per 100 steps) on one Ray started before any timed run, with the local
+Ray Train settings the sweep uses (`specray.cluster.runtime.LOCAL_TRAIN_ENV`), one variant at a time and
+alternating, each into fresh folders:
+
+- `a run per draft`: `distill(...)` once per draft, one after another — what the sweep did per slot before
+  `distill_drafts`;
+- `one run`: `distill_drafts(...)` with all the drafts — what each of the sweep's slots does now.
+
+Columns: wall seconds, machine CPU seconds over the call (/proc/stat's busy jiffies: Ray's actors are not our
+children), and the drafts' own seconds as their completion markers record them (the loop's time in the
+worker, from a draft's setup to its publication). The difference is what Ray Train's start costs per run.
+
+Needs the tiny zoo and the τ_kd shard: `specray generate sweeps/tiny.yaml 'teacher.temperatures=[1.0]'`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.train_overhead import busy_cpu_s  # noqa: E402
+from specray.cluster.runtime import ray_session  # noqa: E402
+from specray.config import load_spec  # noqa: E402
+from specray.distill.checkpoints import FINISHED_FILE  # noqa: E402
+from specray.distill.ray_train import DraftJob, distill, distill_drafts  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--drafts", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--tau-kd", type=float, default=1.0)
+    args = parser.parse_args()
+    overrides = [
+        f"distill.steps={args.steps}",
+        "distill.paradigms=[offline]",
+        f"distill.checkpoint_every={min(100, args.steps)}",
+        "distill.report_every=10",
+    ]
+    spec = load_spec(REPO / "sweeps" / "tiny.yaml", overrides)
+    mixture = {args.tau_kd: 1.0}
+    variants = ("a run per draft", "one run")
+    rows: dict[str, list[tuple[float, float, float]]] = {v: [] for v in variants}
+    with tempfile.TemporaryDirectory() as root, ray_session(spec.ray.model_copy(update={"address": None})):
+        for repeat in range(args.repeats):
+            for variant in variants:
+                folder = Path(root) / f"{variant.replace(' ', '-')}-{repeat}"
+                jobs = [DraftJob("offline", mixture, folder / f"draft-{i}") for i in range(args.drafts)]
+                cpu, start = busy_cpu_s(), time.perf_counter()
+                if variant == "one run":
+                    distill_drafts(spec, jobs)
+                else:
+                    for job in jobs:
+                        distill(spec, job.paradigm, job.mixture, job.output_dir)
+                wall, used = time.perf_counter() - start, busy_cpu_s() - cpu
+                own = sum(json.loads((j.output_dir / FINISHED_FILE).read_text())["seconds"] for j in jobs)
+                rows[variant].append((wall, used, own))
+                print(
+                    f"pass {repeat + 1} {variant:>15}: {wall:6.1f} s wall, {used:6.1f} CPU s, "
+                    f"drafts' own {own:6.1f} s",
+                    flush=True,
+                )
+    print(f"\n{args.drafts} offline drafts, {args.steps} steps each, best of {args.repeats} (by wall):")
+    best = {v: min(r) for v, r in rows.items()}
+    base_wall, base_cpu, _ = best["a run per draft"]
+    for variant, (wall, used, own) in best.items():
+        print(
+            f"  {variant:>15}: {wall:6.1f} s wall ({wall / base_wall:.2f}x), {used:6.1f} CPU s "
+            f"({used / base_cpu:.2f}x), drafts' own {own:6.1f} s; "
+            f"{(wall - own) / args.drafts:5.1f} s wall per draft outside its own work"
+        )
+
+
+if __name__ == "__main__":
+    main()
