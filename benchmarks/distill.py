@@ -10,6 +10,10 @@ token the student trains on (prompt + response) per second of training steps; fo
 pays for sampling the on-policy half from the student and for the teacher's forward pass, which is the cost
 the ratio measures. The acceptance probe and checkpoint writing are excluded from the timed steps.
 
+With `--heads`, it compares instead the two ways the loss applies the LM heads, offline, alternating:
+`distill.loss_chunk_size=0` (the full [batch, seq, vocab] logits, prompt positions included: what every
+micro-batch under the chunk size got before) against the default (the heads on response positions only).
+
 Needs the tiny zoo and the τ_kd shard: `specray generate sweeps/tiny.yaml teacher.temperatures=[1.0]`.
 """
 
@@ -42,6 +46,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 = one Ray worker's CPU)")
     parser.add_argument("--tau-kd", type=float, default=1.0)
+    parser.add_argument("--heads", action="store_true", help="offline: full logits vs response positions")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     hf_logging.disable_progress_bar()
@@ -53,6 +58,9 @@ def main() -> None:
         "eval.empirical_temperatures=[]",
     ]
     spec = load_spec(REPO / "sweeps" / "tiny.yaml", overrides)
+    if args.heads:
+        compare_heads(spec, args)
+        return
     inputs = {p: prepare_inputs(spec, p, {args.tau_kd: 1.0}) for p in PARADIGMS}
     best: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as root:
@@ -76,6 +84,29 @@ def main() -> None:
     per_token = best["offline"]["tokens_per_s"] / best["online"]["tokens_per_s"]
     per_step = best["online"]["seconds_per_step"] / best["offline"]["seconds_per_step"]
     print(f"online/offline cost ratio: {per_token:.2f}x per trained token ({per_step:.2f}x per step)")
+
+
+def compare_heads(spec: SweepSpec, args: argparse.Namespace) -> None:
+    """Offline s/step with the full logits (loss_chunk_size 0) and with the heads on responses only."""
+    variants = {
+        "full logits": spec.model_copy(update={"distill": spec.distill.model_copy(update={"loss_chunk_size": 0})}),
+        "response positions": spec,
+    }
+    inputs = prepare_inputs(spec, "offline", {args.tau_kd: 1.0})
+    best: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory() as root:
+        for repeat in range(args.repeats):
+            for name, variant in variants.items():
+                curve = run_once(variant, "offline", args.tau_kd, inputs, Path(root))
+                print(f"pass {repeat + 1} {name:>18}: {curve['seconds_per_step']:.4f} s/step, loss {curve['loss']:.6f}")
+                if curve["seconds_per_step"] < best.get(name, {}).get("seconds_per_step", float("inf")):
+                    best[name] = curve
+    base = best["full logits"]["seconds_per_step"]
+    print(f"
+offline, τ_kd={args.tau_kd:g}, {args.steps} steps, {args.threads} thread(s), best of {args.repeats}:")
+    for name, curve in best.items():
+        ratio = curve["seconds_per_step"] / base
+        print(f"  {name:>18}: {curve['seconds_per_step']:.4f} s/step ({ratio:.2f}x), loss {curve['loss']:.6f}")
 
 
 if __name__ == "__main__":
