@@ -88,25 +88,24 @@ def main() -> None:
 
 def compare_heads(spec: SweepSpec, args: argparse.Namespace) -> None:
     """Offline s/step with the full logits (loss_chunk_size 0) and with the heads on responses only."""
-    variants = {
-        "full logits": spec.model_copy(update={"distill": spec.distill.model_copy(update={"loss_chunk_size": 0})}),
-        "response positions": spec,
-    }
+    full = spec.distill.model_copy(update={"loss_chunk_size": 0})
+    variants = {"full logits": spec.model_copy(update={"distill": full}), "response positions": spec}
     inputs = prepare_inputs(spec, "offline", {args.tau_kd: 1.0})
     best: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as root:
         for repeat in range(args.repeats):
             for name, variant in variants.items():
                 curve = run_once(variant, "offline", args.tau_kd, inputs, Path(root))
-                print(f"pass {repeat + 1} {name:>18}: {curve['seconds_per_step']:.4f} s/step, loss {curve['loss']:.6f}")
-                if curve["seconds_per_step"] < best.get(name, {}).get("seconds_per_step", float("inf")):
+                step, loss = curve["seconds_per_step"], curve["loss"]
+                print(f"pass {repeat + 1} {name:>18}: {step:.4f} s/step, loss {loss:.6f}")
+                if step < best.get(name, {}).get("seconds_per_step", float("inf")):
                     best[name] = curve
     base = best["full logits"]["seconds_per_step"]
-    print(f"
-offline, τ_kd={args.tau_kd:g}, {args.steps} steps, {args.threads} thread(s), best of {args.repeats}:")
+    setting = f"{args.steps} steps, {args.threads} thread(s), best of {args.repeats}"
+    print(f"\noffline, τ_kd={args.tau_kd:g}, {setting}:")
     for name, curve in best.items():
-        ratio = curve["seconds_per_step"] / base
-        print(f"  {name:>18}: {curve['seconds_per_step']:.4f} s/step ({ratio:.2f}x), loss {curve['loss']:.6f}")
+        step, loss = curve["seconds_per_step"], curve["loss"]
+        print(f"  {name:>18}: {step:.4f} s/step ({step / base:.2f}x), loss {loss:.6f}")
 
 
 if __name__ == "__main__":

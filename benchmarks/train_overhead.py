@@ -98,6 +98,17 @@ def ray_run(spec: SweepSpec, output: Path, tau_kd: float) -> tuple[float, float]
     return seen[0] - start, time.perf_counter() - seen[-1]
 
 
+def offline_spec(steps: int) -> SweepSpec:
+    """sweeps/tiny.yaml's offline drafts at `steps` steps, a curve point every 10, a checkpoint per 100."""
+    overrides = [
+        f"distill.steps={steps}",
+        "distill.paradigms=[offline]",
+        f"distill.checkpoint_every={min(100, steps)}",
+        "distill.report_every=10",
+    ]
+    return load_spec(REPO / "sweeps" / "tiny.yaml", overrides)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=100)
@@ -105,13 +116,7 @@ def main() -> None:
     parser.add_argument("--tau-kd", type=float, default=1.0)
     parser.add_argument("--knobs", action="store_true", help="also time ray_train with LOCAL_TRAIN_ENV")
     args = parser.parse_args()
-    overrides = [
-        f"distill.steps={args.steps}",
-        "distill.paradigms=[offline]",
-        f"distill.checkpoint_every={min(100, args.steps)}",
-        "distill.report_every=10",
-    ]
-    spec = load_spec(REPO / "sweeps" / "tiny.yaml", overrides)
+    spec = offline_spec(args.steps)
     variants = ["plain", "ray_train"] + (["ray_train+knobs", "ray_train+inherited"] if args.knobs else [])
     rows: dict[str, list[tuple[float, float, float, float]]] = {v: [] for v in variants}
     # Ray starts with the local settings in its environment (every process it starts inherits them); a

@@ -30,9 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.train_overhead import busy_cpu_s  # noqa: E402
+from benchmarks.train_overhead import busy_cpu_s, offline_spec  # noqa: E402
 from specray.cluster.runtime import ray_session  # noqa: E402
-from specray.config import load_spec  # noqa: E402
 from specray.distill.checkpoints import FINISHED_FILE  # noqa: E402
 from specray.distill.ray_train import DraftJob, distill, distill_drafts  # noqa: E402
 
@@ -44,13 +43,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--tau-kd", type=float, default=1.0)
     args = parser.parse_args()
-    overrides = [
-        f"distill.steps={args.steps}",
-        "distill.paradigms=[offline]",
-        f"distill.checkpoint_every={min(100, args.steps)}",
-        "distill.report_every=10",
-    ]
-    spec = load_spec(REPO / "sweeps" / "tiny.yaml", overrides)
+    spec = offline_spec(args.steps)
     mixture = {args.tau_kd: 1.0}
     variants = ("a run per draft", "one run")
     rows: dict[str, list[tuple[float, float, float]]] = {v: [] for v in variants}
