@@ -238,9 +238,18 @@ def test_tracking_server_dying_mid_run_stops_cleanly_and_resumes_once_it_is_back
 def test_ctrl_c_mid_run_says_where_the_work_is_and_how_to_resume(tmp_path: Path) -> None:
     out = tmp_path / "out"
     command = smoke_command(out, f"sqlite:///{tmp_path / 'mlflow.db'}", *OFFLINE)
-    # a terminal's Ctrl-C: SIGINT to the whole foreground process group (the driver and the Ray it started)
+    # a terminal's Ctrl-C: SIGINT to the whole foreground process group (the driver and the Ray it started).
+    # A foreground command takes SIGINT; one started in the background by a shell without job control
+    # (`cmd &` in a script, as CI may run this suite) inherits it ignored, and Python then never installs
+    # its handler: the driver would run to the end. So the driver starts with SIGINT's default, as in a
+    # terminal, whatever this process was started with.
     process = subprocess.Popen(
-        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        command,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     drafts = out / "smoke" / "drafts"
     wait_until(lambda: process.poll() is not None or any(drafts.glob(".*.work")), "distillation to start")
