@@ -209,14 +209,28 @@ def _train_job(spec: SweepSpec, job: dict[str, Any], config: dict[str, Any]) -> 
     try:
         run_training(spec, paradigm, mixture, job["inputs"], session)
         if session.rank == 0:
-            assert session.kept is not None, "the last step always writes a checkpoint"
-            state = load_trainer_state(session.kept)
-            info = finished_info(spec, paradigm, mixture, state, time.perf_counter() - started)
-            publish(session.kept, Path(job["output_dir"]), spec, info)
+            with _last_checkpoint(session) as final:
+                state = load_trainer_state(final)
+                info = finished_info(spec, paradigm, mixture, state, time.perf_counter() - started)
+                publish(final, Path(job["output_dir"]), spec, info)
             if config["curves"] is not None:
                 config["curves"].put({"draft": job["name"], "published": True})
     finally:
         session.release()
+
+
+@contextmanager
+def _last_checkpoint(session: RaySession) -> Iterator[Path]:
+    """The draft's last checkpoint: the one this session wrote last; else the one it resumed from, which
+    then was already the last (a restart between that checkpoint's report and the draft's publication, or
+    an earlier draft of the run with the same key)."""
+    if session.kept is not None:
+        yield session.kept
+        return
+    with session.latest_checkpoint() as folder:
+        if folder is None:
+            raise RuntimeError(f"{session.draft}: no checkpoint of its own to publish")
+        yield folder
 
 
 # ---------------------------------------------------------------- driver side

@@ -115,9 +115,11 @@ def test_a_run_that_dies_leaves_no_finished_draft_and_a_later_call_resumes_it(
 def test_several_drafts_in_one_run_each_resume_only_from_their_own_checkpoint(
     micro_zoo, local_ray, tmp_path, monkeypatch, checkpoint_every, resumed_from
 ) -> None:
-    """One Train run distils an offline draft (2 steps), then an online one (4 steps); rank 0 dies after
-    the online draft's step 3. The restarted run skips the published offline draft and resumes the online
-    one from its own latest checkpoint — never from the offline draft's, the run's latest when the online
+    """One Train run distils an offline draft (2 steps), the same draft again into another folder (same
+    key: it resumes from the first one's last checkpoint and publishes it as it is, as after a restart
+    between a draft's last checkpoint and its publication), then an online one (4 steps); rank 0 dies
+    after the online draft's step 3. The restarted run skips the published drafts and resumes the online
+    one from its own latest checkpoint — never from an offline draft's, the run's latest when the online
     draft has none yet — and the online draft ends exactly as when distilled alone."""
     spec = micro_spec(
         micro_zoo,
@@ -132,11 +134,12 @@ def test_several_drafts_in_one_run_each_resume_only_from_their_own_checkpoint(
     arm_train_fault(monkeypatch, tmp_path)
     jobs = [
         DraftJob("offline", {1.0: 1.0}, tmp_path / "offline"),
+        DraftJob("offline", {1.0: 1.0}, tmp_path / "offline-again"),
         DraftJob("online", MIXTURE, tmp_path / "online"),
     ]
     reported: dict[str, list[int]] = {}
     published: list[str] = []
-    offline, online = distill_drafts(
+    offline, again, online = distill_drafts(
         spec,
         jobs,
         lambda draft, curve: reported.setdefault(draft, []).append(curve["step"]),
@@ -145,10 +148,18 @@ def test_several_drafts_in_one_run_each_resume_only_from_their_own_checkpoint(
     assert (tmp_path / "faults" / "train.step").exists()  # the worker really was killed
     names = [job.name for job in jobs]
     assert published == names  # each once, as it was published
-    assert reported == {names[0]: [0, 1, 2], names[1]: [0, 1, 2, 3, 4]}  # re-run steps not passed on twice
-    finished = [json.loads((r.output_dir / FINISHED_FILE).read_text()) for r in (offline, online)]
-    assert [f["resumed_from"] for f in finished] == [[], resumed_from]
-    assert [f["steps"] for f in finished] == [2, 4]
+    # re-run steps are not passed on twice; the offline draft's twin trains no step
+    assert reported == {names[0]: [0, 1, 2], names[2]: [0, 1, 2, 3, 4]}
+    finished = [json.loads((r.output_dir / FINISHED_FILE).read_text()) for r in (offline, again, online)]
+    assert [f["resumed_from"] for f in finished] == [[], [], resumed_from]
+    assert [f["steps"] for f in finished] == [2, 2, 4]
+    assert again.curves == offline.curves
+    for p, q in zip(
+        load_model(str(offline.output_dir)).parameters(),
+        load_model(str(again.output_dir)).parameters(),
+        strict=True,
+    ):
+        assert torch.equal(p, q)
     assert losses(online.curves) == pytest.approx(losses(alone.curves), rel=1e-5)
     for p, q in zip(
         load_model(str(alone.output_dir)).parameters(),
@@ -157,8 +168,8 @@ def test_several_drafts_in_one_run_each_resume_only_from_their_own_checkpoint(
     ):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
     assert not list(tmp_path.glob(".run-*.work"))  # the run's folder goes once every draft is published
-    again = distill_drafts(spec, jobs, published=published.append)  # all published: nothing runs
-    assert [r.curves for r in again] == [offline.curves, online.curves] and published == names
+    rerun = distill_drafts(spec, jobs, published=published.append)  # all published: nothing runs
+    assert [r.curves for r in rerun] == [offline.curves, again.curves, online.curves] and published == names
 
 
 def specray(*args: str) -> subprocess.CompletedProcess:
