@@ -1,8 +1,10 @@
 """Several drafts in one Ray Train run against one run per draft: wall and machine CPU seconds, side by side.
 
-    .venv/bin/python benchmarks/train_runs.py [--drafts 4] [--steps 100] [--repeats 2] [--tau-kd 1.0]
+    .venv/bin/python benchmarks/train_runs.py [--drafts 4] [--steps 100] [--repeats 2]
 
-Both variants train the same `--drafts` offline drafts (sweeps/tiny.yaml's distill settings, `--steps` steps,
+Both variants train the same `--drafts` offline drafts, one per τ_kd from the highest of tiny.yaml's
+teacher temperatures down (distinct drafts: a run would publish a second draft of the same key from the
+first one's checkpoint without training it), with sweeps/tiny.yaml's distill settings (`--steps` steps,
 a curve point every 10, one checkpoint per 100 steps) on one Ray started before any timed run, with the local
 Ray Train settings the sweep uses (`specray.cluster.runtime.LOCAL_TRAIN_ENV`), one variant at a time and
 alternating, each into fresh folders:
@@ -15,7 +17,7 @@ Columns: wall seconds, machine CPU seconds over the call (/proc/stat's busy jiff
 children), and the drafts' own seconds as their completion markers record them (the loop's time in the
 worker, from a draft's setup to its publication). The difference is what Ray Train's start costs per run.
 
-Needs the tiny zoo and the τ_kd shard: `specray generate sweeps/tiny.yaml 'teacher.temperatures=[1.0]'`.
+Needs the tiny zoo and the τ_kd shards: `specray generate sweeps/tiny.yaml`.
 """
 
 from __future__ import annotations
@@ -41,17 +43,16 @@ def main() -> None:
     parser.add_argument("--drafts", type=int, default=4)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--tau-kd", type=float, default=1.0)
     args = parser.parse_args()
     spec = offline_spec(args.steps)
-    mixture = {args.tau_kd: 1.0}
+    taus = sorted(spec.teacher.temperatures, reverse=True)[: args.drafts]
     variants = ("a run per draft", "one run")
     rows: dict[str, list[tuple[float, float, float]]] = {v: [] for v in variants}
     with tempfile.TemporaryDirectory() as root, ray_session(spec.ray.model_copy(update={"address": None})):
         for repeat in range(args.repeats):
             for variant in variants:
                 folder = Path(root) / f"{variant.replace(' ', '-')}-{repeat}"
-                jobs = [DraftJob("offline", mixture, folder / f"draft-{i}") for i in range(args.drafts)]
+                jobs = [DraftJob("offline", {tau: 1.0}, folder / f"tau_kd={tau:g}") for tau in taus]
                 cpu, start = busy_cpu_s(), time.perf_counter()
                 if variant == "one run":
                     distill_drafts(spec, jobs)
