@@ -312,7 +312,9 @@ def _distill_all(
     return curves
 
 
-ONLINE_STEP_COST = 2.0  # an online step's CPU over an offline one's on the tiny sweep (benchmarks/README.md)
+# an online step's cost over an offline one's: in the tiny sweep's `make demo` of 2026-11-24
+# (benchmarks/README.md) an online draft took ~52 s for 600 steps, an offline one ~17 s for 400
+ONLINE_STEP_COST = 2.0
 
 
 def split_runs(spec: SweepSpec, plans: Sequence[DraftPlan], runs: int) -> list[list[DraftPlan]]:
