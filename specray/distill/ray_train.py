@@ -351,7 +351,8 @@ def distill_drafts(
     """Distil several drafts one after another in one Ray Train run and publish each as it ends.
 
     One run pays Ray Train's start (controller, placement group, worker processes importing torch and
-    transformers: ~8 CPU s a run on the tiny sweep, benchmarks/README.md) once for all of them. Drafts
+    transformers, models loaded: ~12 s wall and ~17 machine CPU s per run on the tiny zoo,
+    benchmarks/README.md, `train_runs.py`) once for all of them. Drafts
     already published under their key are skipped; the others are trained in the given order.
     `report(draft, curve)` gets each curve point and `published(draft)` each publication, live, on this
     thread (exceptions from either are logged, not raised). Calling it again with the same jobs after the
