@@ -164,11 +164,21 @@ class DataSpec(_Frozen):
 # ---------------------------------------------------------------- stages
 
 
+# What vLLM's `SamplingParams` does with a temperature (vllm 0.33.0, `sampling_params.py`): τ > 2 is
+# rejected, and 0 < τ < 0.01 is silently raised to 0.01. A shard records the τ it asked for, so both are
+# refused here, before any replica loads a model.
+VLLM_MAX_TEMPERATURE = 2.0
+VLLM_MIN_POSITIVE_TEMPERATURE = 0.01
+
+
 class VllmSpec(_Frozen):
     tensor_parallel_size: int = Field(default=1, ge=1)
     dtype: DType = "auto"
     gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
     max_model_len: int | None = Field(default=None, ge=16)
+    # VLLM_BATCH_INVARIANT=1 in each replica: a request's logits do not depend on the other requests in
+    # its batch (vLLM implements it on CUDA compute capability 8.x, 9.x and 10.x, and on ROCm)
+    batch_invariant: bool = True
 
 
 class TeacherSpec(_Frozen):
@@ -197,7 +207,21 @@ class TeacherSpec(_Frozen):
                 f"num_gpus ({self.num_gpus:g}) must equal vllm.tensor_parallel_size ({tp}) for the vllm "
                 "engine: each replica holds one model over that many GPUs"
             )
+        if self.engine == "vllm":
+            refused = [t for t in self.temperatures if not vllm_accepts_temperature(t)]
+            if refused:
+                raise ValueError(
+                    f"temperatures {refused} cannot be sampled by the vllm engine: vLLM takes 0 (greedy) or "
+                    f"{VLLM_MIN_POSITIVE_TEMPERATURE:g} <= τ <= {VLLM_MAX_TEMPERATURE:g} (it rejects τ > "
+                    f"{VLLM_MAX_TEMPERATURE:g} and raises smaller positive τ to "
+                    f"{VLLM_MIN_POSITIVE_TEMPERATURE:g}); use teacher.engine=transformers for these"
+                )
         return self
+
+
+def vllm_accepts_temperature(tau: float) -> bool:
+    """Whether vLLM samples at exactly `tau`: greedy at 0, else within its accepted range."""
+    return tau == 0.0 or VLLM_MIN_POSITIVE_TEMPERATURE <= tau <= VLLM_MAX_TEMPERATURE
 
 
 class Mixture(_Frozen):
@@ -440,6 +464,15 @@ class SweepSpec(_Frozen):
         missing = sorted(set(self.eval.empirical_temperatures) - set(self.eval.temperatures))
         if missing:
             raise ValueError(f"eval.empirical_temperatures {missing} are not in eval.temperatures")
+        max_model_len = self.teacher.vllm.max_model_len
+        needed = self.data.max_prompt_tokens + self.teacher.max_new_tokens
+        if self.teacher.engine == "vllm" and max_model_len is not None and max_model_len < needed:
+            # vLLM would end such a response at the context limit with finish reason "length", which a
+            # shard could not tell from max_new_tokens
+            raise ValueError(
+                f"teacher.vllm.max_model_len {max_model_len} is below data.max_prompt_tokens + "
+                f"teacher.max_new_tokens = {needed}"
+            )
         for mixture in self.distill.mixtures:
             unknown = sorted(set(mixture.weights) - set(self.teacher.temperatures))
             if unknown:

@@ -110,6 +110,7 @@ FIELDS: dict[str, Direct | Via] = {
     "teacher.vllm.dtype": _via("shard key (engine)", "shard", "draft"),
     "teacher.vllm.gpu_memory_utilization": NONE,
     "teacher.vllm.max_model_len": _via("shard key (engine)", "shard", "draft"),
+    "teacher.vllm.batch_invariant": NONE,  # which kernels compute the logits: round-off, not the sampler
     "distill.paradigms": _direct("grid"),
     "distill.divergence": _direct("draft:online"),
     "distill.jsd_beta": _direct("draft:online"),  # dropped from the key unless divergence is jsd

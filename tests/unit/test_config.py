@@ -109,7 +109,7 @@ def test_bad_values_name_the_field_and_what_is_allowed(
 def test_unknown_nested_key_lists_the_section_fields(tmp_path: Path) -> None:
     path = _write_sweep(tmp_path, lambda r: r["teacher"].update(vllm={"tp": 2}))
     with pytest.raises(
-        SpecError, match=r"teacher\.vllm\.tp: unknown key \(allowed: dtype, gpu_memory_utilization"
+        SpecError, match=r"teacher\.vllm\.tp: unknown key \(allowed: batch_invariant, dtype, gpu_mem"
     ):
         load_spec(path)
 

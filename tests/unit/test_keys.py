@@ -88,7 +88,7 @@ def _candidates(value: Any) -> list[Any]:
             value + "x",
         ]
     if value is None:
-        return [0.3, 2, 64, "x", "127.0.0.1:6379", ["word_problem"]]
+        return [0.3, 2, 64, 4096, "x", "127.0.0.1:6379", ["word_problem"]]
     if isinstance(value, list):
         lists = [value[:-1], [*value, 0.5], [*value, 7], [*value, "out_of_domain"], ["word_problem"]]
         lists += [["arithmetic"], ["online"], ["rkl", "tvd"], ["exp"]]

@@ -11,6 +11,9 @@ from specray.config import TeacherSpec, VllmSpec
 from specray.errors import ModelError
 from specray.teacher.engines import GenerationRequest, make_engine, request_seed
 from specray.teacher.vllm_engine import VllmEngine, llm_kwargs, require_vllm, to_result, to_sampling_kwargs
+from tests.conftest import REPO
+
+SMOKE = REPO / "sweeps" / "smoke.yaml"
 
 
 def request(tau: float = 0.7, seed: int = 3, max_new_tokens: int = 48) -> GenerationRequest:
@@ -25,7 +28,7 @@ def test_sampling_kwargs_are_plain_temperature_sampling_with_a_per_request_seed(
         "n": 1,
         "temperature": 0.7,
         "top_p": 1.0,  # no nucleus truncation: KD data must come from p_τ itself
-        "top_k": -1,
+        "top_k": 0,  # vLLM's documented "disabled" value
         "min_p": 0.0,
         "seed": request_seed(3, "p-1", 0.7),
         "max_tokens": 48,
@@ -96,3 +99,79 @@ def test_the_driver_side_check_names_the_extra_too(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModelError, match=r"not installed; install it with pip install 'specray\[vllm\]'"):
         require_vllm()
+
+
+@pytest.mark.parametrize("tau", [2.5, 5.0, 0.005])
+def test_the_vllm_engine_refuses_temperatures_vllm_would_reject_or_change(tau: float) -> None:
+    with pytest.raises(ValueError, match=r"temperatures \[.*\] cannot be sampled by the vllm engine"):
+        TeacherSpec(engine="vllm", num_gpus=1, temperatures=[0.0, tau, 1.0])
+    # the transformers engine samples any τ of the grid
+    assert tau in TeacherSpec(engine="transformers", temperatures=[0.0, tau]).temperatures
+
+
+def test_the_vllm_engine_keeps_greedy_and_the_edges_of_vllms_range() -> None:
+    spec = TeacherSpec(engine="vllm", num_gpus=1, temperatures=[0.0, 0.01, 1.0, 2.0])
+    assert spec.temperatures == [0.0, 0.01, 1.0, 2.0]
+
+
+def test_a_spec_with_a_vllm_teacher_above_two_fails_naming_the_field() -> None:
+    from specray.config import load_spec
+    from specray.errors import SpecError
+
+    vllm = ["teacher.engine=vllm", "teacher.num_gpus=1"]
+    with pytest.raises(SpecError, match=r"teacher.*temperatures \[3\.0\].*vLLM takes 0 \(greedy\)"):
+        load_spec(SMOKE, [*vllm, "teacher.temperatures=[0.0,3.0]"])
+    assert load_spec(SMOKE, vllm).teacher.temperatures == [0.0, 1.0]
+
+
+def test_max_model_len_below_prompt_plus_response_is_refused() -> None:
+    from specray.config import load_spec
+    from specray.errors import SpecError
+
+    # smoke: data.max_prompt_tokens 256 (default) + teacher.max_new_tokens 24
+    vllm = ["teacher.engine=vllm", "teacher.num_gpus=1"]
+    with pytest.raises(SpecError, match=r"max_model_len 279 is below .* = 280"):
+        load_spec(SMOKE, [*vllm, "teacher.vllm.max_model_len=279"])
+    assert load_spec(SMOKE, [*vllm, "teacher.vllm.max_model_len=280"]).teacher.vllm.max_model_len == 280
+
+
+def test_a_response_cut_at_the_context_limit_is_not_taken_for_max_new_tokens() -> None:
+    completion = SimpleNamespace(text="ab", token_ids=[5, 6], finish_reason="length")
+    output = SimpleNamespace(prompt_token_ids=[1, 2], outputs=[completion])
+    with pytest.raises(RuntimeError, match="context limit after 2 of 48 tokens"):
+        to_result(request(max_new_tokens=48), output)
+    assert to_result(request(max_new_tokens=2), output).finish_reason == "length"
+
+
+@pytest.mark.parametrize(
+    ("capability", "rocm", "supported"),
+    [
+        ((8, 0), False, True),
+        ((9, 0), False, True),
+        ((10, 0), False, True),
+        ((7, 5), False, False),
+        (None, True, True),
+        (None, False, False),
+    ],
+)
+def test_batch_invariance_where_vllm_ships_its_kernels(
+    capability: tuple[int, int] | None, rocm: bool, supported: bool
+) -> None:
+    from specray.teacher.vllm_engine import batch_invariant_supported
+
+    assert batch_invariant_supported(capability, rocm) is supported
+
+
+def test_no_batch_invariance_is_set_without_a_supported_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    from specray.teacher.vllm_engine import enable_batch_invariance
+
+    monkeypatch.delenv("VLLM_BATCH_INVARIANT", raising=False)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert enable_batch_invariance(VllmSpec()) is False
+    assert enable_batch_invariance(VllmSpec(batch_invariant=False)) is False
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    monkeypatch.setattr("torch.cuda.get_device_capability", lambda: (9, 0))
+    assert enable_batch_invariance(VllmSpec()) is True
+    import os
+
+    assert os.environ["VLLM_BATCH_INVARIANT"] == "1"
