@@ -4,7 +4,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test unit integration lint setup setup-test clean
+.PHONY: demo test unit integration lint setup setup-test test-vllm-api clean
 
 setup:
 	VENV=$(VENV) scripts/setup.sh
@@ -24,9 +24,15 @@ unit: setup-test
 integration: setup-test
 	$(BIN)/pytest -q -m integration
 
+# The vLLM API lane: specray's vLLM settings built by the real vLLM wheel in its own virtualenv (CPU only;
+# not part of `make test`). Needs the package index the first time.
+test-vllm-api:
+	scripts/setup_vllm_api.sh
+	VLLM_TARGET_DEVICE=cpu PYTHONPATH=$(CURDIR) .venv-vllm-api/bin/python -m pytest -q -p no:cacheprovider tests/vllm_api
+
 lint: setup-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) .venv-vllm-api .pytest_cache .ruff_cache build *.egg-info
