@@ -8,8 +8,10 @@ Reproducibility contract: every request samples with its own `torch.Generator`, 
 (run seed, prompt id, τ), and draws from it only while that request is still generating. So a request's
 output does not depend on which other requests share its batch, on the batch size, or on which replica
 runs it — a retried batch after an actor restart reproduces the same rows, and τ = 0 (greedy) and τ > 0
-(same seed) shards are identical across runs. τ is part of the seed so that shards at neighbouring τ_kd
-are independent draws, not the same random stream re-warped (mixtures of τ_kd shards stay diverse).
+(same seed) shards are identical across runs. This holds for the transformers engine; the vllm engine keeps
+it only in vLLM's batch-invariant mode (`vllm_engine.py`).
+τ is part of the seed so that shards at neighbouring τ_kd are independent draws, not the same random stream
+re-warped (mixtures of τ_kd shards stay diverse).
 """
 
 from __future__ import annotations
