@@ -181,9 +181,9 @@ def distill(
 ) -> None:
     """Distil the sweep's draft on teacher shards with Ray Train; print progress and acceptance per τ_dec."""
     from specray.distill.inputs import draft_folder_name, draft_name, parse_mixture
+    from specray.distill.progress import curve_progress
     from specray.distill.ray_train import distill as run_distill
     from specray.errors import SpecError
-    from specray.progress import curve_progress
 
     with user_errors():
         spec = load_spec(sweep, overrides or [])

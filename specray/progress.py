@@ -24,8 +24,8 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from rich.console import Console
@@ -166,43 +166,3 @@ def bar(total: int, label: str, unit: str, enabled: bool = True) -> Any:
     if enabled and not live_display():
         return LineMeter(label, total, unit)
     return tqdm(total=total, desc=label, unit=unit, disable=not enabled)
-
-
-def curve_note(draft: str, curve: Mapping[str, Any], steps: int, tau_decs: Sequence[float]) -> str:
-    """`online/tau_kd=0.6 step 120/200: loss 1.234, acceptance 0.412 (mean over 6 τ_dec)` from a curve
-    point of the train loop (the loss is absent at step 0, before training)."""
-    from specray.distill.probe import acceptance_key
-
-    parts = [f"loss {curve['loss']:.4f}"] if "loss" in curve else []
-    acceptance = [curve[acceptance_key(t)] for t in tau_decs if acceptance_key(t) in curve]
-    if acceptance:
-        mean = sum(acceptance) / len(acceptance)
-        parts.append(f"acceptance {mean:.3f} (mean over {len(acceptance)} τ_dec)")
-    return f"{draft} step {curve['step']}/{steps}" + (": " + ", ".join(parts) if parts else "")
-
-
-def curve_line(curve: Mapping[str, Any], tau_decs: Sequence[float]) -> str:
-    """`  step 40  loss 1.2345  5210 tokens/s  α@0.6 0.412  α@1 0.388`: one curve point, as reported."""
-    from specray.distill.probe import acceptance_key
-
-    parts = [f"step {curve['step']}"]
-    parts += [f"loss {curve['loss']:.4f}", f"{curve['tokens_per_s']:.0f} tokens/s"] if "loss" in curve else []
-    parts += [f"α@{t:g} {curve[acceptance_key(t)]:.3f}" for t in tau_decs if acceptance_key(t) in curve]
-    return "  " + "  ".join(parts)
-
-
-@contextmanager
-def curve_progress(draft: str, steps: int, tau_decs: Sequence[float]) -> Iterator[Callable[[dict], None]]:
-    """A `distill(..., report=...)` callback for one draft: on a terminal a line per curve point as it
-    arrives; elsewhere a `LineMeter` over the training steps whose lines carry the latest loss and
-    acceptance."""
-    if live_display():
-        yield lambda curve: print(curve_line(curve, tau_decs), flush=True)
-        return
-    with LineMeter("distill", steps, "step") as meter:
-
-        def report(curve: dict) -> None:
-            meter.set_postfix_str(curve_note(draft, curve, steps, tau_decs))
-            meter.set_counts(int(curve["step"]), steps)
-
-        yield report

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ACCEPTANCE_PREFIX = "acceptance_rate/tau_dec="  # the probe's curve keys (`probe.acceptance_key`)
+from specray.distill.curves import ACCEPTANCE_PREFIX
+
 WINDOW = 0.25  # the last quarter of the steps
 # |Δ acceptance| per 100 steps below which a curve counts as flat: about the probe's noise floor on the
 # tiny zoo (an offline draft on its plateau, 16 probe prompts, showed -0.017 over its last 75 steps)

@@ -14,18 +14,13 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from specray.data.templates import encode_prompts
-from specray.distill.convergence import ACCEPTANCE_PREFIX
+from specray.distill.curves import ACCEPTANCE_PREFIX, acceptance_key
 from specray.specdec.analytic import AnalyticEstimator, Betas, sample_continuations
 
 if TYPE_CHECKING:  # the probe itself runs without the config (the GPU test suite has no pydantic)
     from specray.config import SweepSpec
 
 PROBE_PROMPTS = 16  # enough for a trend, cheap enough to run every few steps
-
-
-def acceptance_key(tau_dec: float) -> str:
-    """The curve key of the analytic acceptance at one decoding temperature."""
-    return f"{ACCEPTANCE_PREFIX}{tau_dec:g}"
 
 
 def probe_prompts(spec: SweepSpec, tokenizer: PreTrainedTokenizerBase) -> list[list[int]]:

@@ -21,7 +21,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from specray.progress import LineMeter, curve_note, live_display, progress_console
+from specray.distill.progress import curve_note
+from specray.progress import LineMeter, live_display, progress_console
 
 if TYPE_CHECKING:
     from specray.config import SweepSpec

@@ -11,7 +11,7 @@ from specray.distill.convergence import (
     mean_acceptance,
     slope_per_100,
 )
-from specray.distill.probe import acceptance_key
+from specray.distill.curves import acceptance_key
 
 
 def _point(step: int, *acceptances: float) -> dict:

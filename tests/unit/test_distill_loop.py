@@ -18,9 +18,9 @@ import torch
 from specray.config import SweepSpec, load_spec
 from specray.data.dataset import build_splits
 from specray.distill.checkpoints import CURVES_FILE, SPEC_FILE, TRAINER_STATE, is_finished, work_dir
+from specray.distill.curves import acceptance_key
 from specray.distill.inputs import draft_name, parse_mixture, prepare_inputs
 from specray.distill.loop import train_draft
-from specray.distill.probe import acceptance_key
 from specray.errors import DataError, SpecError
 from specray.models.loading import load_model
 from tests.conftest import REPO

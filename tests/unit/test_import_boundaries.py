@@ -9,7 +9,7 @@ import sys
 from tests.conftest import REPO
 
 FORBIDDEN = ("ray", "mlflow", "vllm", "transformers")
-GPU_FORBIDDEN = ("ray", "mlflow", "pydantic", "pyarrow", "specray.config")
+GPU_FORBIDDEN = ("ray", "mlflow", "pydantic", "pyarrow", "rich", "specray.config")
 
 
 def test_ops_imports_no_heavy_frameworks() -> None:

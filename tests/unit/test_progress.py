@@ -16,8 +16,6 @@ from specray.progress import (
     INTERVAL_ENV,
     LineMeter,
     bar,
-    curve_line,
-    curve_note,
     interval_s,
     live_display,
 )
@@ -150,15 +148,3 @@ def test_the_sweep_display_prints_lines_per_stage(
     assert [line.split(":")[0] for line in lines] == ["progress eval"] * 3 + ["progress teacher shards"] * 3
     assert _counts(lines[:3]) == [0, 2, 4] and lines[2].endswith("passes of 2 drafts; done")
     assert set(display.summary) == {"eval", "teacher shards"}
-
-
-def test_distillation_notes_carry_the_loss_and_the_acceptance() -> None:
-    curve = {"step": 40, "loss": 1.23456, "tokens_per_s": 5210.0}
-    curve |= {"acceptance_rate/tau_dec=0.6": 0.4, "acceptance_rate/tau_dec=1": 0.5}
-    assert curve_note("online/tau_kd=0.6", curve, 200, [0.6, 1.0]) == (
-        "online/tau_kd=0.6 step 40/200: loss 1.2346, acceptance 0.450 (mean over 2 τ_dec)"
-    )
-    assert curve_note("x", {"step": 0, "acceptance_rate/tau_dec=1": 0.5}, 8, [1.0]).endswith(
-        "step 0/8: acceptance 0.500 (mean over 1 τ_dec)"
-    )
-    assert curve_line(curve, [0.6, 1.0]) == "  step 40  loss 1.2346  5210 tokens/s  α@0.6 0.400  α@1 0.500"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from specray.distill.probe import acceptance_key
+from specray.distill.curves import acceptance_key
 from specray.report.convergence import convergence_table, projected_heading
 from specray.report.figures import BASELINE
 from specray.report.speedup_units import MEASURED, MODELLED, speedup_heatmaps, speedup_in_units

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from specray.config import load_spec
-from specray.distill.probe import acceptance_key
+from specray.distill.curves import acceptance_key
 from specray.errors import SpecError
 from specray.sweep.tune.baselines import (
     Contenders,

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specray.config import SweepSpec
+from specray.distill.curves import acceptance_key
 from specray.distill.inputs import draft_name
-from specray.distill.probe import acceptance_key
 from specray.errors import SpecError
 from specray.ops import expected_block_efficiency, speedup_model
 
