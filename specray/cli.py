@@ -13,6 +13,7 @@ import typer
 
 from specray.config import ZooSpec, dump_spec, load_spec
 from specray.errors import USER_ERRORS
+from specray.names import BASELINE
 
 if TYPE_CHECKING:  # Ray's SDK loads only when a cluster command runs
     from ray.job_submission import JobSubmissionClient
@@ -234,7 +235,7 @@ def evaluate(
         target_path = resolve_model_path(spec.models.target, spec.models.zoo)
         draft_path = resolve_model_path(spec.models.draft, spec.models.zoo)
         paths = drafts or [draft_path]
-        named = {("non-distill" if not drafts else path): path for path in paths}
+        named = {(BASELINE if not drafts else path): path for path in paths}
         check_drafts(target_path, named)
         prompts = encode_test_prompts(spec, load_tokenizer(target_path))
     e = spec.eval

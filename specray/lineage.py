@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specray.names import BASELINE
+
 if TYPE_CHECKING:
     from specray.config import SourceSpec, SweepSpec
     from specray.sweep.plan import DraftPlan
@@ -66,7 +68,7 @@ def run_title(sweep: str, tags: Mapping[str, str]) -> str:
     `tiny · non-distill` (from the draft tags `paradigm`, `tau_kd`, `mixture`)."""
     paradigm = tags.get("paradigm", "none")
     if paradigm == "none":
-        return f"{sweep} · non-distill"
+        return f"{sweep} · {BASELINE}"
     recipe = f"τ_kd={tags['tau_kd']}" if tags.get("tau_kd") else f"mix {tags.get('mixture', '')}"
     return f"{sweep} · {paradigm} {recipe}"
 

@@ -50,6 +50,29 @@ WAIT_LOG_S = 60.0  # how often a pool with work but no actor up says what it wai
 LOST = (RayActorError, OutOfMemoryError)  # the actor's process or node is gone: replace it, re-run its units
 
 Unit = TypeVar("Unit")
+Loaded = TypeVar("Loaded")
+
+
+@dataclass
+class LoadError:
+    """A user error met while an actor loads, kept and raised again from its `ready` call: Ray keeps a
+    task error's type and message (the CLI shows one clear line), while an error raised in an actor's
+    constructor reaches the driver as an opaque ActorDiedError."""
+
+    error: Exception | None = None
+
+    def load(self, load: Callable[[], Loaded]) -> Loaded | None:
+        """`load()`, or None with the user error kept (any other error is raised: a bug, not bad input)."""
+        try:
+            return load()
+        except USER_ERRORS as e:
+            self.error = e
+            return None
+
+    def check(self) -> None:
+        """Raise the kept error, if any (from the actor's `ready`)."""
+        if self.error is not None:
+            raise self.error
 
 
 @dataclass(frozen=True)

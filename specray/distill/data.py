@@ -9,7 +9,6 @@ exactly the rows one worker sees), and runs are deterministic.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -18,6 +17,7 @@ import torch
 from torch import Tensor
 
 from specray.distill.losses import IGNORE_INDEX
+from specray.seeds import derive_seed
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -34,12 +34,6 @@ class TrainRow:
     response_ids: tuple[int, ...]
     tau_kd: float
     ground_truth_ids: tuple[int, ...] = ()
-
-
-def derive_seed(*parts: object) -> int:
-    """A 63-bit seed from any parts, stable across processes and machines (sha256, never `hash()`)."""
-    digest = hashlib.sha256("\x1f".join(repr(p) for p in parts).encode()).digest()
-    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
 def generator(*parts: object) -> torch.Generator:

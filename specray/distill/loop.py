@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import shutil
 import tempfile
 import time
@@ -55,25 +54,24 @@ from specray.distill.data import (
     MixtureSampler,
     TrainRow,
     collate,
-    derive_seed,
     rank_slice,
     row_sources,
     with_ground_truth,
 )
 from specray.distill.inputs import DistillInputs, check_request, draft_name, prepare_inputs
-from specray.distill.losses import ResponseLoss, check_chunkable
+from specray.distill.losses import ResponseLoss, check_chunkable, unwrap
 from specray.distill.probe import AcceptanceProbe
 from specray.distill.session import LocalSession, Session
 from specray.distill.teacher_states import PromptStates, StaticStates, estimated_mb, prompt_cache_matches
 from specray.keys import curve_inputs
 from specray.models.loading import load_model, load_tokenizer
+from specray.ops.schedule import warmup_cosine
+from specray.seeds import derive_seed
 from specray.teacher.engines import eos_token_ids, sample_batch
 
 __all__ = ["DistillInputs", "DistillResult", "draft_name", "prepare_inputs", "run_training", "train_draft"]
 
 log = logging.getLogger(__name__)
-
-MIN_LR_RATIO = 0.1  # cosine decays to 10% of distill.lr (nanoGPT), not to 0: the last steps still learn
 
 
 @dataclass
@@ -121,18 +119,6 @@ class _Window:
     steps: list[int] = field(default_factory=list)
 
 
-def unwrap(model: torch.nn.Module) -> PreTrainedModel:
-    return getattr(model, "module", model)  # DDP keeps the wrapped model in `.module`
-
-
-def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
-    """Multiplier of distill.lr after `step` optimizer steps: linear warm-up, then cosine to 10%."""
-    if step < warmup_steps:
-        return (step + 1) / (warmup_steps + 1)
-    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-    return MIN_LR_RATIO + (1.0 - MIN_LR_RATIO) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
 def _optimizer(student: torch.nn.Module, spec: SweepSpec) -> torch.optim.AdamW:
     """AdamW; weight decay on matrices only, never on norms and biases (nanoGPT)."""
     params = [p for p in student.parameters() if p.requires_grad]
@@ -167,7 +153,7 @@ def _optimization(
     """AdamW, its schedule and the run's state: fresh, or as saved in the checkpoint resumed from."""
     d = spec.distill
     optimizer = _optimizer(student, spec)
-    schedule = functools.partial(lr_factor, warmup_steps=d.warmup_steps, total_steps=d.steps)
+    schedule = functools.partial(warmup_cosine, warmup_steps=d.warmup_steps, total_steps=d.steps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     state = {"step": 0, "curves": [], "resumed_from": [], "fingerprint": run_fingerprint}
     if saved is not None:

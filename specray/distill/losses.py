@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -32,6 +33,9 @@ from specray.ops import (
     get_per_token_divergence,
     masked_sum,
 )
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 IGNORE_INDEX = -100
 
@@ -86,8 +90,9 @@ def distillation_divergence(
 # ---------------------------------------------------------------- the train loop's loss module
 
 
-def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    return getattr(model, "module", model)  # DDP keeps the wrapped model in `.module`
+def unwrap(model: torch.nn.Module) -> PreTrainedModel:
+    """The HF model itself: DDP keeps the model it wraps in `.module`."""
+    return getattr(model, "module", model)
 
 
 def final_hidden_states(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
@@ -110,7 +115,7 @@ def final_hidden_states(model: torch.nn.Module, input_ids: Tensor, attention_mas
 def check_chunkable(model: torch.nn.Module) -> None:
     """ValueError unless the model's logits are its output embeddings applied to its final hidden state
     (Llama, Mistral, Qwen...); models that scale or soft-cap logits after the head cannot be chunked."""
-    unwrapped = _unwrap(model)
+    unwrapped = unwrap(model)
     device = next(unwrapped.parameters()).device
     tokens = torch.arange(4, device=device).view(1, 4) % unwrapped.config.vocab_size  # [1, 4]
     ones = torch.ones_like(tokens)
@@ -194,7 +199,7 @@ class ResponseLoss:
         if states is not None:
             counted = labels != IGNORE_INDEX  # [batch, seq]
             with torch.no_grad():
-                teacher_logits = _unwrap(teacher).get_output_embeddings()(states)  # [counted, vocab]
+                teacher_logits = unwrap(teacher).get_output_embeddings()(states)  # [counted, vocab]
             per_token = _spread(self._per_token()(logits[counted], teacher_logits), counted)
             return masked_sum(per_token, counted, self.averaging)[0]
         with torch.no_grad():
@@ -213,7 +218,7 @@ class ResponseLoss:
     ) -> Tensor:
         counted = labels != IGNORE_INDEX  # [batch, seq]
         hidden = final_hidden_states(student, input_ids, attention_mask)[counted]  # [counted, hidden]
-        head = _unwrap(student).get_output_embeddings()
+        head = unwrap(student).get_output_embeddings()
         if self.divergence is None:
 
             def loss(h: Tensor, targets: Tensor) -> Tensor:  # [chunk, hidden], [chunk] -> [chunk]
@@ -226,7 +231,7 @@ class ResponseLoss:
             if teacher_hidden is None:
                 with torch.no_grad():
                     teacher_hidden = final_hidden_states(teacher, input_ids, attention_mask)[counted]
-            teacher_head, divergence = _unwrap(teacher).get_output_embeddings(), self._per_token()
+            teacher_head, divergence = unwrap(teacher).get_output_embeddings(), self._per_token()
 
             def loss(h: Tensor, teacher_h: Tensor) -> Tensor:  # [chunk, hidden] x 2 -> [chunk]
                 with torch.no_grad():

@@ -14,10 +14,10 @@ instead of pre-training it again (the target is most of a build's time).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
-import math
 import os
 import shutil
 import tempfile
@@ -33,6 +33,7 @@ from specray.config import TinyLlamaSpec, ZooSpec
 from specray.data.splits import fingerprint
 from specray.data.synthetic import IN_DOMAIN, OUT_OF_DOMAIN, synthetic_corpus
 from specray.data.templates import format_prompt
+from specray.ops.schedule import warmup_cosine
 from specray.progress import bar, live_display
 
 log = logging.getLogger(__name__)
@@ -167,14 +168,10 @@ def pretrain(
     generator = torch.Generator().manual_seed(spec.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=shape.lr, betas=(0.9, 0.95), weight_decay=0.0)
     warmup = max(1, shape.train_steps // 20)
-
-    def lr_at(step: int) -> float:  # multiplier of the base lr
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = (step - warmup) / max(1, shape.train_steps - warmup)
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
-
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
+    schedule = functools.partial(
+        warmup_cosine, warmup_steps=warmup, total_steps=shape.train_steps, ramp_steps=warmup
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     model.train()
     losses = []
     # a tqdm bar on a terminal, a line every 5% (and a heartbeat) in a log: `make demo > demo.log`

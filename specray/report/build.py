@@ -12,9 +12,9 @@ from typing import Any
 
 import pandas as pd
 
+from specray.names import BASELINE
 from specray.report import figures, lossy, tables
 from specray.report.convergence import CONVERGENCE_NOTE, convergence_table, projected_heading
-from specray.report.figures import BASELINE
 from specray.report.serving import SERVER_NOTE, server_table
 from specray.report.speedup_units import UNITS_NOTE, speedup_heatmaps
 from specray.report.verdicts import Composition, all_verdicts, verdict_frame

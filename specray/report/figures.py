@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-BASELINE = "non-distill"
+from specray.names import BASELINE  # noqa: E402
 
 
 def _save(fig: plt.Figure, path: Path) -> Path:

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from specray.report.figures import BASELINE, _save, plt
+from specray.names import BASELINE
+from specray.report.figures import _save, plt
 
 NOTE = (
     "Lossy speculative decoding (DistillSpec Algorithm A.1) accepts a draft token y with probability "

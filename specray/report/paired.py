@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import bootstrap
 
-from specray.report.figures import BASELINE
+from specray.names import BASELINE
 
 REPRODUCED, NOT_REPRODUCED = "reproduced", "not reproduced"
 INCONCLUSIVE, NOT_TESTABLE = "inconclusive", "not testable on this sweep"

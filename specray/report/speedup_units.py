@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from specray.report.figures import BASELINE  # noqa: E402
+from specray.names import BASELINE  # noqa: E402
 
 MEASURED, MODELLED = "measured", "modelled"
 UNITS_NOTE = (

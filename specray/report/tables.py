@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from specray.errors import SpecError
-from specray.report.figures import BASELINE
+from specray.names import BASELINE
 from specray.report.verdicts import Composition
 
 TABLE3_FILE, TUNE_CELLS_FILE = "table3.csv", "cells.json"

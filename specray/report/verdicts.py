@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from specray.report.figures import BASELINE
+from specray.names import BASELINE
 from specray.report.paired import (
     INCONCLUSIVE,
     NOT_REPRODUCED,

@@ -20,9 +20,8 @@ from typing import Any
 
 from specray.config import SweepSpec, load_spec
 from specray.errors import SpecError
+from specray.names import BASELINE
 from specray.specdec.records import CellRecord, CostRatio
-
-BASELINE = "non-distill"
 
 
 class DraftDirs(Mapping[str, Path]):

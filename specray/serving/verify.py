@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
+from specray.seeds import prompt_seed
 from specray.specdec.analytic import ratio_ci95
 from specray.specdec.hf_compare import (
     AssistedTrace,
@@ -167,7 +168,7 @@ def check_band(
     seed)."""
     started = time.perf_counter()
     tau, gamma = float(band["speedup"]["tau_dec"]), int(band["gamma"])
-    seeds = tuple(settings["seed"] * 1_000_003 + i for i in range(len(prompts)))
+    seeds = tuple(prompt_seed(settings["seed"], i) for i in range(len(prompts)))
     comparison = Comparison(
         tau,
         gamma,

@@ -36,6 +36,7 @@ from specray.ops import (
     token_acceptance,
     warp,
 )
+from specray.seeds import prompt_seed
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,7 @@ def sample_continuations(
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        generators = [torch.Generator(device=device).manual_seed(seed * 1_000_003 + i) for i in chunk]
+        generators = [torch.Generator(device=device).manual_seed(prompt_seed(seed, i)) for i in chunk]
         samples = sample_batch(
             target,
             [prompts[i] for i in chunk],

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel
 
+from specray.seeds import decode_seed
 from specray.specdec.analytic import ratio_ci95
 from specray.specdec.decoder import DecodeStats, autoregressive_decode, speculative_decode
 
@@ -42,7 +43,7 @@ class EmpiricalResult:
 def _seed(seed: int, prompt_index: int, repeat: int, device: torch.device) -> torch.Generator:
     # on the models' device: sampling draws from it next to the logits (CUDA logits need a CUDA generator)
     generator = torch.Generator(device=device)
-    return generator.manual_seed(seed * 1_000_003 + prompt_index * 1_009 + repeat)
+    return generator.manual_seed(decode_seed(seed, prompt_index, repeat))
 
 
 def run_empirical(

@@ -29,6 +29,7 @@ import torch
 from transformers import PreTrainedModel
 
 from specray.ops import draft_stop_after_rejection, lenient_target, lenient_token_acceptance, sample, warp
+from specray.seeds import prompt_seed
 from specray.specdec.analytic import Betas
 from specray.teacher.engines import decode_lockstep
 
@@ -89,7 +90,7 @@ def lossy_betas(
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         batch = [
-            _LossyRow(torch.Generator(device=device).manual_seed(seed * 1_000_003 + i), max_new_tokens)
+            _LossyRow(torch.Generator(device=device).manual_seed(prompt_seed(seed, i)), max_new_tokens)
             for i in chunk
         ]
         _sample_batch(

@@ -19,9 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from specray.cluster.actors import Demand, Replicas, check_local_fits
+from specray.cluster.actors import Demand, LoadError, Replicas, check_local_fits
 from specray.devices import Resources
-from specray.errors import USER_ERRORS
 from specray.faults import Faults
 from specray.progress import bar
 from specray.specdec.evaluator import Evaluator
@@ -48,23 +47,22 @@ class EvalWorker:
         faults: Faults | None = None,
         model_kwargs: dict[str, Any] | None = None,
     ):
-        self.error: Exception | None = None
         self.faults, self.cells = faults or Faults(), 0
-        try:
-            device = resources.enter()
-            self.evaluator = Evaluator(
-                target_path, prompts, settings, device=str(device), **(model_kwargs or {})
+        self.load_error = LoadError()
+        self.evaluator = self.load_error.load(
+            lambda: Evaluator(
+                target_path, prompts, settings, device=str(resources.enter()), **(model_kwargs or {})
             )
-        except USER_ERRORS as e:  # raised again from `ready`, as one clear line (see TeacherActor)
-            self.error = e
+        )
 
     def ready(self) -> dict[str, Any]:
-        if self.error is not None:
-            raise self.error
+        self.load_error.check()
+        assert self.evaluator is not None
         return {"pid": os.getpid(), "device": self.evaluator.device}
 
     def evaluate(self, jobs: Pass, cost_ratio: float | None) -> list[CellRecord]:
         evaluator = self.evaluator
+        assert evaluator is not None, "evaluate before a successful ready()"
         evaluator.settings = replace(evaluator.settings, cost_ratio=cost_ratio)
         records = evaluator.evaluate(jobs)
         self.cells += 1
@@ -72,6 +70,7 @@ class EvalWorker:
         return records
 
     def measure_cost_ratio(self, draft_path: str) -> CostRatio:
+        assert self.evaluator is not None, "measure_cost_ratio before a successful ready()"
         return self.evaluator.measure_cost_ratio(draft_path)
 
     def close(self) -> None:

@@ -18,12 +18,12 @@ from specray.config import SweepSpec
 from specray.distill.checkpoints import draft_inputs, is_finished, read_finished
 from specray.distill.inputs import draft_folder_name, draft_name
 from specray.keys import cost_ratio_inputs, curve_inputs, describe_change, digest, draft_key_inputs
+from specray.names import BASELINE
 from specray.specdec.cells import DraftRef
 from specray.specdec.records import CellRecord, CostRatio, EvalJob
 
 log = logging.getLogger(__name__)
 
-BASELINE = "non-distill"
 COST_RATIO_FILE = "cost_ratio.json"
 SPEC_FILE = "spec.yaml"  # the resolved spec of the sweep's last run, in its output folder
 

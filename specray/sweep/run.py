@@ -30,6 +30,7 @@ import ray
 from specray.cluster.runtime import ray_session
 from specray.config import SweepSpec, dump_spec
 from specray.data.shards import is_complete, train_shard_keys
+from specray.devices import device_kind
 from specray.distill.convergence import convergence_metrics
 from specray.files import write_json, write_text
 from specray.keys import cost_ratio_inputs, digest, model_id
@@ -420,7 +421,7 @@ def _target_outputs(
     spec: SweepSpec, prompts: dict[str, list[list[int]]]
 ) -> dict[str, dict[float, list[list[int]]]]:
     """The target's cached test outputs (response token ids) per test set and τ_dec."""
-    settings, device = eval_settings(spec.eval), "cuda" if spec.eval.num_gpus > 0 else "cpu"
+    settings, device = eval_settings(spec.eval), device_kind(spec.eval.num_gpus)
     outputs: dict[str, dict[float, list[list[int]]]] = {}
     for test_set in TEST_SPLITS:
         for tau in spec.eval.temperatures:

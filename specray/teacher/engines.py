@@ -16,7 +16,6 @@ re-warped (mixtures of τ_kd shards stay diverse).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -26,6 +25,8 @@ if TYPE_CHECKING:  # torch is imported where used: a cache-hit `specray generate
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from specray.config import TeacherSpec  # types only: the engines run where pydantic may be absent
+
+from specray.seeds import request_seed
 
 FinishReason = Literal["stop", "length"]
 
@@ -59,12 +60,6 @@ class GenerationEngine(Protocol):
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]: ...
 
     def close(self) -> None: ...
-
-
-def request_seed(seed: int, prompt_id: str, tau: float) -> int:
-    """A 63-bit sampler seed for one request, stable across processes (sha256, never `hash()`)."""
-    digest = hashlib.sha256(f"{seed}\x1f{prompt_id}\x1f{float(tau)!r}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
 # ---------------------------------------------------------------- the batched sampler

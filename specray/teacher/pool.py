@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 import ray
 
-from specray.cluster.actors import Demand, Replicas, check_local_fits
+from specray.cluster.actors import Demand, LoadError, Replicas, check_local_fits
 from specray.cluster.runtime import ray_session
 from specray.config import SweepSpec, TeacherSpec
 from specray.data.examples import Example
@@ -52,7 +52,7 @@ from specray.data.shards import (
 )
 from specray.data.templates import format_prompt
 from specray.devices import Resources
-from specray.errors import USER_ERRORS, DataError
+from specray.errors import DataError
 from specray.faults import Faults
 from specray.progress import bar
 from specray.teacher.engines import GenerationRequest, GenerationResult, make_engine
@@ -77,31 +77,27 @@ class TeacherActor:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-        self.error: Exception | None = None
         self.faults, self.batches = faults or Faults(), 0
-        try:
-            device = resources.enter()
-            self.engine = make_engine(spec, model_path, dtype, trust_remote_code, str(device))
-        except USER_ERRORS as e:
-            # Raised again from `ready`: Ray keeps a task error's type and message (the CLI shows one clear
-            # line), while a constructor error becomes an opaque ActorDiedError.
-            self.error = e
+        self.load_error = LoadError()
+        self.engine = self.load_error.load(
+            lambda: make_engine(spec, model_path, dtype, trust_remote_code, str(resources.enter()))
+        )
 
     def ready(self) -> dict[str, int]:
         import torch
 
-        if self.error is not None:
-            raise self.error
+        self.load_error.check()
         return {"pid": os.getpid(), "threads": torch.get_num_threads()}
 
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
+        assert self.engine is not None, "generate before a successful ready()"
         results = self.engine.generate(requests)
         self.batches += 1
         self.faults.check("teacher.batch", self.batches)  # fault injection (specray/faults.py)
         return results
 
     def close(self) -> None:
-        if self.error is None:
+        if self.engine is not None:
             self.engine.close()
 
 

@@ -30,7 +30,8 @@ from typing import Any
 
 from specray.config import VllmSpec
 from specray.errors import ModelError
-from specray.teacher.engines import GenerationRequest, GenerationResult, request_seed
+from specray.seeds import request_seed
+from specray.teacher.engines import GenerationRequest, GenerationResult
 
 log = logging.getLogger(__name__)
 

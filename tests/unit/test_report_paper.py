@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from specray.names import BASELINE
 from specray.report.build import build_report
-from specray.report.figures import BASELINE
 from specray.report.tables import load_composition, table2
 
 TAUS_KD = (0.0, 0.5, 1.0)

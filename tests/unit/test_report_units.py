@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 
 from specray.distill.curves import acceptance_key
+from specray.names import BASELINE
 from specray.report.convergence import convergence_table, projected_heading
-from specray.report.figures import BASELINE
 from specray.report.speedup_units import MEASURED, MODELLED, speedup_heatmaps, speedup_in_units
 
 

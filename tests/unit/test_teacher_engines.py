@@ -11,13 +11,13 @@ import torch
 from specray.config import TeacherSpec
 from specray.data.synthetic import synthetic_corpus
 from specray.data.templates import format_prompt
+from specray.seeds import request_seed
 from specray.teacher.engines import (
     SHARED_PREFIX_MIN,
     GenerationRequest,
     TransformersEngine,
     left_pad,
     make_engine,
-    request_seed,
     sample_batch,
 )
 

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from specray.names import BASELINE
 from specray.report import paired, verdicts
-from specray.report.figures import BASELINE
 from specray.report.paired import INCONCLUSIVE, NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED
 
 
