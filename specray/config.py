@@ -84,8 +84,8 @@ class ZooSpec(_Frozen):
     )
     # The draft sees only ground-truth responses, briefly: the role llama-68m plays for Llama-2 in the paper.
     # One layer: on CPU a tiny model's step is mostly per-layer overhead, so the cost ratio c follows the
-    # layer counts (measured on the 2-core VM: 0.29 with 2 layers, 0.17-0.19 with 1; real 68M / 7B-13B pairs
-    # are at 0.05-0.1, hence eval.projected_cost_ratio).
+    # layer counts rather than the parameter counts; real draft/target pairs have a much smaller c than a
+    # tiny CPU pair, hence eval.projected_cost_ratio.
     draft: TinyLlamaSpec = TinyLlamaSpec(
         hidden_size=128, num_layers=1, num_heads=4, intermediate_size=344, train_steps=60, lr=3e-3
     )

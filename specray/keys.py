@@ -32,15 +32,12 @@ if TYPE_CHECKING:
     from specray.config import ModelRef, ModelsSpec, SweepSpec
 
 KEY_FORMAT = 1  # bump when a key's recipe changes, so nothing stored under the old recipe is reused
-# bump when a cell record's metrics change: a record saved by older code lacks them and is recomputed
-# (4: the server-side metrics: mean acceptance length, draft acceptance and per position, with intervals,
-# and the block efficiency along the sampled tokens)
+# bump when an analytic cell record's metrics change: a record saved by older code lacks them and is
+# recomputed
 CELL_RECORD_FORMAT = 4
-# empirical cells' records only (5: task quality of the decoded outputs, `specray/quality.py`); analytic
-# records are unchanged, so their keys and caches stay valid
+# the same for empirical cells' records only, so a change to them leaves analytic keys and caches valid
 EMPIRICAL_RECORD_FORMAT = 5
-# analytic cells at ε < 1 only (2: β_ε along the lossy decoder's own output, `specdec/lossy.py`, where 1
-# scored it along the target's continuations); lossless cells' keys stay as they were
+# the same for analytic cells at ε < 1 only (`specdec/lossy.py`), so lossless cells' keys stay valid
 LOSSY_ANALYTIC_FORMAT = 2
 
 

@@ -14,9 +14,9 @@ from specray.config import RaySpec
 
 # Ray Train settings for a Ray that `ray_session` starts on this machine, where a user has not set them
 # (Ray reads them from the driver's environment and hands them on to its controller and workers):
-# - the controller polls its workers every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (2 s), and a run's start, each
+# - the controller polls its workers every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S, and a run's start, each
 #   checkpoint report and its end each wait for a poll; a local poll is a cheap call;
-# - the preemption watcher (an actor per run, polling every 5 s) watches for nodes being drained, which a
+# - the preemption watcher (an actor per run, polling on a timer) watches for nodes being drained, which a
 #   machine's own local Ray never is.
 # benchmarks/train_overhead.py measures what they save per draft.
 LOCAL_TRAIN_ENV = {

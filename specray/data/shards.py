@@ -237,7 +237,7 @@ def teacher_id(models: ModelsSpec) -> str:
 def engine_id(teacher: TeacherSpec) -> str:
     """The engine as the shard key sees it: its name, plus what changes its numbers beyond the model's
     dtype (vLLM's own dtype and context length; a GPU for the transformers engine). Plain `transformers`
-    on CPU stays as it always was, so existing CPU shards keep their keys."""
+    on CPU has no suffix: a CPU shard's key does not depend on how other engines are named."""
     if teacher.engine == "vllm":
         return f"vllm(dtype={teacher.vllm.dtype},max_model_len={teacher.vllm.max_model_len})"
     return "transformers" if teacher.num_gpus == 0 else "transformers(cuda)"

@@ -13,12 +13,13 @@ keeps the counted positions, and applies each LM head to `chunk_size` positions 
 under no_grad, the student's under activation checkpointing, so the backward pass recomputes one chunk's
 logits at a time. The values equal the plain path's up to fp round-off (tests/unit/test_distill_losses.py).
 It takes that path for every micro-batch, one chunk or many: the heads then never run on prompt positions,
-which on the tiny sweep (~51 prompt tokens, ~8 response tokens a row) cut an offline step by a quarter.
+which are most of a row when prompts are long and responses short.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,7 +30,6 @@ from specray.ops import (
     Averaging,
     averaging_units,
     chunked_rows,
-    get_divergence,
     get_per_token_divergence,
     masked_sum,
 )
@@ -46,8 +46,10 @@ def _spread(values: Tensor, counted: Tensor) -> Tensor:
     return zeros.masked_scatter(counted, values)
 
 
-def _cross_entropy_sum(student_logits: Tensor, labels: Tensor, averaging: Averaging) -> tuple[Tensor, Tensor]:
-    """(sum, units) of the response cross-entropy; see `response_cross_entropy`."""
+def response_cross_entropy_sum(
+    student_logits: Tensor, labels: Tensor, averaging: Averaging = "token"
+) -> tuple[Tensor, Tensor]:
+    """(sum, units) of `response_cross_entropy`: sum / units is the mean (`ops.masked_sum`)."""
     counted = labels != IGNORE_INDEX  # [batch, seq]
     # select first, then upcast: only response positions are materialised in fp32
     per_token = torch.nn.functional.cross_entropy(
@@ -62,8 +64,31 @@ def response_cross_entropy(student_logits: Tensor, labels: Tensor, averaging: Av
     student_logits: [batch, seq, vocab]; labels: [batch, seq] with IGNORE_INDEX on prompt and padding
     -> scalar. Logits at ignored positions never enter the sum, whatever their value.
     """
-    total, units = _cross_entropy_sum(student_logits, labels, averaging)
+    total, units = response_cross_entropy_sum(student_logits, labels, averaging)
     return total / units.clamp(min=1)
+
+
+def per_token_divergence(
+    divergence: str, temperature: float = 1.0, jsd_beta: float = 0.5
+) -> Callable[..., Tensor]:
+    """The divergence `divergence` at each position, [..., vocab] x 2 (student, teacher) -> [...]; `jsd_beta`
+    is used by jsd only. An unknown name lists the valid ones."""
+    extra = {"beta": jsd_beta} if divergence == "jsd" else {}
+    return functools.partial(get_per_token_divergence(divergence), temperature=temperature, **extra)
+
+
+def distillation_divergence_sum(
+    student_logits: Tensor,
+    teacher_logits: Tensor,
+    labels: Tensor,
+    divergence: str,
+    temperature: float = 1.0,
+    jsd_beta: float = 0.5,
+    averaging: Averaging = "token",
+) -> tuple[Tensor, Tensor]:
+    """(sum, units) of `distillation_divergence`: sum / units is the mean (`ops.masked_sum`)."""
+    per_token = per_token_divergence(divergence, temperature, jsd_beta)(student_logits, teacher_logits)
+    return masked_sum(per_token, labels != IGNORE_INDEX, averaging)  # per_token: [batch, seq]
 
 
 def distillation_divergence(
@@ -81,10 +106,9 @@ def distillation_divergence(
     pattern is used: the response tokens themselves may come from the teacher or the student) -> scalar.
     `divergence` is one of specray.ops.DIVERGENCES (fkl, rkl, jsd, tvd); `jsd_beta` is used by jsd only.
     """
-    function = get_divergence(divergence)
-    extra = {"beta": jsd_beta} if divergence == "jsd" else {}
-    mask = labels != IGNORE_INDEX
-    return function(student_logits, teacher_logits, mask, temperature, averaging=averaging, **extra)
+    options = (divergence, temperature, jsd_beta, averaging)
+    total, units = distillation_divergence_sum(student_logits, teacher_logits, labels, *options)
+    return total / units.clamp(min=1)
 
 
 # ---------------------------------------------------------------- the train loop's loss module
@@ -139,9 +163,11 @@ def check_chunkable(model: torch.nn.Module) -> None:
 class ResponseLoss:
     """The loss of one micro-batch, either paradigm, as a sum over averaging units (see `units`).
 
-    `divergence` None = offline cross-entropy on the labels; else the online divergence between the
-    teacher and the student. `chunk_size` > 0 chunks the LM heads (see the module docstring) whenever the
-    micro-batch has more counted positions than that; smaller micro-batches take the plain path.
+    `divergence` None = offline cross-entropy on the labels (`response_cross_entropy_sum`); else the online
+    divergence between the teacher and the student (`distillation_divergence_sum`). `chunk_size` 0 = the
+    plain path: the full logits, then those functions. `chunk_size` > 0 = the chunked path for every
+    micro-batch (see the module docstring): the LM heads run on the counted positions only, `chunk_size`
+    of them at a time (one chunk when there are fewer); the same values up to fp round-off.
     """
 
     divergence: str | None = None
@@ -176,12 +202,10 @@ class ResponseLoss:
             return self._chunked(student, teacher, *inputs)
         return self._plain(student, teacher, *inputs)
 
-    def _per_token(self) -> functools.partial[Tensor]:
+    def _per_token(self) -> Callable[..., Tensor]:
         """The divergence at each position: [..., vocab] x 2 -> [...]."""
         assert self.divergence is not None
-        extra = {"beta": self.jsd_beta} if self.divergence == "jsd" else {}
-        function = get_per_token_divergence(self.divergence)
-        return functools.partial(function, temperature=self.temperature, **extra)
+        return per_token_divergence(self.divergence, self.temperature, self.jsd_beta)
 
     def _plain(
         self,
@@ -194,7 +218,7 @@ class ResponseLoss:
     ) -> Tensor:
         logits = student(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
         if self.divergence is None:
-            return _cross_entropy_sum(logits, labels, self.averaging)[0]
+            return response_cross_entropy_sum(logits, labels, self.averaging)[0]
         assert teacher is not None, "online distillation needs the teacher"
         if states is not None:
             counted = labels != IGNORE_INDEX  # [batch, seq]
@@ -204,8 +228,8 @@ class ResponseLoss:
             return masked_sum(per_token, counted, self.averaging)[0]
         with torch.no_grad():
             teacher_logits = teacher(input_ids=input_ids, attention_mask=attention_mask).logits
-        per_token = self._per_token()(logits, teacher_logits)  # [batch, seq]
-        return masked_sum(per_token, labels != IGNORE_INDEX, self.averaging)[0]
+        options = (self.divergence, self.temperature, self.jsd_beta, self.averaging)
+        return distillation_divergence_sum(logits, teacher_logits, labels, *options)[0]
 
     def _chunked(
         self,

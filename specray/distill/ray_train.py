@@ -29,8 +29,8 @@ and the driver thread that called `distill` hands it to `report` while `fit` run
 `report` runs live, on the driver, in the caller's thread. Points that a restarted worker group reports
 again (steps after the checkpoint it resumed from) are not passed on twice. Only checkpoints go through
 `ray.train.report`: Train V2's worker holds one unconsumed report and its controller takes it at each poll
-(every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S, 2 s in Ray 2.60), so a report per curve point held a fast loop to
-one point per poll — 41 points made a 20-CPU-second offline draft take ~110 s of wall time.
+(every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S), so a report per curve point would hold a fast loop to one point
+per poll.
 """
 
 from __future__ import annotations
@@ -351,8 +351,7 @@ def distill_drafts(
     """Distil several drafts one after another in one Ray Train run and publish each as it ends.
 
     One run pays Ray Train's start (controller, placement group, worker processes importing torch and
-    transformers, models loaded: ~12 s wall and ~17 machine CPU s per run on the tiny zoo,
-    benchmarks/README.md, `train_runs.py`) once for all of them. Drafts
+    transformers, models loaded; `benchmarks/train_runs.py` measures it) once for all of them. Drafts
     already published under their key are skipped; the others are trained in the given order.
     `report(draft, curve)` gets each curve point and `published(draft)` each publication, live, on this
     thread (exceptions from either are logged, not raised). Calling it again with the same jobs after the

@@ -2,18 +2,19 @@
 
 An online micro-batch mixes rows of three sources (`data.row_sources`): student samples (new every step),
 the dataset's ground truth and the teacher's responses from the τ_kd shard. The last two are the same
-tokens whenever the row plan draws them again, so the teacher's forward pass over them — most of an online
-step's cost (benchmarks/README.md) — need run only once. `StaticStates` runs it at setup, over every such
-row this rank will train on, and keeps the teacher's *final hidden states at the response positions*
-([response, hidden] per row: smaller than logits whenever hidden < vocab); the loss applies the teacher's
-LM head to them (`ResponseLoss(teacher_states=...)`), exactly what it does to a fresh forward's states.
+tokens whenever the row plan draws them again, so the teacher's forward pass over them — a large part of
+an online step's cost (benchmarks/README.md) — need run only once. `StaticStates` runs it at setup, over
+every such row this rank will train on, and keeps the teacher's *final hidden states at the response
+positions* ([response, hidden] per row: smaller than logits whenever hidden < vocab); the loss applies the
+teacher's LM head to them (`ResponseLoss(teacher_states=...)`), exactly what it does to a fresh forward's
+states.
 
-The student's samples change every step, but their prompts do not: a prompt is most of a row (the tiny
-sweep: ~51 prompt tokens, ~8 response tokens) and it is the same prompt each time the row is drawn again.
+The student's samples change every step, but their prompts do not: a prompt is often most of a row, and it
+is the same prompt each time the row is drawn again.
 `PromptStates` keeps the teacher's KV cache of every prompt a run will use (and the final hidden state at
 its last position, which predicts the first response token), so a fresh row's forward pass runs over its
-response only, attending to the kept keys and values (`cached_response_states`). On the tiny zoo that
-pass costs ~0.25x the full one (benchmarks/README.md). Both kinds share `distill.teacher_cache_mb`: the
+response only, attending to the kept keys and values (`cached_response_states`), a fraction of the full
+pass's cost (benchmarks/README.md). Both kinds share `distill.teacher_cache_mb`: the
 static rows' states first, the prompts' caches with what is left.
 
 Determinism: the rows and prompts are computed in one canonical order and batching, whatever step the run

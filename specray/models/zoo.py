@@ -38,8 +38,8 @@ from specray.progress import bar, live_display
 
 log = logging.getLogger(__name__)
 
-ZOO_FORMAT = 2  # bump when the build recipe changes, so old caches are not reused (2: per-model seeds)
-MODEL_FORMAT = 1  # bump when one model's own recipe changes (1: the target of ZOO_FORMAT 1 and 2 alike)
+ZOO_FORMAT = 2  # bump when the build recipe changes, so old caches are not reused
+MODEL_FORMAT = 1  # bump when one model's own recipe changes, so that model is rebuilt
 MODELS = ("target", "draft")
 PAD, BOS, EOS = "<pad>", "<s>", "</s>"
 
@@ -73,7 +73,7 @@ def model_key(spec: ZooSpec, name: str) -> str:
 
 
 def _model_seed(spec: ZooSpec, name: str) -> int:
-    # the target keeps the seed it had when it was initialised first from spec.seed (ZOO_FORMAT 1)
+    # each model its own seed, so one model's recipe changing never changes the other's weights
     return spec.seed if name == "target" else spec.seed + 1
 
 

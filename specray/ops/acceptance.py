@@ -1,6 +1,7 @@
 """Speculative decoding formulas (Leviathan et al., 2023): acceptance, block efficiency, speedup.
 
-Names follow DESIGN.md: `acceptance_rate` α, `draft_acceptance`, `block_efficiency` τ_b, cost ratio `c`.
+Names as in the metric keys and the reports: `acceptance_rate` α, `draft_acceptance`, `block_efficiency`
+τ_b, cost ratio `c`.
 """
 
 from __future__ import annotations

@@ -30,7 +30,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from specray.ops.warp import sample, warp
+from specray.ops.speculative import next_token
+from specray.ops.warp import warp
 
 Lenience = Callable[[Tensor, float], Tensor]
 
@@ -130,11 +131,4 @@ def verify_block_lenient(
     accepted = u * q_x < lenient_target(p_x, lenience, epsilon)  # [γ]
     rejected = (~accepted).nonzero()
     n = int(rejected[0]) if len(rejected) else gamma
-    if n == gamma:
-        return n, int(sample(p[gamma], generator))
-    residual = (p[n] - q[n]).clamp(min=0.0)  # [vocab]
-    # a rejection implies f(p(x)) < q(x), hence p(x) < q(x) (f(p) ≥ p): some mass is left over;
-    # guard against fp round-off anyway
-    if residual.sum() <= 0:
-        residual = p[n]
-    return n, int(sample(residual, generator))
+    return n, next_token(p, q, n, generator)

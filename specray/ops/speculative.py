@@ -33,13 +33,24 @@ def verify_block(
     # u < p/q written without the division; q_x > 0 because x was sampled from q
     accepted = (u * q_x < p_x).tolist()  # one device sync for the whole block
     n = accepted.index(False) if False in accepted else gamma
+    return n, next_token(p, q, n, generator)
+
+
+def next_token(p: Tensor, q: Tensor, n: int, generator: torch.Generator | None = None) -> int:
+    """The token emitted after `n` accepted proposals of a block of γ: a sample of the target's p[γ] when
+    all were accepted, else of the residual (p[n] − q[n])+ at the rejected position.
+
+    q: [γ, vocab] draft probs; p: [γ + 1, vocab] target probs. A rejection of x implies p(x) < q(x), also
+    in lossy decoding (it accepts when u·q(x) < f(p(x)), and f(p) ≥ p), so the residual has mass; p[n]
+    stands in when fp round-off leaves none.
+    """
+    gamma = q.shape[0]
     if n == gamma:
-        return n, int(sample(p[gamma], generator))
+        return int(sample(p[gamma], generator))
     residual = (p[n] - q[n]).clamp(min=0.0)  # [vocab]
-    # a rejection implies p(x) < q(x), so some mass is left over; guard against fp round-off anyway
     if residual.sum() <= 0:
         residual = p[n]
-    return n, int(sample(residual, generator))
+    return int(sample(residual, generator))
 
 
 def verify_greedy(draft_tokens: list[int], target_logits: Tensor) -> tuple[int, int]:

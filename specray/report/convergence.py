@@ -1,4 +1,4 @@
-"""The report's convergence table and the label of the projected speedup (issue 18, training half).
+"""The report's convergence table and the label of the projected speedup.
 
 Kept apart from `build.py` so the report's figures and tables can change without touching these.
 """
@@ -19,7 +19,7 @@ CONVERGENCE_NOTE = (
 )
 
 # A reference pair for `eval.projected_cost_ratio`: a llama-68m draft for Llama-2-13B (the paper's pair)
-# steps at about 5% of the target's latency on a GPU; the tiny CPU pair is about 0.1 (measured c).
+# steps at about 5% of the target's latency on a GPU, far below the c of the tiny CPU pair.
 PAPER_PAIR_NOTE = "c ≈ 0.05: a 68M draft with a 13B target on a GPU, the papers' pair"
 
 

@@ -445,7 +445,7 @@ def _curve_verdict(ends: Mapping[float, pd.DataFrame], key: str, scope: str, def
 def all_verdicts(
     cells: pd.DataFrame, curves: pd.DataFrame, composition: Composition | None = None
 ) -> list[Verdict]:
-    """Every claim's verdicts, in the order of the issue's list. `cells` keeps the per-prompt lists."""
+    """Every claim's verdicts, in the order of `checks` below. `cells` keeps the per-prompt lists."""
     tables = prompt_cells(cells)
     checks = (speedup_falls, diagonal_best, higher_neighbour, kd_helps_most_at_high, online_beats_offline)
     verdicts = [v for check in (*checks, out_of_domain, u_curve) for v in check(tables)]

@@ -313,8 +313,8 @@ def _distill_all(
     return curves
 
 
-# an online step's cost over an offline one's: in the tiny sweep's `make demo` of 2026-11-24
-# (benchmarks/README.md) an online draft took ~52 s for 600 steps, an offline one ~17 s for 400
+# an online step's cost in offline steps: it also samples from the student and runs the teacher
+# (benchmarks/README.md has the tiny sweep's timings and the command that measures them)
 ONLINE_STEP_COST = 2.0
 
 

@@ -67,6 +67,27 @@ def test_divergence_is_zero_for_student_equal_teacher_and_ignores_the_prompt(div
     assert float(distillation_divergence(logits, torch.randn_like(logits), batch.labels, divergence)) > 1e-3
 
 
+@pytest.mark.parametrize("divergence", [None, "fkl", "jsd"])
+@pytest.mark.parametrize("averaging", ["token", "sequence"])
+def test_the_loss_module_is_the_tested_loss_functions(micro_zoo, divergence, averaging) -> None:
+    """The loop's plain path is `response_cross_entropy` (offline) or `distillation_divergence` (online),
+    to the bit: the properties above hold for what the loop trains on."""
+    student = load_model(str(micro_zoo.draft), "float32")
+    teacher = load_model(str(micro_zoo.target), "float32")
+    batch = collate(ROWS, pad_token_id=0)
+    loss = ResponseLoss(divergence, temperature=0.8, jsd_beta=0.3, averaging=averaging)
+    with torch.no_grad():
+        total = loss(student, teacher, batch.input_ids, batch.attention_mask, batch.labels)
+        logits = student(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+        if divergence is None:
+            expected = response_cross_entropy(logits, batch.labels, averaging)
+        else:
+            teacher_logits = teacher(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+            options = (divergence, 0.8, 0.3, averaging)
+            expected = distillation_divergence(logits, teacher_logits, batch.labels, *options)
+    assert float(total / loss.units(batch.labels)) == float(expected)
+
+
 @pytest.mark.parametrize("averaging", ["token", "sequence"])
 def test_sharded_loss_and_gradient_equal_the_unsharded_ones(micro_zoo, averaging) -> None:
     """What the loop does per rank (sum × world / global units; DDP then averages gradients) gives the

@@ -14,7 +14,7 @@ own process instead of `ray_train.distill` (Ray Train nested in the trial, with 
 `TuneReportCallback`): nested, each trial would hold a Tune actor, a Train controller and its worker group
 plus a queue actor — on a 2-CPU machine the trial actor must be given 0 CPUs to let even one worker run, the
 two levels of failure handling (Train restarts its workers, Tune restarts the trial) interleave, and every
-run pays Train's start-up (~30 s measured here against ~6 s for a whole micro trial in-process). In-process,
+run pays Train's start-up, longer than a whole micro trial in-process. In-process,
 a trial is one actor with one distill worker's resources (`distill.num_cpus_per_worker` /
 `num_gpus_per_worker`), `max_concurrent_trials` of them share the machine, and a restarted trial resumes
 from its own checkpoint folder. Baselines train the same way, as Ray tasks with the same resources (a
