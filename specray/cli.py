@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from specray.config import ZooSpec, dump_spec, load_spec
-from specray.errors import USER_ERRORS
+from specray.errors import USER_ERRORS, ray_cause
 from specray.names import BASELINE
 
 if TYPE_CHECKING:  # Ray's SDK loads only when a cluster command runs
@@ -43,7 +43,7 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except USER_ERRORS as e:
-        typer.echo(f"error: {e}", err=True)
+        typer.echo(f"error: {ray_cause(e)}", err=True)  # from inside a Ray actor: its own message only
         raise typer.Exit(2) from None
 
 
@@ -510,6 +510,7 @@ def submit(
         for line in request.describe():
             typer.echo(line, err=True)
         client = jobs.connect(address)
+        jobs.check_runs_specray(client, address, request.runtime_env.get("env_vars", {}))
         job_id = jobs.submit(client, request)
     typer.echo(f"submitted {job_id} to {address}", err=True)
     if wait:

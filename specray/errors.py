@@ -43,6 +43,17 @@ def find_cause(error: BaseException, types: tuple[type[BaseException], ...]) -> 
     return None
 
 
+def ray_cause(error: BaseException) -> BaseException:
+    """The exception raised inside a Ray task or actor call, without Ray's wrapper. A `RayTaskError` (and
+    the class Ray makes that is both it and the cause's class) prints a header with the process, node,
+    actor id and repr before the cause; a user needs the cause's own message, not that header."""
+    seen: set[int] = set()
+    while isinstance(getattr(error, "cause", None), BaseException) and id(error) not in seen:
+        seen.add(id(error))
+        error = error.cause  # type: ignore[attr-defined]  # checked on the line above
+    return error
+
+
 def describe_os_error(error: OSError) -> str:
     """`[Errno 30] Read-only file system: '/out/x'` -> `Read-only file system: /out/x`."""
     if error.strerror and error.filename:

@@ -41,7 +41,7 @@ import ray
 from ray.exceptions import OutOfMemoryError, RayActorError, RayTaskError
 
 from specray.devices import Resources
-from specray.errors import USER_ERRORS, SpecError, find_cause
+from specray.errors import USER_ERRORS, SpecError, find_cause, ray_cause
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +191,7 @@ class Replicas(Generic[Unit]):
             log.warning("%s: an actor died while starting (%s); starting another", self.name, error)
             self._replace(slot)
         except RayTaskError as error:
-            raise find_cause(error, USER_ERRORS) or error from None
+            raise _user_error(error) from None
 
     def run(
         self,
@@ -236,7 +236,7 @@ class Replicas(Generic[Unit]):
             self._lose(state, slot, index, error, describe)
             return
         except RayTaskError as error:
-            raise find_cause(error, USER_ERRORS) or error from None
+            raise _user_error(error) from None
         slot.held -= 1
         on_result(index, result)
 
@@ -274,3 +274,10 @@ class Replicas(Generic[Unit]):
                     ray.get(ref)
         for slot in self.slots:
             ray.kill(slot.actor, no_restart=True)
+
+
+def _user_error(error: RayTaskError) -> BaseException:
+    """A user error raised inside an actor, as the actor raised it (its one-line message, without Ray's
+    header: logged at debug level); any other error as Ray raised it, traceback and all."""
+    log.debug("error inside a Ray actor: %s", error)
+    return find_cause(ray_cause(error), USER_ERRORS) or error

@@ -17,7 +17,7 @@ from typing import Any
 
 import aiohttp
 import ray.exceptions
-from ray.job_submission import JobDetails, JobSubmissionClient
+from ray.job_submission import JobDetails, JobStatus, JobSubmissionClient
 
 from specray.cluster.submit import JobRequest, redact_uri_credentials
 from specray.errors import SpecError
@@ -79,6 +79,37 @@ def _call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
     except SDK_ERRORS as e:
         raise ClusterError(f"{what}: {_first_line(e)}") from None
+
+
+PROBE_ENTRYPOINT = "specray --help > /dev/null"
+PROBE_TIMEOUT_S = 180.0
+
+
+def check_runs_specray(client: JobSubmissionClient, address: str, env_vars: dict[str, str]) -> None:
+    """Refuse, before anything is uploaded, a cluster whose job environment cannot run `specray`: a probe
+    job (no working dir, no resources) runs the CLI the way the real job will, through the job's shell on
+    the PATH the cluster's Ray was started with. A probe that does not end in time is let through."""
+    probe = _call(
+        "checking that the cluster can run specray",
+        client.submit_job,
+        entrypoint=PROBE_ENTRYPOINT,
+        runtime_env={"env_vars": env_vars} if env_vars else None,
+        entrypoint_num_cpus=0,
+        metadata={"specray.probe": "can this cluster's job environment run specray"},
+    )
+    info = wait(client, probe, poll_s=0.5, timeout_s=PROBE_TIMEOUT_S)
+    if info.status == JobStatus.SUCCEEDED:
+        return
+    if not info.status.is_terminal():
+        log.warning("the probe job %s has not ended after %.0f s; submitting anyway", probe, PROBE_TIMEOUT_S)
+        return
+    said = (logs(client, probe).strip().splitlines() or [info.message or str(info.status)])[-1]
+    exit_code = f", exit {info.driver_exit_code}" if info.driver_exit_code is not None else ""
+    raise ClusterError(
+        f"the cluster at {address} cannot run specray: its job shell said {said!r}{exit_code}. Start Ray "
+        "there from an environment where specray is installed (activate the virtualenv before `ray start`), "
+        "or run the project's image (infra/docker/Dockerfile)"
+    )
 
 
 def submit(client: JobSubmissionClient, request: JobRequest) -> str:

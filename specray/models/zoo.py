@@ -33,6 +33,7 @@ from specray.config import TinyLlamaSpec, ZooSpec
 from specray.data.splits import fingerprint
 from specray.data.synthetic import IN_DOMAIN, OUT_OF_DOMAIN, synthetic_corpus
 from specray.data.templates import format_prompt
+from specray.locks import producing
 from specray.ops.schedule import warmup_cosine
 from specray.progress import bar, live_display
 
@@ -221,7 +222,13 @@ def build_zoo(spec: ZooSpec, root: Path | None = None, force: bool = False) -> Z
     final = (root or cache_dir() / "zoo") / zoo_key(spec)
     if (final / "zoo.json").exists() and not force:
         return Zoo(final, cached=True)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    with producing([final], "the tiny zoo"):  # another process building it: wait, then reuse its zoo
+        if (final / "zoo.json").exists() and not force:
+            return Zoo(final, cached=True)
+        return _build_zoo(spec, final)
+
+
+def _build_zoo(spec: ZooSpec, final: Path) -> Zoo:
     started = time.perf_counter()
     texts = corpus_texts(spec)
     tokenizer = train_tokenizer(texts, spec.vocab_size)

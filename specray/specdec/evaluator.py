@@ -24,6 +24,7 @@ from transformers import PreTrainedModel
 from specray.data.examples import Example
 from specray.files import write_json
 from specray.keys import digest
+from specray.locks import producing
 from specray.models.loading import check_same_vocabulary, load_model, load_tokenizer
 from specray.quality import quality_metrics
 from specray.specdec.analytic import (
@@ -219,10 +220,13 @@ class Evaluator:
         path = continuations_file(self.continuations_dir, self.target_id, prompts, tau, self.settings, device)
         if path.exists():
             return Continuations(tau, prompts, json.loads(path.read_text())["responses"])
-        s = self.settings
-        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
-        continuations = sample_continuations(
-            self.target, prompts, tau, s.max_new_tokens, eos, s.seed, pad, keep_logits=False
-        )
-        write_json(path, {"tau": tau, "responses": continuations.responses}, indent=None)
+        with producing([path], f"target continuations of {test_set} at τ_dec {tau:g}"):
+            if path.exists():  # another sweep sharing the cache sampled them while this one waited
+                return Continuations(tau, prompts, json.loads(path.read_text())["responses"])
+            s = self.settings
+            eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+            continuations = sample_continuations(
+                self.target, prompts, tau, s.max_new_tokens, eos, s.seed, pad, keep_logits=False
+            )
+            write_json(path, {"tau": tau, "responses": continuations.responses}, indent=None)
         return continuations

@@ -25,6 +25,7 @@ from specray.specdec.records import CellRecord, CostRatio, EvalJob
 log = logging.getLogger(__name__)
 
 COST_RATIO_FILE = "cost_ratio.json"
+UNREADABLE = "unreadable (truncated or corrupt)"  # a saved file that does not parse
 SPEC_FILE = "spec.yaml"  # the resolved spec of the sweep's last run, in its output folder
 
 
@@ -134,16 +135,22 @@ def read_cells(folder: Path) -> dict[str, CellRecord]:
     for path in sorted(folder.glob("*.json")):
         try:
             record = CellRecord.from_json(json.loads(path.read_text()))
-        except (json.JSONDecodeError, TypeError, UnicodeDecodeError):
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            log.warning("ignoring %s: %s; its cell is computed again", path, UNREADABLE)
+            continue
+        except TypeError:
             log.warning("ignoring %s: not a cell record of this specray version", path)
             continue
         cells[record.key] = record
     return cells
 
 
-def cell_stage(jobs: Sequence[EvalJob], saved: Mapping[str, CellRecord]) -> tuple[StagePlan, list[EvalJob]]:
+def cell_stage(
+    jobs: Sequence[EvalJob], saved: Mapping[str, CellRecord], folder: Path | None = None
+) -> tuple[StagePlan, list[EvalJob]]:
     """Cells whose key has a saved record are reused; the others are evaluated (returned), each with the
-    difference to the closest earlier record of the same draft, test set, τ_dec and estimator."""
+    difference to the closest earlier record of the same draft, test set, τ_dec and estimator, or, when
+    `folder` holds a file under the cell's own key that did not parse, as unreadable."""
     stage, todo = StagePlan("cells"), []
     earlier: dict[tuple, list[CellRecord]] = {}
     for record in saved.values():
@@ -156,6 +163,9 @@ def cell_stage(jobs: Sequence[EvalJob], saved: Mapping[str, CellRecord]) -> tupl
             continue
         stage.todo += 1
         todo.append(job)
+        if folder is not None and (folder / f"{job.key}.json").exists():  # its record, but damaged
+            stage.reasons[UNREADABLE] += 1
+            continue
         candidates = earlier.get((job.draft, job.test_set, job.tau_dec, job.estimator), [])
         stage.reasons[_closest_change(candidates, job.key_inputs)] += 1
     return stage, todo

@@ -35,6 +35,7 @@ from specray.distill.convergence import convergence_metrics
 from specray.files import write_json, write_text
 from specray.keys import cost_ratio_inputs, digest, model_id
 from specray.lineage import DRAFTS_VIEW, DatasetRef, SweepData, describe_sweep, draft_model, draft_note
+from specray.locks import output_folder
 from specray.models.loading import load_tokenizer, resolve_model_path
 from specray.report.build import build_report
 from specray.specdec.cells import (
@@ -109,7 +110,7 @@ def plan_sweep(spec: SweepSpec) -> SweepWork:
     draft_plan, drafts_todo = draft_stage(spec, drafts)
     cost_plan, cost = cost_ratio_stage(spec, out)
     jobs = _cell_jobs(spec, [baseline_plan(spec, ""), *drafts], cost)
-    cells_plan, _ = cell_stage(jobs, read_cells(out / "cells"))
+    cells_plan, _ = cell_stage(jobs, read_cells(out / "cells"), out / "cells")
     if cost is None and cells_plan.todo:
         cells_plan.note = "analytic cells are keyed by c, which is measured first"
     return SweepWork([shards, draft_plan, cost_plan, cells_plan], drafts, drafts_todo, cost)
@@ -123,7 +124,16 @@ def _cell_jobs(spec: SweepSpec, drafts: list[DraftPlan], cost: CostRatio | None)
 def run_sweep(
     spec: SweepSpec, show_progress: bool = True, on_plan: Callable[[SweepWork], None] | None = None
 ) -> SweepOutcome:
-    """Run (or resume) the whole sweep; returns where the report is and what was measured."""
+    """Run (or resume) the whole sweep; returns where the report is and what was measured. The sweep's
+    output folder is held for the whole run: a second run on it is refused (`locks.FolderInUse`)."""
+    check_writable(sweep_dir(spec), "output_dir", "choose another with output_dir=PATH")
+    with output_folder(sweep_dir(spec)):
+        return _run_sweep(spec, show_progress, on_plan)
+
+
+def _run_sweep(
+    spec: SweepSpec, show_progress: bool, on_plan: Callable[[SweepWork], None] | None
+) -> SweepOutcome:
     out = sweep_dir(spec)
     preflight(spec)
     write_text(out / SPEC_FILE, dump_spec(spec))  # the settings its results are keyed by (`specray export`)
@@ -394,7 +404,7 @@ def _evaluate_all(
     MLflow (metrics carry γ, ε and the lenience function when the sweep has more than one)."""
     axes = CellAxes.of(spec)
     saved = read_cells(folder)
-    stage, todo = cell_stage(jobs, saved)
+    stage, todo = cell_stage(jobs, saved, folder)
     logged = {name: tracker.metric_keys(run_id) for name, run_id in runs.items()}
     for job in jobs:  # backfill what a killed driver saved but had not logged
         if job.key in saved:

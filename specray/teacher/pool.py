@@ -54,6 +54,7 @@ from specray.data.templates import format_prompt
 from specray.devices import Resources
 from specray.errors import DataError
 from specray.faults import Faults
+from specray.locks import producing
 from specray.progress import bar
 from specray.teacher.engines import GenerationRequest, GenerationResult, make_engine
 
@@ -370,28 +371,33 @@ def generate_shards(
     ones, generate the rest in one pass. Starts Ray (per `spec.ray`) and a teacher pool over the sweep's
     target only when something is missing, unless a `pool` (hosting that same model) is given.
     `on_progress(done, total, saved)` counts responses over every τ (`saved`: found saved, of `done`):
-    once after planning, then after every batch."""
-    reports, progress = _plan(spec, examples, temperatures, max_new_tokens, seed, split, root)
-    total = len(examples) * len(temperatures)
-    done = saved = total - sum(len(state.missing) for state in progress.values())
-    report = on_progress or (lambda done, total, saved: None)
-    report(done, total, saved)
-    if progress:
-        requests = _requests(progress, examples, spec.data.template)
-        prompt_ids = [example.id for example in examples]
-        with (
-            nullcontext(pool) if pool is not None else _own_pool(spec) as active,
-            bar(len(requests), "teacher", "response", enabled=show_progress) as meter,
-        ):
+    once after planning, then after every batch. A shard that another process is generating is waited
+    for (one producer per shard, `locks.producing`), then reused as far as that process got."""
+    plan = (spec, examples, temperatures, max_new_tokens, seed, split, root)
+    reports, progress = _plan(*plan)
+    with producing([shard_dir(state.key, root) for state in progress.values()], "a teacher shard"):
+        if progress:  # again, holding them: what another producer wrote meanwhile is not redone
+            reports, progress = _plan(*plan)
+        total = len(examples) * len(temperatures)
+        done = saved = total - sum(len(state.missing) for state in progress.values())
+        report = on_progress or (lambda done, total, saved: None)
+        report(done, total, saved)
+        if progress:
+            requests = _requests(progress, examples, spec.data.template)
+            prompt_ids = [example.id for example in examples]
+            with (
+                nullcontext(pool) if pool is not None else _own_pool(spec) as active,
+                bar(len(requests), "teacher", "response", enabled=show_progress) as meter,
+            ):
 
-            def advance(responses: int, rates: str) -> None:
-                nonlocal done
-                done += responses
-                meter.update(responses)
-                meter.set_postfix_str(rates)
-                report(done, total, saved)
+                def advance(responses: int, rates: str) -> None:
+                    nonlocal done
+                    done += responses
+                    meter.update(responses)
+                    meter.set_postfix_str(rates)
+                    report(done, total, saved)
 
-            _run_pass(active, requests, progress, prompt_ids, root, advance)
+                _run_pass(active, requests, progress, prompt_ids, root, advance)
     return reports
 
 

@@ -80,8 +80,9 @@ class RayHead:
     env: dict[str, str]  # what a client of this head runs with: its auth token, specray on PATH
 
 
-def _start_head(temp_dir: Path) -> RayHead:
-    """`ray start --head` on loopback with free ports and a token of its own."""
+def _start_head(temp_dir: Path, specray_on_path: bool = True) -> RayHead:
+    """`ray start --head` on loopback with free ports and a token of its own; without `specray_on_path`,
+    as from a virtualenv that was not activated (`.venv/bin/ray start`): Ray runs, `specray` is not found."""
     ports = dict(zip(PORT_FLAGS, free_ports(len(PORT_FLAGS)), strict=True))
     command = [
         RAY,
@@ -97,9 +98,10 @@ def _start_head(temp_dir: Path) -> RayHead:
         *(f"--{flag}={port}" for flag, port in ports.items()),
     ]
     # the job's shell finds `specray` on the PATH the head was started with, like on a cluster node
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and Path(p) != BIN]
     env = {
         **os.environ,
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PATH": os.pathsep.join([str(BIN), *path] if specray_on_path else path),
         "RAY_AUTH_MODE": "token",
         "RAY_AUTH_TOKEN": secrets.token_hex(32),
     }
@@ -121,13 +123,17 @@ def _jobs_api_answers(head: RayHead) -> bool:
 
 @pytest.fixture(scope="module")
 def ray_head() -> Iterator[RayHead]:
+    yield from _head(specray_on_path=True)
+
+
+def _head(specray_on_path: bool) -> Iterator[RayHead]:
     missing = [m for m in DASHBOARD_MODULES if not importlib.util.find_spec(m)]
     if missing:
         pytest.skip(f"the Ray Jobs API needs the dashboard of ray[default] (missing {', '.join(missing)})")
     # short: Ray's unix socket paths under the temp dir must stay below 108 characters
     temp_dir = Path(tempfile.mkdtemp(prefix="sr-", dir="/tmp"))
     try:
-        head = _start_head(temp_dir)
+        head = _start_head(temp_dir, specray_on_path)
         wait_until(lambda: _jobs_api_answers(head), f"the Jobs API at {head.address}", poll_s=1.0)
         yield head
     finally:
@@ -225,3 +231,18 @@ def test_errors_are_one_line(ray_head: RayHead) -> None:
     no_token = _specray(ray_head, "jobs", "list", RAY_AUTH_MODE="disabled")
     assert no_token.returncode == 2 and "RAY_AUTH_MODE=token" in no_token.stderr, no_token.stderr
     assert "Traceback" not in unknown.stderr + no_token.stderr
+
+
+def test_a_cluster_that_cannot_run_specray_is_refused_before_the_upload(tmp_path: Path) -> None:
+    head = next(heads := _head(specray_on_path=False))
+    try:
+        result = _specray(head, "submit", "sweeps/smoke.yaml", f"tracking.uri=sqlite:///{tmp_path}/m.db")
+        assert result.returncode == 2, result.stderr[-3000:]
+        error = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+        assert len(error) == 1 and "cannot run specray" in error[0] and "specray: not found" in error[0]
+        assert "activate the virtualenv before `ray start`" in error[0]
+        assert "submitted" not in result.stderr and "Traceback" not in result.stderr
+        jobs = _specray(head, "jobs", "list")
+        assert "specray run" not in jobs.stdout, jobs.stdout  # only the probe ran there
+    finally:
+        heads.close()  # stops this head

@@ -27,3 +27,28 @@ def test_a_demand_that_fits_passes_and_one_that_does_not_names_its_fields() -> N
         "distill.workers x distill.num_gpus_per_worker = 2 GPUs, but the local Ray has 0; "
         "lower distill.workers or distill.num_gpus_per_worker"
     )
+
+
+def test_a_user_error_inside_an_actor_reaches_the_user_as_its_own_one_line_message() -> None:
+    from ray.exceptions import RayTaskError
+
+    from specray.cluster.actors import _user_error
+    from specray.errors import ModelError, ray_cause
+
+    cause = ModelError("drafts/online__tau_kd=0.6/model.safetensors: unreadable (truncated or corrupt)")
+    wrapped = RayTaskError(
+        "EvalWorker.evaluate",
+        "Traceback (most recent call last):\n  ...\nModelError: unreadable",
+        cause,
+        proctitle="ray::EvalWorker.evaluate()",
+        pid=4242,
+        ip="127.0.0.1",
+        actor_repr="<specray.specdec.workers.EvalWorker object at 0x7f>",
+        actor_id="abc123",
+    ).as_instanceof_cause()
+    assert isinstance(wrapped, ModelError) and "pid=4242" in str(wrapped)  # what a user saw before
+    assert ray_cause(wrapped) is cause and _user_error(wrapped) is cause
+    assert str(_user_error(wrapped)) == str(cause)
+    assert ray_cause(cause) is cause  # an error not from Ray is left as it is
+    bug = RayTaskError("EvalWorker.evaluate", "Traceback ...", ZeroDivisionError("x")).as_instanceof_cause()
+    assert _user_error(bug) is bug  # a bug keeps Ray's traceback

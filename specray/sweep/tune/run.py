@@ -49,6 +49,7 @@ from specray.errors import SpecError
 from specray.files import write_atomic
 from specray.keys import digest
 from specray.lineage import DatasetRef, SweepData, draft_model, draft_note, sweep_data
+from specray.locks import output_folder
 from specray.models.loading import load_tokenizer, resolve_model_path
 from specray.specdec.cells import encode_test_prompts, eval_settings
 from specray.specdec.records import EvalJob
@@ -137,8 +138,14 @@ def _save_state(run: _Run) -> None:
 
 
 def run_tune(spec: SweepSpec, resume: bool = False, show_progress: bool = True) -> TuneOutcome:
-    """Run (or with `resume` continue) the search, its baselines and Table 3."""
+    """Run (or with `resume` continue) the search, its baselines and Table 3. Holds the sweep's output
+    folder (its drafts and c are shared with `specray run`) for the whole search."""
     check_tune(spec)
+    with output_folder(sweep_dir(spec)):
+        return _run_tune(spec, resume, show_progress)
+
+
+def _run_tune(spec: SweepSpec, resume: bool, show_progress: bool) -> TuneOutcome:
     out = tune_dir(spec)
     state = _claim_state(out, spec, resume)
     tracker = open_tracker(spec.tracking.uri, spec.experiment)  # unreachable MLflow fails before any work

@@ -1,0 +1,101 @@
+"""One producer per cache entry, across real processes: two processes that need the same teacher shards or
+the same target continuations at once produce each entry once and end with the same files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.integration
+
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def _python(script: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script), *args],
+        cwd=REPO,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+PRODUCE_SHARDS = """
+    import sys, time
+    from pathlib import Path
+    from specray.config import load_spec
+    from specray.data.dataset import build_splits
+    from specray.teacher.engines import GenerationResult
+    from specray.teacher.pool import generate_shards
+
+    root, calls = Path(sys.argv[1]), Path(sys.argv[2])
+    spec = load_spec(Path("sweeps/smoke.yaml"), ["data.train_size=12", "data.train.size=60"])
+    train = build_splits(spec.data)["train"]
+
+    class CountingPool:  # the pool's protocol; every response it makes is one line in `calls`
+        def generate(self, requests, on_results):
+            with calls.open("a") as f:
+                f.writelines(f"{r.prompt_id} {r.tau}\\n" for r in requests)
+            time.sleep(1.5)  # long enough for the other process to arrive while this one produces
+            on_results([GenerationResult(r.prompt_id, r.tau, r.seed, [1, 2], [3, 4, 2], "x y", "stop")
+                        for r in requests])
+
+    reports = generate_shards(spec, train, [0.0, 1.0], 8, 0, "train", pool=CountingPool(), root=root,
+                              show_progress=False)
+    print(sorted(str(r.path) for r in reports.values()))
+"""
+
+
+def test_two_processes_generating_the_same_shards_produce_each_response_once(tmp_path: Path) -> None:
+    calls = tmp_path / "calls.txt"
+    runs = [_python(PRODUCE_SHARDS, str(tmp_path / "cache"), str(calls)) for _ in range(2)]
+    outputs = [run.communicate(timeout=300) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], [err[-2000:] for _, err in outputs]
+    assert outputs[0][0] == outputs[1][0]  # both end with the same shards
+    requested = calls.read_text().splitlines()
+    assert len(requested) == 2 * 12 and len(set(requested)) == 2 * 12  # each response generated once
+    shards = [json.loads(path.read_text()) for path in (tmp_path / "cache").glob("**/manifest.json")]
+    assert len(shards) == 2
+
+
+SAMPLE_CONTINUATIONS = """
+    import json, sys, time
+    from pathlib import Path
+    import specray.specdec.evaluator as evaluator
+    from specray.specdec.records import EvalSettings
+
+    target, folder, calls = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+    real = evaluator.sample_continuations
+
+    def counted(*args, **kwargs):
+        with calls.open("a") as f:
+            f.write("sampled\\n")
+        time.sleep(1.5)  # long enough for the other process to arrive while this one samples
+        return real(*args, **kwargs)
+
+    evaluator.sample_continuations = counted
+    prompts = {"in_domain": [[5, 6, 7], [8, 9]]}
+    settings = EvalSettings(repeats=1, max_new_tokens=6, empirical_prompts=1)
+    found = evaluator.Evaluator(target, prompts, settings, continuations_dir=folder)
+    print(json.dumps(found.continuations("in_domain", 1.0).responses))
+"""
+
+
+def test_two_processes_sampling_the_same_continuations_sample_them_once(micro_zoo, tmp_path: Path) -> None:
+    calls = tmp_path / "calls.txt"
+    args = (str(micro_zoo.target), str(tmp_path / "continuations"), str(calls))
+    runs = [_python(SAMPLE_CONTINUATIONS, *args) for _ in range(2)]
+    outputs = [run.communicate(timeout=300) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], [err[-2000:] for _, err in outputs]
+    assert outputs[0][0] == outputs[1][0] and json.loads(outputs[0][0])
+    assert calls.read_text().splitlines() == ["sampled"]
