@@ -83,6 +83,7 @@ def _call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 PROBE_ENTRYPOINT = "specray --help > /dev/null"
 PROBE_TIMEOUT_S = 180.0
+RAY_SAYS = ("Running entrypoint for job", "Job entrypoint command failed")  # Ray's lines, not the shell's
 
 
 def check_runs_specray(client: JobSubmissionClient, address: str, env_vars: dict[str, str]) -> None:
@@ -103,7 +104,11 @@ def check_runs_specray(client: JobSubmissionClient, address: str, env_vars: dict
     if not info.status.is_terminal():
         log.warning("the probe job %s has not ended after %.0f s; submitting anyway", probe, PROBE_TIMEOUT_S)
         return
-    said = (logs(client, probe).strip().splitlines() or [info.message or str(info.status)])[-1]
+    # the job's own output: its logs, or the tail of them Ray puts in the failure message
+    output = f"{logs(client, probe)}\n{info.message or ''}".splitlines()
+    said = (
+        [line for line in output if line.strip() and not line.startswith(RAY_SAYS)] or [str(info.status)]
+    )[-1]
     exit_code = f", exit {info.driver_exit_code}" if info.driver_exit_code is not None else ""
     raise ClusterError(
         f"the cluster at {address} cannot run specray: its job shell said {said!r}{exit_code}. Start Ray "

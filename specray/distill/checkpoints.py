@@ -6,7 +6,10 @@ step, RNG state, the curves so far) and `curves.json`; any checkpoint loads as a
 The published draft `output_dir` is the last checkpoint without the trainer state, plus the resolved spec
 (`spec.yaml`). It is assembled in a temporary folder beside `output_dir`, renamed into place, and only then
 is the completion marker `finished.json` written (atomically). So a crash at any point leaves either no
-`output_dir` or one without the marker — never a half model that looks finished. Work in progress
+`output_dir` or one without the marker — never a half model that looks finished. The marker records the
+SHA-256 of every weight file, so weights damaged after publication (a partial copy, a full disk during a
+sync) are not taken for a finished draft: such a folder is kept aside under a name that says so, and the
+draft is trained again. Work in progress
 (checkpoints, Ray Train's run folder) lives in `.<name>.work` beside `output_dir`, tagged with the run's
 fingerprint so a changed spec never resumes from a stale checkpoint; it is removed once the draft is
 published.
@@ -14,9 +17,12 @@ published.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,6 +41,10 @@ TRAINER_STATE, CURVES_FILE, SPEC_FILE, FINISHED_FILE = (
     "finished.json",
 )
 FINGERPRINT_FILE = "fingerprint.txt"
+WEIGHTS_SHA256 = "weights_sha256"  # the marker's field: weight file name -> SHA-256
+DAMAGED = "weights differ from finished.json"
+
+log = logging.getLogger(__name__)
 
 
 def draft_inputs(spec: SweepSpec, paradigm: str, mixture: Mapping[float, float]) -> dict[str, Any]:
@@ -115,17 +125,56 @@ def publish(checkpoint: Path, output_dir: Path, spec: SweepSpec, info: Mapping[s
         os.replace(tmp, output_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    marker = json.dumps(dict(info), indent=2, sort_keys=True)
+    checksums = {WEIGHTS_SHA256: weight_checksums(output_dir)}
+    marker = json.dumps(dict(info) | checksums, indent=2, sort_keys=True)
     write_atomic(output_dir / FINISHED_FILE, lambda path: path.write_text(marker))
 
 
+def weight_checksums(folder: Path) -> dict[str, str]:
+    """SHA-256 of each weight file of a model folder (`*.safetensors` and a sharded model's index)."""
+    sums = {}
+    for path in sorted(folder.glob("*.safetensors*")):
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        sums[path.name] = digest.hexdigest()
+    return sums
+
+
+def damaged_weights(output_dir: Path) -> list[str]:
+    """The weight files of a finished draft that are missing or differ from its marker's checksums; none
+    for a marker that recorded no checksums."""
+    expected = read_finished(output_dir).get(WEIGHTS_SHA256)
+    if expected is None:
+        return []
+    found = weight_checksums(output_dir)
+    return sorted(name for name in expected.keys() | found.keys() if expected.get(name) != found.get(name))
+
+
 def is_finished(output_dir: str | os.PathLike, key: str | None = None) -> bool:
-    """True once the draft at `output_dir` is complete (its marker is written last) and, when `key` is
-    given, was trained under that draft key (a draft of other settings is never reused)."""
-    marker = Path(output_dir) / FINISHED_FILE
-    if not marker.is_file():
+    """True once the draft at `output_dir` is complete (its marker is written last) with the weights its
+    marker recorded and, when `key` is given, was trained under that draft key (a draft of other settings
+    is never reused)."""
+    folder = Path(output_dir)
+    if not (folder / FINISHED_FILE).is_file():
         return False
-    return key is None or read_finished(Path(output_dir)).get("fingerprint") == key
+    if key is not None and read_finished(folder).get("fingerprint") != key:
+        return False
+    return not damaged_weights(folder)
+
+
+def set_aside_damaged(output_dir: Path) -> Path | None:
+    """Rename a finished draft whose weights differ from its marker to `<name>.damaged-<UTC time>` beside
+    it (never deleted: it may be the only copy of a long training), so it is trained again in its place."""
+    if not (output_dir / FINISHED_FILE).is_file() or not (damaged := damaged_weights(output_dir)):
+        return None
+    aside = output_dir.with_name(f"{output_dir.name}.damaged-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
+    os.replace(output_dir, aside)
+    log.warning(
+        "%s: %s (%s); kept aside as %s, training it again", output_dir, DAMAGED, ", ".join(damaged), aside
+    )
+    return aside
 
 
 def read_finished(output_dir: Path) -> dict[str, Any]:

@@ -67,6 +67,7 @@ from specray.distill.checkpoints import (
     load_trainer_state,
     publish,
     read_curves,
+    set_aside_damaged,
 )
 from specray.distill.inputs import check_request, draft_name, prepare_inputs
 from specray.distill.loop import DistillResult, finished_info, run_training, worker_resources
@@ -364,6 +365,8 @@ def distill_drafts(
         for s, j in zip(specs, jobs, strict=True)
     ]
     keys = [fingerprint(s, job.paradigm, job.mixture) for s, job in zip(specs, jobs, strict=True)]
+    for job in jobs:
+        set_aside_damaged(job.output_dir)
     todo = [i for i, job in enumerate(jobs) if not is_finished(job.output_dir, keys[i])]
     work = _claim_run_dir(jobs, keys)
     if todo:

@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from specray.config import SweepSpec
-from specray.distill.checkpoints import draft_inputs, is_finished, read_finished
+from specray.distill.checkpoints import (
+    DAMAGED,
+    FINISHED_FILE,
+    damaged_weights,
+    draft_inputs,
+    read_finished,
+)
 from specray.distill.inputs import draft_folder_name, draft_name
 from specray.keys import cost_ratio_inputs, curve_inputs, describe_change, digest, draft_key_inputs
 from specray.names import BASELINE
@@ -113,13 +119,16 @@ def draft_stage(spec: SweepSpec, plans: Sequence[DraftPlan]) -> tuple[StagePlan,
     stage, todo = StagePlan("drafts"), []
     stale_curves = 0
     for plan in plans:
-        marker = read_finished(plan.output_dir) if is_finished(plan.output_dir) else {}
-        if marker.get("fingerprint") == plan.key:
+        finished = (plan.output_dir / FINISHED_FILE).is_file()
+        marker = read_finished(plan.output_dir) if finished else {}
+        same_key = marker.get("fingerprint") == plan.key
+        if same_key and not damaged_weights(plan.output_dir):
             stage.reused += 1
             stale_curves += marker.get("curve_inputs", {}) != curve_inputs(spec)
             continue
         stage.todo += 1
-        stage.reasons[describe_change(marker.get("key_inputs", {}), plan.key_inputs)] += 1
+        why = describe_change(marker.get("key_inputs", {}), plan.key_inputs)
+        stage.reasons[f"retrain ({DAMAGED})" if same_key else why] += 1
         todo.append(plan)
     if stale_curves:
         stage.note = (

@@ -1,6 +1,7 @@
 """Two `specray run` on one output folder, through the real CLI with real Ray and MLflow: the second is
 refused before any work, naming the holder; the first completes alone; a holder killed with SIGKILL leaves
-no lock behind."""
+no lock behind. Then damaged files in the folder: a draft whose weights were cut short is trained again (the
+damaged folder kept aside) and a cell record cut mid-write is computed again, each with its reason."""
 
 from __future__ import annotations
 
@@ -59,6 +60,21 @@ def test_a_second_run_on_a_held_folder_is_refused_and_a_killed_holder_frees_it(t
     if third.poll() is None:
         os.killpg(third.pid, signal.SIGKILL)
     third.wait()
-    fourth = run_cli(smoke_command(out, uri), tmp_path)  # the dead holder's lock is gone with it
+
+    # damaged files: a draft's weights cut short after it was published, a cell record cut mid-write
+    draft = out / "smoke" / "drafts" / "offline__tau_kd=0"
+    weights = draft / "model.safetensors"
+    half = weights.stat().st_size // 2
+    weights.write_bytes(weights.read_bytes()[:half])
+    cell = sorted((out / "smoke" / "cells").glob("*.json"))[0]
+    cell.write_text(cell.read_text()[:40])
+
+    fourth = run_cli(smoke_command(out, uri), tmp_path)  # the dead holder's lock went with it
     assert fourth.returncode == 0, fourth.stderr[-3000:]
     assert "is in use by" not in fourth.stderr
+    plan = fourth.stdout + fourth.stderr
+    assert "1 to compute (retrain (weights differ from finished.json))" in plan, plan[-3000:]
+    assert "1 to compute (unreadable (truncated or corrupt))" in plan, plan[-3000:]
+    aside = list(draft.parent.glob("offline__tau_kd=0.damaged-*"))
+    assert len(aside) == 1 and (aside[0] / "model.safetensors").stat().st_size == half
+    assert (draft / "finished.json").exists() and len(list((out / "smoke" / "cells").glob("*.json"))) == 30

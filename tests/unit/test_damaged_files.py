@@ -41,3 +41,37 @@ def test_a_record_of_another_format_is_named_as_such(
     with caplog.at_level(logging.WARNING):
         assert read_cells(tmp_path) == {}
     assert "not a cell record of this specray version" in caplog.text and UNREADABLE not in caplog.text
+
+
+def test_a_draft_whose_weights_were_cut_short_is_retrained_and_kept_aside(tmp_path: Path) -> None:
+    from specray.config import load_spec
+    from specray.distill.checkpoints import (
+        WEIGHTS_SHA256,
+        is_finished,
+        publish,
+        read_finished,
+        set_aside_damaged,
+    )
+    from specray.sweep.plan import draft_stage, plan_drafts
+    from tests.conftest import REPO
+
+    spec = load_spec(REPO / "sweeps" / "smoke.yaml", [f"output_dir={tmp_path / 'out'}"])
+    plan = plan_drafts(spec)[0]
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "model.safetensors").write_bytes(bytes(range(256)) * 64)
+    (checkpoint / "config.json").write_text("{}")
+    publish(checkpoint, plan.output_dir, spec, {"fingerprint": plan.key, "key_inputs": plan.key_inputs})
+    assert set(read_finished(plan.output_dir)[WEIGHTS_SHA256]) == {"model.safetensors"}
+    assert is_finished(plan.output_dir, plan.key) and draft_stage(spec, [plan])[0].reused == 1
+
+    weights = plan.output_dir / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])  # a partial copy
+    assert not is_finished(plan.output_dir, plan.key)
+    stage, todo = draft_stage(spec, [plan])
+    assert todo == [plan] and stage.reasons == Counter({"retrain (weights differ from finished.json)": 1})
+
+    aside = set_aside_damaged(plan.output_dir)
+    assert aside is not None and aside.name.startswith(f"{plan.output_dir.name}.damaged-")
+    assert not plan.output_dir.exists() and (aside / "model.safetensors").stat().st_size == 1000
+    assert set_aside_damaged(plan.output_dir) is None  # nothing left to set aside
