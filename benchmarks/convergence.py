@@ -1,6 +1,7 @@
 """One draft's acceptance-vs-KD-step curve on the tiny zoo: its last-quarter slope and its CPU time.
 
     .venv/bin/python benchmarks/convergence.py [--paradigm online] [--tau-kd 1.0] [--steps 400] [OVERRIDE ...]
+    .venv/bin/python benchmarks/convergence.py --quick   # a smoke check on a micro zoo (benchmarks/quick.py)
 
 Runs the plain train loop (`specray.distill.loop.train_draft`, one process, no Ray, 1 torch thread = one Ray
 Train worker's CPU) with sweeps/tiny.yaml's settings and any spec overrides (`distill.lr=1e-3`,
@@ -9,7 +10,8 @@ per point, the convergence verdict (`specray/distill/convergence.py`) and the ru
 (process CPU time: on a shared machine it is what a quiet machine would take, give or take cache effects).
 Setup (model loading, the probe's target side, kept teacher states) and the probes are included.
 
-Needs the tiny zoo and the τ_kd shard: `specray generate sweeps/tiny.yaml 'teacher.temperatures=[1.0]'`.
+Needs the tiny zoo and the τ_kd shard: `specray generate sweeps/tiny.yaml 'teacher.temperatures=[1.0]'`
+(`--quick` makes its own).
 """
 
 from __future__ import annotations
@@ -20,32 +22,33 @@ import time
 from pathlib import Path
 
 import torch
+from quick import tiny_or_quick
 from transformers.utils import logging as hf_logging
 
-from specray.config import load_spec
 from specray.distill.convergence import convergence, mean_acceptance
 from specray.distill.inputs import prepare_inputs
 from specray.distill.loop import train_draft
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--paradigm", default="online", choices=["offline", "online"])
     parser.add_argument("--tau-kd", type=float, default=1.0)
-    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--steps", type=int, default=None, help="default 400 (8 with --quick)")
+    parser.add_argument("--quick", action="store_true", help="a micro zoo and a few steps: a smoke check")
     parser.add_argument("overrides", nargs="*", help="spec overrides, e.g. distill.lr=1e-3")
     args = parser.parse_args()
+    args.steps = args.steps or (8 if args.quick else 400)
     torch.set_num_threads(1)
     hf_logging.disable_progress_bar()
     every = max(1, args.steps // 20)
     steps = [
         f"distill.steps={args.steps}",
+        f"distill.online_steps={args.steps}",  # tiny.yaml trains online drafts longer
         f"distill.report_every={every}",
         f"distill.checkpoint_every={args.steps}",
     ]
-    spec = load_spec(REPO / "sweeps" / "tiny.yaml", [*steps, *args.overrides])
+    spec = tiny_or_quick(args.quick)([*steps, *args.overrides])
     mixture = {args.tau_kd: 1.0}
     inputs = prepare_inputs(spec, args.paradigm, mixture)
     wall, cpu = time.perf_counter(), time.process_time()

@@ -1,10 +1,12 @@
 """Distillation throughput: training tokens/s of offline (SeqKD) and online KD on the tiny zoo, and the ratio.
 
     .venv/bin/python benchmarks/distill.py [--steps 30] [--repeats 2] [--threads 1] [--tau-kd 1.0]
+    .venv/bin/python benchmarks/distill.py --quick   # a smoke check on a micro zoo (benchmarks/quick.py)
 
-Both paradigms run the plain train loop (`specray.distill.loop.train_draft`, one process, no Ray) on the same
-spec — sweeps/tiny.yaml's distill settings (batch 16, λ = 0.5, max_new_tokens 48, FKL) — the same τ_kd shard
-and the same rows (the row plan depends only on the seed), alternating offline/online `--repeats` times so
+Both paradigms run the plain train loop (`specray.distill.loop.train_draft`, one process, no Ray) for
+`--steps` steps each (online too, whatever tiny.yaml's online_steps) on the same spec — sweeps/tiny.yaml's
+distill settings (batch 16, λ = 0.5, max_new_tokens 48, FKL) — the same τ_kd shard and the same rows (the
+row plan depends only on the seed), alternating offline/online `--repeats` times so
 that a change in machine load hits both; the best run of each is reported. tokens/s counts every non-padding
 token the student trains on (prompt + response) per second of training steps; for online KD a step also
 pays for sampling the on-policy half from the student and for the teacher's forward pass, which is the cost
@@ -14,7 +16,8 @@ With `--heads`, it compares instead the two ways the loss applies the LM heads, 
 `distill.loss_chunk_size=0` (the full [batch, seq, vocab] logits, prompt positions included: what every
 micro-batch under the chunk size got before) against the default (the heads on response positions only).
 
-Needs the tiny zoo and the τ_kd shard: `specray generate sweeps/tiny.yaml teacher.temperatures=[1.0]`.
+Needs the tiny zoo and the τ_kd shard: `specray generate sweeps/tiny.yaml teacher.temperatures=[1.0]`
+(`--quick` makes its own).
 """
 
 from __future__ import annotations
@@ -24,13 +27,13 @@ import tempfile
 from pathlib import Path
 
 import torch
+from quick import tiny_or_quick
 from transformers.utils import logging as hf_logging
 
-from specray.config import SweepSpec, load_spec
+from specray.config import SweepSpec
 from specray.distill.inputs import DistillInputs, prepare_inputs
 from specray.distill.loop import train_draft
 
-REPO = Path(__file__).resolve().parents[1]
 PARADIGMS = ("offline", "online")
 
 
@@ -42,22 +45,26 @@ def run_once(spec: SweepSpec, paradigm: str, tau_kd: float, inputs: DistillInput
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=None, help="default 30 (3 with --quick)")
+    parser.add_argument("--repeats", type=int, default=None, help="default 2 (1 with --quick)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 = one Ray worker's CPU)")
     parser.add_argument("--tau-kd", type=float, default=1.0)
     parser.add_argument("--heads", action="store_true", help="offline: full logits vs response positions")
+    parser.add_argument("--quick", action="store_true", help="a micro zoo and a few steps: a smoke check")
     args = parser.parse_args()
+    args.steps = args.steps or (3 if args.quick else 30)
+    args.repeats = args.repeats or (1 if args.quick else 2)
     torch.set_num_threads(args.threads)
     hf_logging.disable_progress_bar()
     overrides = [
         f"distill.steps={args.steps}",
+        f"distill.online_steps={args.steps}",  # tiny.yaml trains online drafts longer: same steps here
         f"distill.report_every={args.steps}",
         f"distill.checkpoint_every={args.steps}",
         "eval.temperatures=[1.0]",  # the probe is not timed; one τ_dec keeps the run short
         "eval.empirical_temperatures=[]",
     ]
-    spec = load_spec(REPO / "sweeps" / "tiny.yaml", overrides)
+    spec = tiny_or_quick(args.quick)(overrides)
     if args.heads:
         compare_heads(spec, args)
         return

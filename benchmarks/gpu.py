@@ -2,6 +2,7 @@
 
     python3 benchmarks/gpu.py                       # CUDA: 1.1B target, 68M draft, bf16 (< 5 min on an H100)
     python3 benchmarks/gpu.py --device cpu --small  # a smoke run of the same code on CPU (tiny shapes)
+    python3 benchmarks/gpu.py --quick               # the smallest smoke run, on CUDA if there is one
 
 The pair is built here from random weights (no download): a Llama-shaped target with TinyLlama-1.1B's shapes
 (22 layers, hidden 2048, GQA 32/4 heads) and a draft with llama-68m's (2 layers, hidden 768), both with a
@@ -72,8 +73,13 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (only with --small)")
+    parser.add_argument("--device", default=None, help="cuda (default) or cpu (only with --small)")
     parser.add_argument("--small", action="store_true", help="tiny shapes and few tokens: a smoke run")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="--small with one τ, one prompt and 6 tokens, on CUDA if torch sees it, else on CPU",
+    )
     parser.add_argument("--dtype", choices=["bfloat16", "float32"], default=None, help="default bf16 on CUDA")
     parser.add_argument("--taus", type=float, nargs="+", default=[0.0, 0.6, 1.0])
     parser.add_argument("--gamma", type=int, default=4)
@@ -82,6 +88,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default 64 (12 with --small)")
     parser.add_argument("--rounds", type=int, default=None, help="default 2 (1 with --small)")
     args = parser.parse_args()
+    if args.quick:
+        args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        args.small, args.taus = True, args.taus[1:2]
+        args.prompts, args.max_new_tokens, args.rounds = args.prompts or 1, args.max_new_tokens or 6, 1
+    args.device = args.device or "cuda"
     # the defaults keep an H100 run under 5 minutes: HF's eager 1.1B forward is ~20 ms a token at batch 1
     args.prompts = args.prompts or (2 if args.small else 4)
     args.max_new_tokens = args.max_new_tokens or (12 if args.small else 64)

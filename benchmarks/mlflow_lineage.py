@@ -3,6 +3,7 @@ and its un-distilled one, logged the old way and the new way, side by side in on
 
     .venv/bin/python benchmarks/mlflow_lineage.py                 # sqlite and an `mlflow server` over HTTP
     .venv/bin/python benchmarks/mlflow_lineage.py --stores sqlite --repeats 1
+    .venv/bin/python benchmarks/mlflow_lineage.py --quick   # a smoke check (benchmarks/quick.py)
 
 old: what `finish_draft` did before: the HF folder as the draft run's artifacts (`log_artifacts`).
 new: what it does now: the run's datasets (`log_datasets`: its shard and the test sets) and the draft as a
@@ -11,7 +12,8 @@ new: what it does now: the run's datasets (`log_datasets`: its shard and the tes
      (`describe_sweep`).
 Each repeat uses fresh runs in a fresh experiment of the same store, old and new alternating; the drafts
 are copies of the default tiny zoo's draft (5.3M-parameter zoo; its draft folder is what a tiny sweep
-publishes per draft). Both sides include the search MLflow needs to log each thing once.
+publishes per draft). Both sides include the search MLflow needs to log each thing once. `--quick`: the
+drafts of the quick spec (4, copies of the micro zoo's draft), sqlite only, one repeat.
 """
 
 from __future__ import annotations
@@ -30,13 +32,13 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from specray.config import ZooSpec, load_spec
+from quick import tiny_or_quick
+
 from specray.lineage import describe_sweep, draft_model, draft_note
 from specray.models.zoo import build_zoo
 from specray.sweep.plan import baseline_plan, plan_drafts
 from specray.tracking import Tracker
 
-REPO = Path(__file__).resolve().parents[1]
 QUIET = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
 
 
@@ -110,12 +112,15 @@ def report(store: str, seconds: dict[str, list[float]], drafts: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--stores", nargs="+", default=["sqlite", "server"], choices=["sqlite", "server"])
+    parser.add_argument("--repeats", type=int, default=None, help="default 3 (1 with --quick)")
+    parser.add_argument("--stores", nargs="+", default=None, choices=["sqlite", "server"])
+    parser.add_argument("--quick", action="store_true", help="a micro zoo's drafts, sqlite: a smoke check")
     args = parser.parse_args()
+    args.repeats = args.repeats or (1 if args.quick else 3)
+    args.stores = args.stores or (["sqlite"] if args.quick else ["sqlite", "server"])
     os.environ.update(QUIET)
-    spec = load_spec(REPO / "sweeps" / "tiny.yaml")
-    draft_dir = build_zoo(ZooSpec()).draft  # the default tiny zoo, cached after its first build
+    spec = tiny_or_quick(args.quick)(())
+    draft_dir = build_zoo(spec.models.zoo).draft  # the tiny zoo (or the micro one), cached once built
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         plans = []

@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/scale.py [--only analytic|kd] [--threads 2]
         analytic: [--analytic-prompts 64 1024] [--new-tokens 128] [--analytic-batch 16]
         kd:       [--batch 8] [--seq 512] [--prompt 64] [--chunk 256]
+    .venv/bin/python benchmarks/scale.py --quick   # a smoke check: tiny shapes, a few tokens (CI runs it)
 
 Models: random-initialised Llama-shaped models built locally from `transformers.LlamaConfig` (no download),
 vocabulary 32,000 (Llama-2's), fp32 on CPU. The student is a draft-sized model whose embedding and LM head
@@ -219,8 +220,27 @@ def _child(measurement: str, args: argparse.Namespace, **overrides: object) -> d
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+QUICK = {  # tiny shapes and a few tokens: every code path, no measurement
+    "threads": 1,
+    "batch": 1,
+    "seq": 16,
+    "prompt": 4,
+    "chunk": 4,
+    "student_hidden": 64,
+    "student_layers": 1,
+    "teacher_hidden": 64,
+    "teacher_layers": 1,
+    "analytic_prompts": [2, 4],
+    "new_tokens": 4,
+    "analytic_batch": 2,
+    "target_hidden": 64,
+    "target_layers": 1,
+    "draft_hidden": 64,
+}
+
+
 def _flag(key: str, value: object) -> list[str]:
-    if key in ("child", "only", "default_malloc") or value is None:
+    if key in ("child", "only", "default_malloc", "quick") or value is None:
         return []
     if isinstance(value, list):
         return [f"--{key.replace('_', '-')}", *map(str, value)]
@@ -232,6 +252,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--only", choices=sorted(MEASUREMENTS), help="one measurement (default: all)")
     parser.add_argument("--child", choices=sorted(MEASUREMENTS), help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--quick", action="store_true", help="tiny shapes, a few tokens: a smoke check")
     parser.add_argument(
         "--default-malloc",
         action="store_true",
@@ -267,6 +288,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     args = _parser().parse_args()
+    if args.quick:
+        vars(args).update(QUICK)
     if args.child is not None:
         child, _ = MEASUREMENTS[args.child]
         print(json.dumps(child(args)))

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/specdec.py             # all three parts on the tiny zoo (cached on first use)
     .venv/bin/python benchmarks/specdec.py --parts hf  # only [1], ours vs HF at τ ∈ {0, 0.6, 1.0}
-    .venv/bin/python benchmarks/specdec.py --quick     # fewer prompts and rounds, for a smoke check
+    .venv/bin/python benchmarks/specdec.py --quick     # a smoke check on a micro zoo (benchmarks/quick.py)
 
 1. our exact speculative decoder vs transformers' assisted generation (`generate(assistant_model=...)`) at
    each τ_dec, through benchmarks/harness.py: the two are first checked to do the same work (γ drafted
@@ -13,6 +13,9 @@
 2. analytic vs empirical estimator: time to reach a 95% half-width of 0.01 on `acceptance_rate` for one
    (draft, τ_dec) cell, projected from the measured variance (half-width ∝ 1/√n, time ∝ n);
 3. seconds per grid cell when 22 drafts × 6 τ_dec are evaluated analytically with shared target passes.
+
+`--quick` runs all three on the micro zoo with a few prompts, drafts and tokens: it checks that the code runs,
+its ratios mean nothing.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ from pathlib import Path
 import torch
 import transformers
 from harness import Result, compare, profile_sides, report, summary
+from quick import tiny_or_quick
 
-from specray.config import load_spec
 from specray.models.loading import load_model, load_tokenizer
 from specray.models.zoo import build_zoo
 from specray.specdec.analytic import AnalyticEstimator, Continuations, sample_continuations
@@ -40,7 +43,6 @@ from specray.specdec.empirical import run_empirical
 from specray.specdec.evaluator import EvalJob, EvalSettings, Evaluator
 from specray.specdec.hf_compare import Comparison
 
-REPO = Path(__file__).resolve().parents[1]
 TARGET_HALF_WIDTH = 0.01
 
 
@@ -76,12 +78,18 @@ def versus_hf_assisted(target, draft, tokenizer, prompts, args: argparse.Namespa
 
 
 def analytic_vs_empirical(
-    target, draft, tokenizer, prompts: list[list[int]], tau: float, n_empirical: int
+    target,
+    draft,
+    tokenizer,
+    prompts: list[list[int]],
+    tau: float,
+    n_empirical: int,
+    max_new_tokens: int,
+    c: float,
 ) -> None:
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    c = measure_cost_ratio(target, draft, prompts[0]).value
     started = time.perf_counter()
-    continuations = sample_continuations(target, prompts, tau, 48, eos, seed=3, pad_token_id=pad)
+    continuations = sample_continuations(target, prompts, tau, max_new_tokens, eos, seed=3, pad_token_id=pad)
     sampling = time.perf_counter() - started
     started = time.perf_counter()
     estimator = AnalyticEstimator(target, continuations, pad)  # the logits kept while sampling
@@ -95,7 +103,7 @@ def analytic_vs_empirical(
     draft_pass = time.perf_counter() - started
     started = time.perf_counter()
     empirical = asdict(
-        run_empirical(target, draft, prompts[:n_empirical], tau, 4, 48, eos, repeats=5, seed=3)
+        run_empirical(target, draft, prompts[:n_empirical], tau, 4, max_new_tokens, eos, repeats=5, seed=3)
     )
     empirical_time = time.perf_counter() - started
 
@@ -131,9 +139,11 @@ def analytic_vs_empirical(
     )
 
 
-def grid_seconds_per_cell(zoo, prompts: list[list[int]], n_drafts: int, taus: list[float]) -> None:
+def grid_seconds_per_cell(
+    zoo, prompts: list[list[int]], n_drafts: int, taus: list[float], max_new_tokens: int
+) -> None:
     """22 drafts (perturbed copies of the zoo draft, as distillation would produce) × 6 τ_dec."""
-    settings = EvalSettings(gamma=4, repeats=1, max_new_tokens=48, empirical_prompts=1, cost_ratio=0.3)
+    settings = EvalSettings(repeats=1, max_new_tokens=max_new_tokens, empirical_prompts=1, cost_ratio=0.3)
     tokenizer = load_tokenizer(str(zoo.draft))
     with tempfile.TemporaryDirectory() as tmp:
         # a fresh continuations cache: the target really samples once per τ_dec
@@ -151,7 +161,7 @@ def grid_seconds_per_cell(zoo, prompts: list[list[int]], n_drafts: int, taus: li
         for tau in taus:  # grouped by τ_dec, as the eval pool orders cells
             for i, path in enumerate(paths):
                 started = time.perf_counter()
-                evaluator.evaluate(EvalJob(path, path, tau, "test", "analytic"))
+                evaluator.evaluate([EvalJob(path, path, tau, "test", "analytic", gamma=4)])
                 if i == 0:
                     first += time.perf_counter() - started  # samples the target at this τ_dec
                 else:
@@ -172,7 +182,9 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="fewer prompts and rounds (a smoke check)")
+    parser.add_argument(
+        "--quick", action="store_true", help="a micro zoo, few prompts, drafts and rounds: a smoke check"
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
         "--parts", nargs="+", choices=["estimators", "grid", "hf"], default=["estimators", "grid", "hf"]
@@ -204,7 +216,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
-    spec = load_spec(REPO / "sweeps" / "tiny.yaml")
+    spec = tiny_or_quick(args.quick)(())
     zoo = build_zoo(spec.models.zoo)
     tokenizer = load_tokenizer(str(zoo.target))
     prompts = encode_test_prompts(spec, tokenizer)["in_domain"]
@@ -212,17 +224,21 @@ def main() -> None:
     machine = platform.processor() or platform.machine()
     print(f"machine: {machine}, torch {torch.__version__}, {torch.get_num_threads()} threads; zoo {zoo.root}")
     print(f"load average (1, 5, 15 min) at the start: {os.getloadavg()}")
-    print(
-        f"c (draft step / target step, measured): {measure_cost_ratio(target, draft, prompts[0]).describe()}"
-    )
-    n = 8 if args.quick else 32
+    # quick: a few step pairs, whatever their interval (the full run measures to ±2%)
+    cost = measure_cost_ratio(target, draft, prompts[0], max_pairs=40 if args.quick else 2000)
+    print(f"c (draft step / target step, measured): {cost.describe()}")
+    n, tokens = (4, 8) if args.quick else (32, 48)
     if "estimators" in args.parts:
-        analytic_vs_empirical(target, draft, tokenizer, prompts, tau=1.0, n_empirical=n // 2)
+        analytic_vs_empirical(target, draft, tokenizer, prompts, 1.0, n // 2, tokens, cost.value)
     if "grid" in args.parts:
-        grid_seconds_per_cell(zoo, prompts[: 32 if args.quick else 128], 22, [0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
+        if args.quick:
+            grid_seconds_per_cell(zoo, prompts[:4], 3, [0.0, 1.0], tokens)
+        else:
+            grid_seconds_per_cell(zoo, prompts[:128], 22, [0.0, 0.2, 0.4, 0.6, 0.8, 1.0], tokens)
     if "hf" in args.parts:  # last, so that its summary lines end the output
         if args.quick:
-            args.prompts, args.rounds = min(args.prompts, 8), min(args.rounds, 2)
+            args.prompts, args.rounds = min(args.prompts, 2), 1
+            args.taus, args.max_new_tokens = args.taus[-1:], min(args.max_new_tokens, 8)
         torch.set_num_threads(args.decode_threads)
         summary(versus_hf_assisted(target, draft, tokenizer, prompts[: args.prompts], args))
 

@@ -1,6 +1,7 @@
 """Online KD's teacher pass over student samples: the full forward against the one after kept prompt caches.
 
     .venv/bin/python benchmarks/teacher_pass.py [--tau-kd 1.0] [--batches 100] [--repeats 2] [--steps 200]
+    .venv/bin/python benchmarks/teacher_pass.py --quick   # a smoke check on a micro zoo (benchmarks/quick.py)
 
 Part 1 (the pass): `--batches` random batches of 8 rows of the τ_kd shard (the fresh half of a 16-row
 online batch) through the tiny zoo's target, 1 torch thread: `response_states` (prompt + response, padded)
@@ -12,7 +13,8 @@ Part 2 (a whole draft): one online draft of sweeps/tiny.yaml for `--steps` steps
 student sample's teacher pass in full, as before the prompt caches) and with the prompt caches, process CPU
 seconds and the final loss of each (the same up to fp round-off).
 
-Needs the tiny zoo and the τ_kd shard: `specray generate sweeps/tiny.yaml 'teacher.temperatures=[1.0]'`.
+Needs the tiny zoo and the τ_kd shard: `specray generate sweeps/tiny.yaml 'teacher.temperatures=[1.0]'`
+(`--quick` makes its own).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from transformers.utils import logging as hf_logging
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from specray.config import load_spec  # noqa: E402
+from benchmarks.quick import tiny_or_quick  # noqa: E402
 from specray.distill import loop  # noqa: E402
 from specray.distill.inputs import prepare_inputs  # noqa: E402
 from specray.distill.teacher_states import PromptStates, cached_response_states, response_states  # noqa: E402
@@ -98,15 +100,19 @@ def whole_draft(spec, inputs, tau_kd: float) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tau-kd", type=float, default=1.0)
-    parser.add_argument("--batches", type=int, default=100)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--batches", type=int, default=None, help="default 100 (4 with --quick)")
+    parser.add_argument("--repeats", type=int, default=None, help="default 2 (1 with --quick)")
+    parser.add_argument("--steps", type=int, default=None, help="default 200 (4 with --quick)")
+    parser.add_argument("--quick", action="store_true", help="a micro zoo and a few steps: a smoke check")
     args = parser.parse_args()
+    args.batches = args.batches or (4 if args.quick else 100)
+    args.repeats = args.repeats or (1 if args.quick else 2)
+    args.steps = args.steps or (4 if args.quick else 200)
     torch.set_num_threads(1)  # one Ray Train worker's CPU
     hf_logging.disable_progress_bar()
     every = max(1, args.steps // 10)
     overrides = [f"distill.online_steps={args.steps}", f"distill.report_every={every}"]
-    spec = load_spec(REPO / "sweeps" / "tiny.yaml", overrides).for_paradigm("online")
+    spec = tiny_or_quick(args.quick)(overrides).for_paradigm("online")
     inputs = prepare_inputs(spec, "online", {args.tau_kd: 1.0})
     passes(spec, inputs, args.tau_kd, args.batches, args.repeats)
     whole_draft(spec, inputs, args.tau_kd)

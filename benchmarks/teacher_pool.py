@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/teacher_pool.py [--prompts 256] [--max-new-tokens 48] [--repeats 3]
                                                 [--threads-reference]
+    .venv/bin/python benchmarks/teacher_pool.py --quick   # a smoke check (benchmarks/quick.py)
 
 Every configuration generates the same requests (same prompts, τ, seeds), so every configuration produces
 the same tokens — the script checks it — and tokens/s compare like for like. Replicas are CPU-bound Ray
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 
 import ray
+from quick import MICRO_ZOO
 
 from specray.config import TeacherSpec, ZooSpec
 from specray.data.synthetic import synthetic_corpus
@@ -93,18 +95,26 @@ def measure(model_path: str, replicas: int, threads: int, requests, args) -> tup
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", type=int, default=256, help="prompts per temperature")
-    parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--prompts", type=int, default=None, help="per temperature; default 256 (8 with --quick)"
+    )
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="default 48 (8 with --quick)")
+    parser.add_argument("--batch-size", type=int, default=None, help="default 16 (4 with --quick)")
+    parser.add_argument("--repeats", type=int, default=None, help="default 3 (1 with --quick)")
+    parser.add_argument("--quick", action="store_true", help="a micro zoo and a few prompts: a smoke check")
     parser.add_argument(
         "--threads-reference",
         action="store_true",
         help="also time 1 replica x 2 threads (slow to the point of stalling when another process is busy)",
     )
     args = parser.parse_args()
-
-    zoo = build_zoo(ZooSpec())  # the default tiny zoo (cached after the first build, ~4 min)
+    quick = args.quick
+    args.prompts = args.prompts or (8 if quick else 256)
+    args.max_new_tokens = args.max_new_tokens or (8 if quick else 48)
+    args.batch_size = args.batch_size or (4 if quick else 16)
+    args.repeats = args.repeats or (1 if quick else 3)
+    # the default tiny zoo (cached after the first build, ~4 min), or the micro zoo
+    zoo = build_zoo(ZooSpec.model_validate(MICRO_ZOO) if quick else ZooSpec())
     requests = make_requests(args.prompts, args.max_new_tokens)
     print(f"tiny target {zoo.target} ({zoo.info['models']['target']['parameters'] / 1e6:.1f}M parameters)")
     print(f"{len(requests)} requests, τ {TEMPERATURES}, batch {args.batch_size}, {os.cpu_count()} cores")

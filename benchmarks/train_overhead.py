@@ -2,6 +2,7 @@
 plain loop in a fresh process and by `specray.distill.ray_train.distill` (a TorchTrainer run), side by side.
 
     .venv/bin/python benchmarks/train_overhead.py [--steps 100] [--repeats 2] [--tau-kd 1.0] [--knobs]
+    .venv/bin/python benchmarks/train_overhead.py --quick   # a smoke check (benchmarks/quick.py)
 
 Every run trains the same draft (sweeps/tiny.yaml's distill settings, `--steps` offline steps, a curve point
 every 10, checkpoints every 100) into a fresh folder, one run at a time, the variants alternating so that a
@@ -23,7 +24,8 @@ jiffies, since Ray's actors are not our children); "first point" is the wall sec
 first curve point (start-up plus 10 steps); "after last" from the last curve point to the call's return
 (the final checkpoint, its report, tear-down and publishing).
 
-Needs the tiny zoo and the τ_kd shard: `specray generate sweeps/tiny.yaml 'teacher.temperatures=[1.0]'`.
+Needs the tiny zoo and the τ_kd shard: `specray generate sweeps/tiny.yaml 'teacher.temperatures=[1.0]'`
+(`--quick` makes its own).
 """
 
 from __future__ import annotations
@@ -41,8 +43,9 @@ sys.path.insert(0, str(REPO))
 
 from ray.train.v2._internal import constants as rc  # noqa: E402
 
+from benchmarks.quick import tiny_or_quick  # noqa: E402
 from specray.cluster.runtime import LOCAL_TRAIN_ENV, ray_session, train_env_seen_by_a_worker  # noqa: E402
-from specray.config import SweepSpec, load_spec  # noqa: E402
+from specray.config import SweepSpec  # noqa: E402
 
 # the installed Ray's own defaults, read where Ray keeps them (not copied: they change between versions)
 RAY_DEFAULTS = {
@@ -98,25 +101,29 @@ def ray_run(spec: SweepSpec, output: Path, tau_kd: float) -> tuple[float, float]
     return seen[0] - start, time.perf_counter() - seen[-1]
 
 
-def offline_spec(steps: int) -> SweepSpec:
-    """sweeps/tiny.yaml's offline drafts at `steps` steps, a curve point every 10, a checkpoint per 100."""
+def offline_spec(steps: int, quick: bool = False) -> SweepSpec:
+    """sweeps/tiny.yaml's offline drafts at `steps` steps, a curve point every 10, a checkpoint per 100
+    (`quick`: on the micro zoo, benchmarks/quick.py)."""
     overrides = [
         f"distill.steps={steps}",
         "distill.paradigms=[offline]",
         f"distill.checkpoint_every={min(100, steps)}",
         "distill.report_every=10",
     ]
-    return load_spec(REPO / "sweeps" / "tiny.yaml", overrides)
+    return tiny_or_quick(quick)(overrides)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=100)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=None, help="default 100 (2 with --quick)")
+    parser.add_argument("--repeats", type=int, default=None, help="default 2 (1 with --quick)")
     parser.add_argument("--tau-kd", type=float, default=1.0)
     parser.add_argument("--knobs", action="store_true", help="also time ray_train with LOCAL_TRAIN_ENV")
+    parser.add_argument("--quick", action="store_true", help="a micro zoo and a few steps: a smoke check")
     args = parser.parse_args()
-    spec = offline_spec(args.steps)
+    args.steps = args.steps or (2 if args.quick else 100)
+    args.repeats = args.repeats or (1 if args.quick else 2)
+    spec = offline_spec(args.steps, args.quick)
     variants = ["plain", "ray_train"] + (["ray_train+knobs", "ray_train+inherited"] if args.knobs else [])
     rows: dict[str, list[tuple[float, float, float, float]]] = {v: [] for v in variants}
     # Ray starts with the local settings in its environment (every process it starts inherits them); a

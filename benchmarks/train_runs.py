@@ -1,6 +1,7 @@
 """Several drafts in one Ray Train run against one run per draft: wall and machine CPU seconds, side by side.
 
     .venv/bin/python benchmarks/train_runs.py [--drafts 4] [--steps 100] [--repeats 2]
+    .venv/bin/python benchmarks/train_runs.py --quick   # a smoke check on a micro zoo (benchmarks/quick.py)
 
 Both variants train the same `--drafts` offline drafts, one per τ_kd from the highest of tiny.yaml's
 teacher temperatures down (distinct drafts: a run would publish a second draft of the same key from the
@@ -17,7 +18,7 @@ Columns: wall seconds, machine CPU seconds over the call (/proc/stat's busy jiff
 children), and the drafts' own seconds as their completion markers record them (the loop's time in the
 worker, from a draft's setup to its publication). The difference is what Ray Train's start costs per run.
 
-Needs the tiny zoo and the τ_kd shards: `specray generate sweeps/tiny.yaml`.
+Needs the tiny zoo and the τ_kd shards: `specray generate sweeps/tiny.yaml` (`--quick` makes its own).
 """
 
 from __future__ import annotations
@@ -40,11 +41,15 @@ from specray.distill.ray_train import DraftJob, distill, distill_drafts  # noqa:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--drafts", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=100)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--drafts", type=int, default=None, help="default 4 (2 with --quick)")
+    parser.add_argument("--steps", type=int, default=None, help="default 100 (2 with --quick)")
+    parser.add_argument("--repeats", type=int, default=None, help="default 2 (1 with --quick)")
+    parser.add_argument("--quick", action="store_true", help="a micro zoo and a few steps: a smoke check")
     args = parser.parse_args()
-    spec = offline_spec(args.steps)
+    args.drafts = args.drafts or (2 if args.quick else 4)
+    args.steps = args.steps or (2 if args.quick else 100)
+    args.repeats = args.repeats or (1 if args.quick else 2)
+    spec = offline_spec(args.steps, args.quick)
     taus = sorted(spec.teacher.temperatures, reverse=True)[: args.drafts]
     variants = ("a run per draft", "one run")
     rows: dict[str, list[tuple[float, float, float]]] = {v: [] for v in variants}
