@@ -9,7 +9,7 @@ against `cached_response_states` (the response only, after the prompts' kept KV 
 in the same order, alternating per repeat; the largest difference between the two is printed too.
 
 Part 2 (a whole draft): one online draft of sweeps/tiny.yaml for `--steps` steps through the plain loop
-(`train_draft`, no Ray), with the kept teacher states only (`loop._prompt_states` returning None: every
+(`train_draft`, no Ray), with the kept teacher states only (`loop.kept_prompt_states` returning None: every
 student sample's teacher pass in full, as before the prompt caches) and with the prompt caches, process CPU
 seconds and the final loss of each (the same up to fp round-off).
 
@@ -83,14 +83,14 @@ def passes(spec, inputs, tau_kd: float, batches: int, repeats: int) -> None:
 
 def whole_draft(spec, inputs, tau_kd: float) -> None:
     results = {}
-    kept_prompts = loop._prompt_states
+    kept_prompts = loop.kept_prompt_states
     for name in ("states only", "states + prompt caches"):
-        loop._prompt_states = (lambda *args: None) if name == "states only" else kept_prompts
+        loop.kept_prompt_states = (lambda *args: None) if name == "states only" else kept_prompts
         started = time.process_time()
         with tempfile.TemporaryDirectory() as root:
             curves = loop.train_draft(spec, "online", {tau_kd: 1.0}, Path(root) / "d", inputs=inputs).curves
         results[name] = (time.process_time() - started, curves[-1]["loss"])
-    loop._prompt_states = kept_prompts
+    loop.kept_prompt_states = kept_prompts
     base = results["states only"][0]
     print(f"one online draft, {spec.distill.steps} steps:")
     for name, (cpu, loss) in results.items():

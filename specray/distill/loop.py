@@ -62,7 +62,7 @@ from specray.distill.inputs import DistillInputs, check_request, draft_name, pre
 from specray.distill.losses import ResponseLoss, check_chunkable, unwrap
 from specray.distill.probe import AcceptanceProbe
 from specray.distill.session import LocalSession, Session
-from specray.distill.teacher_states import PromptStates, StaticStates, estimated_mb, prompt_cache_matches
+from specray.distill.teacher_states import StaticStates, estimated_mb, kept_prompt_states
 from specray.keys import curve_inputs
 from specray.models.loading import load_model, load_tokenizer
 from specray.ops.schedule import warmup_cosine
@@ -210,32 +210,9 @@ def _static_states(run: _Run) -> StaticStates | None:
     if needed > d.teacher_cache_mb:
         log.info("teacher states need %.0f MB > distill.teacher_cache_mb: computed every step", needed)
         return None
-    cache = _prompt_states(run, prompts, rows, d.teacher_cache_mb - needed)
+    pad, batch_size = run.tokenizer.pad_token_id, run.spec.teacher.batch_size
+    cache = kept_prompt_states(run.teacher, prompts, rows, d.teacher_cache_mb - needed, batch_size, pad)
     return StaticStates(run.teacher, rows, run.tokenizer.pad_token_id, run.spec.teacher.batch_size, cache)
-
-
-def _prompt_states(
-    run: _Run, prompts: set[tuple[int, ...]], rows: list[TrainRow], budget_mb: float
-) -> PromptStates | None:
-    """The teacher's caches of `prompts` if they fit in `budget_mb` and the teacher's cached pass matches
-    its full one on a few of the run's rows; else None (every fresh row then runs in full)."""
-    assert run.teacher is not None
-    needed = PromptStates.estimated_mb(run.teacher, prompts)
-    if needed > budget_mb:
-        log.info(
-            "prompt caches need %.0f MB, %.0f MB left in distill.teacher_cache_mb: not kept",
-            needed,
-            budget_mb,
-        )
-        return None
-    cache = PromptStates(run.teacher, prompts, run.spec.teacher.batch_size)
-    sample = [row for row in rows if row.response_ids][:4] or [
-        TrainRow(prompt, prompt[-2:], 0.0) for prompt in sorted(prompts)[:4]
-    ]
-    if not prompt_cache_matches(run.teacher, cache, sample, run.tokenizer.pad_token_id):
-        log.warning("the teacher's cached forward pass differs from its full one: prompt caches not used")
-        return None
-    return cache
 
 
 def _response_loss(

@@ -219,3 +219,31 @@ class StaticStates:
         fresh = [row for row in rows if row not in self.states]
         computed = dict(zip(fresh, self._compute(teacher, fresh, pad_token_id), strict=True)) if fresh else {}
         return torch.cat([self.states[row] if row in self.states else computed[row] for row in rows])
+
+
+def kept_prompt_states(
+    teacher: PreTrainedModel,
+    prompts: set[tuple[int, ...]],
+    rows: list[TrainRow],
+    budget_mb: float,
+    batch_size: int,
+    pad_token_id: int,
+) -> PromptStates | None:
+    """The teacher's caches of `prompts` if they fit in `budget_mb` and the teacher's cached pass matches
+    its full one on a few of the run's rows; else None (every fresh row then runs in full)."""
+    needed = PromptStates.estimated_mb(teacher, prompts)
+    if needed > budget_mb:
+        log.info(
+            "prompt caches need %.0f MB, %.0f MB left in distill.teacher_cache_mb: not kept",
+            needed,
+            budget_mb,
+        )
+        return None
+    cache = PromptStates(teacher, prompts, batch_size)
+    sample = [row for row in rows if row.response_ids][:4] or [
+        TrainRow(prompt, prompt[-2:], 0.0) for prompt in sorted(prompts)[:4]
+    ]
+    if not prompt_cache_matches(teacher, cache, sample, pad_token_id):
+        log.warning("the teacher's cached forward pass differs from its full one: prompt caches not used")
+        return None
+    return cache

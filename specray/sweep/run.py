@@ -166,7 +166,7 @@ def _run_sweep(
         tokenizer = load_tokenizer(target_path)
         prompts = encode_test_prompts(spec, tokenizer)
         everything = [baseline, *work.drafts]
-        pool = _LazyPool(spec, target_path, prompts)
+        pool = LazyEvalPool(spec, target_path, prompts)
         with pool:
             with display.stage("cost ratio", 1, "measurement"):
                 cost = work.cost_ratio or save_cost_ratio(spec, pool.get(), draft_path, out)
@@ -189,7 +189,7 @@ def _run_sweep(
     return SweepOutcome(parent, resumed, report, records, cost, work.stages, display.summary, page)
 
 
-class _LazyPool:
+class LazyEvalPool:
     """The eval pool, started only when something needs it (a re-run with every cell saved loads nothing)."""
 
     def __init__(self, spec: SweepSpec, target_path: str, prompts: dict[str, list[list[int]]]) -> None:
@@ -212,7 +212,7 @@ class _LazyPool:
             )
         return self.pool
 
-    def __enter__(self) -> _LazyPool:
+    def __enter__(self) -> LazyEvalPool:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -393,7 +393,7 @@ def _cost_metrics(cost: CostRatio) -> dict[str, float]:
 def _evaluate_all(
     spec: SweepSpec,
     jobs: list[EvalJob],
-    pool: _LazyPool,
+    pool: LazyEvalPool,
     cost: CostRatio,
     tracker: Tracker,
     runs: dict[str, str],

@@ -153,7 +153,7 @@ def test_kept_states_and_prompt_caches_share_the_budget(micro_zoo, tmp_path, cap
     tight = micro_spec(
         micro_zoo, "distill.onpolicy_fraction=0.5", f"distill.teacher_cache_mb={states_mb * 1.01}"
     )
-    with caplog.at_level("INFO", logger="specray.distill.loop"):
+    with caplog.at_level("INFO", logger="specray.distill"):
         run = _setup(tight, "online", {1.0: 1.0}, inputs, LocalSession(tmp_path / "b", None))
     assert run.states is not None and run.states.prompts is None
     assert "prompt caches need" in caplog.text

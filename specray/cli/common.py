@@ -1,0 +1,108 @@
+"""The app and its groups, and what every command shares: spec arguments, one-line user errors,
+the resume hint of a long job, torch's thread count."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import typer
+
+from specray.errors import USER_ERRORS, ray_cause
+
+app = typer.Typer(
+    help="Temperature-centric knowledge distillation sweeps for speculative decoding, on Ray.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+zoo_app = typer.Typer(
+    help="The tiny model zoo: tokenizer, target and draft trained locally.", no_args_is_help=True
+)
+
+
+data_app = typer.Typer(help="Inspect a sweep's data: sources, splits and prompts.", no_args_is_help=True)
+
+
+jobs_app = typer.Typer(help="Ray jobs on a cluster: list, status, logs, stop.", no_args_is_help=True)
+
+
+app.add_typer(zoo_app, name="zoo")
+
+
+app.add_typer(data_app, name="data")
+
+
+app.add_typer(jobs_app, name="jobs")
+
+
+SweepArg = typer.Argument(..., help="Sweep YAML, e.g. sweeps/tiny.yaml.", exists=False)
+
+
+OverridesArg = typer.Argument(None, help="KEY=VALUE overrides, e.g. eval.gamma=3 teacher.replicas=2.")
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """User mistakes (bad spec, data or model) end with one clear message and exit code 2, no traceback."""
+    try:
+        yield
+    except USER_ERRORS as e:
+        typer.echo(f"error: {ray_cause(e)}", err=True)  # from inside a Ray actor: its own message only
+        raise typer.Exit(2) from None
+
+
+@contextmanager
+def resumable(kept: Path, resume_flag: str | None = None) -> Iterator[None]:
+    """A long job stopped by its environment (MLflow gone, a folder that cannot be written) ends with what
+    failed, where the finished work is, and the command that resumes it; exit code 1, no traceback. Ctrl-C
+    says the same (exit code 130). Any other exception is a bug and keeps its traceback."""
+    import shlex
+
+    from specray.errors import TrackingError, describe_os_error, find_cause
+
+    def resume_hint(when: str) -> None:
+        argv = ["specray", *sys.argv[1:]]
+        argv += [resume_flag] if resume_flag and resume_flag not in argv else []
+        typer.echo(
+            f"Finished work is kept under {kept} and in the cache; {when}resume with:\n  {shlex.join(argv)}",
+            err=True,
+        )
+
+    try:
+        yield
+    except KeyboardInterrupt:
+        typer.echo("\ninterrupted", err=True)
+        resume_hint("")
+        raise typer.Exit(130) from None
+    except Exception as e:
+        cause = find_cause(e, (TrackingError, OSError))
+        if cause is None or isinstance(e, USER_ERRORS):
+            raise
+        what = describe_os_error(cause) if isinstance(cause, OSError) else str(cause)
+        typer.echo(f"error: {what}", err=True)
+        resume_hint("once that is fixed, ")
+        raise typer.Exit(1) from None
+
+
+@app.callback()
+def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages.")) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
+
+
+def set_threads() -> None:
+    import os
+
+    import torch
+
+    torch.set_num_threads(max(1, int(os.environ.get("SPECRAY_THREADS", os.cpu_count() or 1))))

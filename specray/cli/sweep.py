@@ -1,0 +1,190 @@
+"""A whole sweep: run (or resume) it, rebuild its report, export its answer for serving, tune mixtures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from specray.cli.common import OverridesArg, SweepArg, app, resumable, set_threads, user_errors
+from specray.config import load_spec
+
+
+@app.command()
+def run(
+    sweep: Path = SweepArg,
+    overrides: list[str] = OverridesArg,
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print what would be reused and computed; run nothing."
+    ),
+) -> None:
+    """Run a whole sweep (zoo, teacher shards, distillation, evaluation, report); re-run to resume.
+
+    Every result is cached under a key of the settings that made it: the run first prints, per stage, what
+    it reuses and what it will compute and why."""
+    from specray.sweep.plan import sweep_dir
+    from specray.sweep.run import plan_sweep, run_sweep
+
+    with user_errors():
+        spec = load_spec(sweep, overrides or [])
+        if dry_run:
+            _print_plan(plan_sweep(spec), spec.name)
+            return
+        set_threads()
+        with resumable(sweep_dir(spec)):
+            outcome = run_sweep(spec, on_plan=lambda work: _print_plan(work, spec.name))
+    state = "resumed" if outcome.resumed else "new"
+    typer.echo(
+        f"sweep {spec.name}: {len(outcome.records)} cells; MLflow run {outcome.parent_run_id} ({state})"
+    )
+    typer.echo(f"  {outcome.cost_ratio.describe()}")
+    for stage, figures in outcome.stages.items():
+        typer.echo(
+            f"  {stage:15s} {figures['seconds']:8.1f}s   peak memory in use {figures['peak_gib']:.2f} GiB"
+        )
+    typer.echo(f"report: {outcome.report}")
+    if not spec.tracking.uri.startswith(("http://", "https://")):
+        typer.echo(
+            f"MLflow UI: mlflow ui --backend-store-uri {spec.tracking.uri} --host 127.0.0.1, then open"
+        )
+    typer.echo(f"MLflow runs: {outcome.runs_page}")
+
+
+@app.command()
+def report(
+    run_id: str = typer.Argument(..., help="MLflow run id of a sweep's parent run."),
+    tracking_uri: str = typer.Option("sqlite:///mlflow.db", "--tracking-uri", help="Where that run lives."),
+    output: Path | None = typer.Option(None, "--output", help="Report folder (default: reports/<run id>)."),
+    tune: Path | None = typer.Option(
+        None,
+        "--tune",
+        help="A finished `specray tune` folder (<output_dir>/<name>/tune): Table 3 and its verdict.",
+    ),
+) -> None:
+    """Rebuild a sweep's report (figures, tables, Markdown) from what its MLflow run holds."""
+    import tempfile
+
+    from specray.report.build import build_report
+    from specray.report.tables import load_composition
+    from specray.tracking import fetch_sweep_records
+
+    with user_errors(), tempfile.TemporaryDirectory() as tmp:
+        records = fetch_sweep_records(tracking_uri, run_id, Path(tmp))
+    folder = output or Path("reports") / run_id
+    title = f"specray sweep: {records['name']} (MLflow run {run_id})"
+    parts = (records["cells"], records["drafts"], records["curves"], records["lengths"])
+    extra = {"cost_ratio": records.get("cost_ratio"), "projected_cost_ratio": records["projected_cost_ratio"]}
+    extra |= {"token_lengths": records.get("token_lengths")}
+    if tune is not None:
+        with user_errors():
+            extra["composition"] = load_composition(tune)
+    path = build_report(*parts, folder, title=title, **extra)
+    typer.echo(f"report: {path}")
+
+
+@app.command()
+def export(
+    source: str = typer.Argument(
+        ..., help="A finished sweep: its output folder or its MLflow parent run id."
+    ),
+    to: Path = typer.Option(..., "--to", help="Export folder (empty, or an earlier export to refresh)."),
+    bands: str | None = typer.Option(
+        None, "--bands", help="Band edges from 0, e.g. 0,0.3,0.7 (default: one band per measured τ_dec)."
+    ),
+    test_set: str = typer.Option("in_domain", "--test-set", help="The test set whose cells decide."),
+    min_speedup: float = typer.Option(
+        1.0, "--min-speedup", help="A draft is routed only if its speedup's 95% interval lies above this."
+    ),
+    tracking_uri: str | None = typer.Option(
+        None, "--tracking-uri", help="MLflow of the run id / for the registry (default: the sweep's)."
+    ),
+    register_drafts: bool = typer.Option(True, "--register/--no-register", help="MLflow model registry."),
+    verify: bool = typer.Option(False, "--verify", help="Check the plan with HF assisted generation."),
+    verify_prompts: int = typer.Option(32, "--verify-prompts", min=2, help="Held-out test prompts per band."),
+) -> None:
+    """Export a sweep's answer for serving: per band of request temperatures the draft and γ with the best
+    speedup (or no speculation), as HF draft folders with metadata, routing.json, vLLM and SGLang settings."""
+    from specray.serving.command import run_export, verify_outcome
+
+    with user_errors():
+        outcome = run_export(source, to, bands, test_set, min_speedup, tracking_uri, register_drafts)
+    _print_routes(outcome)
+    if verify:
+        set_threads()
+        with user_errors():
+            checks = verify_outcome(outcome, verify_prompts)
+        _print_checks(checks, outcome.folder)
+        if not all(check.agrees for check in checks):
+            raise typer.Exit(1)
+
+
+def _print_routes(outcome) -> None:
+    typer.echo(f"export written to {outcome.folder} (routing.json, drafts/, vllm/, sglang/, README.md)")
+    for band in outcome.plan["bands"]:
+        what = (
+            f"{band['draft_name']} γ={band['gamma']}" if band["route"] == "speculative" else "no speculation"
+        )
+        typer.echo(f"  {band['alias']:12s} {what:36s} {band['reason']}")
+    if outcome.model_name:
+        versions = ", ".join(f"{folder} v{v}" for folder, v in outcome.registered.items()) or "none"
+        typer.echo(f"MLflow registry: {outcome.model_name}: {versions}; export run {outcome.export_run_id}")
+
+
+def _print_checks(checks, folder: Path) -> None:
+    import json
+    from dataclasses import asdict
+
+    if not checks:
+        typer.echo("verify: no band is routed to a draft; nothing to check")
+    for c in checks:
+        verdict = "inside" if c.agrees else "OUTSIDE"
+        typer.echo(
+            f"verify {c.alias} (τ={c.tau_dec:g}, γ={c.gamma}, {c.prompts} prompts): HF draft acceptance "
+            f"{c.draft_acceptance:.3f} ± {c.draft_acceptance_ci95:.3f}, "
+            f"plan {c.predicted_draft_acceptance:.3f} "
+            f"({verdict} the interval); mean acceptance length {c.mean_acceptance_length:.3f} ± "
+            f"{c.mean_acceptance_length_ci95:.3f} (plan {c.predicted_mean_acceptance_length:.3f}); speedup "
+            f"{c.speedup:.3f} ± {c.speedup_ci95:.3f} (plan {c.predicted_speedup:.3f}, "
+            f"{c.predicted_speedup_basis}); {c.seconds:.0f}s"
+        )
+    payload = [asdict(c) | {"agrees": c.agrees} for c in checks]
+    (folder / "verify.json").write_text(json.dumps(payload, indent=2))
+    typer.echo(f"verify: written to {folder / 'verify.json'}")
+
+
+@app.command()
+def tune(
+    sweep: Path = SweepArg,
+    overrides: list[str] = OverridesArg,
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted search."),
+) -> None:
+    """Search τ_kd mixtures with Ray Tune (Optuna TPE + ASHA) and print Table 3: the tuned mixture vs the best
+    single τ_kd and the paper's manual recipe, on the test sets."""
+    from specray.sweep.tune import SearchFailed, run_tune, tune_dir
+
+    with user_errors():
+        spec = load_spec(sweep, overrides or [])
+        set_threads()
+        try:
+            with resumable(tune_dir(spec), "--resume"):
+                outcome = run_tune(spec, resume=resume)
+        except SearchFailed as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(1) from None
+    typer.echo(outcome.markdown)
+    state = "resumed" if outcome.resumed else "new"
+    completed = sum(trial.status == "completed" for trial in outcome.trials)
+    trials = f"{len(outcome.trials)} trials, {completed} completed"
+    typer.echo(f"{trials}; MLflow run {outcome.parent_run_id} ({state})")
+    name, version = outcome.registered
+    typer.echo(f"winner: trial {outcome.winner.trial_id}, registered as {name} version {version}")
+    for stage, figures in outcome.stages.items():
+        seconds, peak = figures["seconds"], figures["peak_gib"]
+        typer.echo(f"  {stage:18s} {seconds:8.1f}s   peak memory in use {peak:.2f} GiB")
+    typer.echo(f"report: {outcome.report_dir}")
+
+
+def _print_plan(work, name: str) -> None:
+    typer.echo(f"plan for sweep {name} (what is reused, what will be computed, and why):")
+    for line in work.lines():
+        typer.echo(f"  {line}")

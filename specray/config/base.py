@@ -1,0 +1,45 @@
+"""What every section of a sweep spec shares: frozen models that forbid unknown keys, and the
+value types of its fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# τ is a softmax temperature; 0 means greedy. Above 5 a 32k-vocab softmax is near uniform, so a larger
+# value is almost certainly a typo (the paper's out-of-range study stops at 2.0).
+MAX_TEMPERATURE = 5.0
+
+
+Temperature = Annotated[float, Field(ge=0.0, le=MAX_TEMPERATURE)]
+
+
+Paradigm = Literal["offline", "online"]
+
+
+Divergence = Literal["fkl", "rkl", "jsd", "tvd"]
+
+
+Estimator = Literal["analytic", "empirical"]
+
+
+TestSet = Literal["in_domain", "out_of_domain"]
+
+
+DType = Literal["auto", "float32", "bfloat16", "float16"]
+
+
+LenienceFunction = Literal["lin", "sq", "exp"]  # specray/ops/lenience.py: p/ε, p/ε², p^ε
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def unique_sorted(values: Sequence[float], field: str) -> list[float]:
+    if len(set(values)) != len(values):
+        raise ValueError(f"{field} has duplicates: {list(values)}")
+    return sorted(values)

@@ -1,0 +1,145 @@
+"""The sections that measure drafts: `eval` (with its lossy `lenience`) and `tune` (the mixture search)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from specray.config.base import (
+    Divergence,
+    Estimator,
+    Frozen,
+    LenienceFunction,
+    Paradigm,
+    Temperature,
+    TestSet,
+    unique_sorted,
+)
+
+
+class LenienceSpec(Frozen):
+    """Lossy speculative decoding (DistillSpec Algorithm A.1): accept y with min(1, f(p(y), ε) / q(y)).
+
+    `function` and `epsilon` are grid axes like τ_dec: every (function, ε < 1) pair is a cell coordinate.
+    ε = 1 is the lossless rule whatever the function, so it is one cell, not one per function. At τ_dec = 0
+    lenience changes nothing (greedy verification has no ratio to relax; `specray/ops/lenience.py`), so
+    lossy cells are planned only at τ_dec > 0.
+    """
+
+    function: list[LenienceFunction] = Field(
+        default=["lin"], min_length=1, description="f: lin (p/ε), sq (p/ε²), exp (p^ε); one or a list"
+    )
+    epsilon: list[Annotated[float, Field(gt=0.0, le=1.0)]] = Field(
+        default=[1.0], min_length=1, description="ε in (0, 1]; 1 = lossless; one value or a list"
+    )
+
+    @field_validator("function", "epsilon", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return v if isinstance(v, list | tuple) else [v]
+
+    @field_validator("function")
+    @classmethod
+    def _functions_unique(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"function has duplicates: {v}")
+        return v
+
+    @field_validator("epsilon")
+    @classmethod
+    def _epsilons_sorted_unique(cls, v: list[float]) -> list[float]:
+        return sorted(unique_sorted(v, "epsilon"), reverse=True)  # lossless first
+
+    def points(self, tau_dec: float) -> list[tuple[str | None, float]]:
+        """The (function, ε) cells at one τ_dec: (None, 1.0) for lossless, then every lossy pair."""
+        lossy = [(f, e) for f in self.function for e in self.epsilon if e < 1.0] if tau_dec > 0 else []
+        return ([(None, 1.0)] if 1.0 in self.epsilon or not lossy else []) + lossy
+
+
+class EvalSpec(Frozen):
+    temperatures: list[Temperature] = Field(min_length=1, description="the τ_dec grid")
+    gamma: list[Annotated[int, Field(ge=1, le=64)]] = Field(
+        default=[4], min_length=1, description="γ: draft tokens per block; one value or a list (a grid axis)"
+    )
+    repeats: int = Field(default=5, ge=1, description="R: decodes per prompt (empirical)")
+    max_new_tokens: int = Field(default=128, ge=1)
+    estimators: list[Estimator] = Field(default=["analytic"], min_length=1)
+    empirical_temperatures: list[Temperature] = Field(default=[], description="τ_dec cells run empirically")
+    empirical_prompts: int = Field(default=16, ge=1)
+    empirical_drafts: Literal["all", "diagonal"] = Field(
+        default="all",
+        description="diagonal: only drafts with τ_kd = τ_dec, mixtures and the un-distilled one",
+    )
+    test_sets: list[TestSet] = Field(default=["in_domain", "out_of_domain"], min_length=1)
+    lenience: LenienceSpec = Field(
+        default=LenienceSpec(), description="lossy decoding grid (ε = 1: lossless)"
+    )
+    quality_ends: bool = Field(
+        default=False,
+        description="also decode each model alone at every empirical τ_dec: target-only and draft-only "
+        "quality, the two ends of the quality-speedup trade-off (DistillSpec Fig. 5b)",
+    )
+    draft_cost_ratio: float | None = Field(default=None, ge=0.0, description="c; None = measure it")
+    projected_cost_ratio: float | None = Field(
+        default=None, gt=0.0, description="also report speedup_model at this c (e.g. a target pair's)"
+    )
+    drafts_per_pass: int = Field(
+        default=8, ge=1, description="drafts an eval actor holds while streaming one target pass"
+    )
+    replicas: int = Field(default=1, ge=1)
+    num_cpus: float = Field(default=1.0, ge=0)
+    num_gpus: float = Field(default=0.0, ge=0)
+    seed: int = 0
+
+    @field_validator("temperatures")
+    @classmethod
+    def _sorted_unique(cls, v: list[float]) -> list[float]:
+        return unique_sorted(v, "temperatures")
+
+    @field_validator("gamma", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return v if isinstance(v, list | tuple) else [v]  # one γ; a wrong scalar is then named as one
+
+    @field_validator("gamma")
+    @classmethod
+    def _gammas_sorted_unique(cls, v: list[int]) -> list[int]:
+        return unique_sorted(v, "gamma")
+
+
+class TuneSpec(Frozen):
+    """`specray tune`: a Ray Tune search over mixtures of the τ_kd shards (see specray/sweep/tune/run.py)."""
+
+    num_samples: int = Field(default=16, ge=1)
+    search: Literal["optuna", "random"] = "optuna"
+    space: Literal["weights", "subset"] = "weights"
+    subset_size: int = Field(default=3, ge=1)
+    objective_temperatures: list[Temperature] = Field(default=[0.8, 1.0], min_length=1)
+    max_concurrent_trials: int = Field(default=2, ge=1)
+    asha_grace_period: int = Field(default=1, ge=1, description="in distillation reports")
+    asha_reduction_factor: int = Field(default=2, ge=2)
+    paradigm: Paradigm = "offline"
+    steps: int | None = Field(
+        default=None,
+        ge=1,
+        description="optimizer steps per trial and per baseline; None = distill.steps (online trials "
+        "too: one budget for every trial, whatever its paradigm)",
+    )
+    paradigms: list[Paradigm] = Field(default=[], description="also search the paradigm; [] = `paradigm`")
+    divergences: list[Divergence] = Field(default=[], description="also search the divergence (online)")
+    onpolicy_fractions: list[Annotated[float, Field(ge=0.0, le=1.0)]] = Field(
+        default=[], description="also search λ (online); [] = distill.onpolicy_fraction"
+    )
+    manual_top_k: int = Field(default=3, ge=1, description="τ_kd in the paper's manual recipe")
+    registered_model: str | None = Field(
+        default=None, min_length=1, description="Model Registry name; None = <sweep name>-tuned-draft"
+    )
+    seed: int = 0
+
+    @field_validator("objective_temperatures", "paradigms", "divergences", "onpolicy_fractions")
+    @classmethod
+    def _no_duplicates(cls, v: list, info: ValidationInfo) -> list:
+        if len(set(v)) != len(v):
+            raise ValueError(f"{info.field_name} has duplicates: {list(v)}")
+        return v

@@ -1,0 +1,68 @@
+"""The `models` section: the target and the draft, by name or path or from the tiny zoo's recipe."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from specray.config.base import DType, Frozen
+
+
+class TinyLlamaSpec(Frozen):
+    """Shape of one tiny Llama-architecture model of the zoo."""
+
+    hidden_size: int = Field(ge=8)
+    num_layers: int = Field(ge=1)
+    num_heads: int = Field(ge=1)
+    intermediate_size: int = Field(ge=8)
+    train_steps: int = Field(ge=1, description="optimizer steps of pre-training")
+    lr: float = Field(gt=0, le=1.0)
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> TinyLlamaSpec:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        return self
+
+
+class ZooSpec(Frozen):
+    """Recipe of the tiny zoo: a BPE tokenizer, a tiny target and a much smaller draft, trained locally."""
+
+    corpus_size: int = Field(default=20000, ge=16, description="synthetic examples to pre-train on")
+    corpus_seed: int = 1234
+    vocab_size: int = Field(default=1024, ge=300, le=65536)
+    seq_len: int = Field(default=128, ge=16, le=4096, description="packed pre-training sequence length")
+    batch_size: int = Field(default=32, ge=1)
+    target: TinyLlamaSpec = TinyLlamaSpec(
+        hidden_size=256, num_layers=6, num_heads=8, intermediate_size=688, train_steps=240, lr=2e-3
+    )
+    # The draft sees only ground-truth responses, briefly: the role llama-68m plays for Llama-2 in the paper.
+    # One layer: on CPU a tiny model's step is mostly per-layer overhead, so the cost ratio c follows the
+    # layer counts rather than the parameter counts; real draft/target pairs have a much smaller c than a
+    # tiny CPU pair, hence eval.projected_cost_ratio.
+    draft: TinyLlamaSpec = TinyLlamaSpec(
+        hidden_size=128, num_layers=1, num_heads=4, intermediate_size=344, train_steps=60, lr=3e-3
+    )
+    seed: int = 0
+
+
+class ModelRef(Frozen):
+    """One model: an entry of the tiny zoo (`zoo: target`) or an HF hub name or local path."""
+
+    zoo: Literal["target", "draft"] | None = None
+    name_or_path: str | None = None
+    dtype: DType = "auto"
+    trust_remote_code: bool = False
+
+    @model_validator(mode="after")
+    def _exactly_one_source(self) -> ModelRef:
+        if (self.zoo is None) == (self.name_or_path is None):
+            raise ValueError("set exactly one of 'zoo' (target or draft) or 'name_or_path' (HF name or path)")
+        return self
+
+
+class ModelsSpec(Frozen):
+    target: ModelRef
+    draft: ModelRef
+    zoo: ZooSpec = ZooSpec()

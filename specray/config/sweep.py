@@ -1,0 +1,75 @@
+"""The whole sweep: every section, and the checks that span several of them."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from specray.config.base import Frozen
+from specray.config.data import DataSpec
+from specray.config.evaluation import EvalSpec, TuneSpec
+from specray.config.models import ModelsSpec
+from specray.config.stages import DistillSpec, TeacherSpec
+
+
+class TrackingSpec(Frozen):
+    uri: str = "sqlite:///mlflow.db"
+    experiment: str | None = Field(default=None, description="None = the sweep's name")
+
+
+class RaySpec(Frozen):
+    address: str | None = Field(default=None, description="None = start a local Ray")
+    num_cpus: int | None = Field(default=None, ge=1)
+
+
+class SweepSpec(Frozen):
+    """Everything one sweep needs. `name` becomes the MLflow experiment and the output folder."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)
+    output_dir: str = "outputs"
+    models: ModelsSpec
+    data: DataSpec
+    teacher: TeacherSpec
+    distill: DistillSpec = DistillSpec()
+    eval: EvalSpec
+    tune: TuneSpec = TuneSpec()
+    tracking: TrackingSpec = TrackingSpec()
+    ray: RaySpec = RaySpec()
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> SweepSpec:
+        missing = sorted(set(self.eval.empirical_temperatures) - set(self.eval.temperatures))
+        if missing:
+            raise ValueError(f"eval.empirical_temperatures {missing} are not in eval.temperatures")
+        max_model_len = self.teacher.vllm.max_model_len
+        needed = self.data.max_prompt_tokens + self.teacher.max_new_tokens
+        if self.teacher.engine == "vllm" and max_model_len is not None and max_model_len < needed:
+            # vLLM would end such a response at the context limit with finish reason "length", which a
+            # shard could not tell from max_new_tokens
+            raise ValueError(
+                f"teacher.vllm.max_model_len {max_model_len} is below data.max_prompt_tokens + "
+                f"teacher.max_new_tokens = {needed}"
+            )
+        for mixture in self.distill.mixtures:
+            unknown = sorted(set(mixture.weights) - set(self.teacher.temperatures))
+            if unknown:
+                raise ValueError(f"distill.mixtures uses τ_kd {unknown} not in teacher.temperatures")
+        if self.tune.onpolicy_fractions and not self.distill.reads_onpolicy_fraction:
+            raise ValueError(
+                f"tune.onpolicy_fractions searches λ, but distill.data_sources "
+                f"{self.distill.model_dump(mode='json')['data_sources']} does not read it "
+                "(only the presets tempspec and tempspec_teacher do)"
+            )
+        return self
+
+    @property
+    def experiment(self) -> str:
+        return self.tracking.experiment or self.name
+
+    def for_paradigm(self, paradigm: str) -> SweepSpec:
+        """The spec one draft of `paradigm` trains under: `distill.steps` is that paradigm's steps and
+        `online_steps` is resolved away, so the loop, its checkpoints and the draft's key read one number."""
+        steps = self.distill.steps_for(paradigm)
+        if steps == self.distill.steps and self.distill.online_steps is None:
+            return self
+        distill = self.distill.model_copy(update={"steps": steps, "online_steps": None})
+        return self.model_copy(update={"distill": distill})
