@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch import Tensor
@@ -159,6 +159,15 @@ def check_chunkable(model: torch.nn.Module) -> None:
         )
 
 
+class _Inputs(NamedTuple):
+    """A micro-batch as `ResponseLoss` takes it (see its `__call__`)."""
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    labels: Tensor
+    states: Tensor | None
+
+
 @dataclass(frozen=True)
 class ResponseLoss:
     """The loss of one micro-batch, either paradigm, as a sum over averaging units (see `units`).
@@ -197,25 +206,18 @@ class ResponseLoss:
         run, only its LM head (online only; the teacher's logits must be its head on them, as chunking
         requires).
         """
-        inputs = (input_ids, attention_mask, labels, teacher_states)
+        inputs = _Inputs(input_ids, attention_mask, labels, teacher_states)
         if self.chunk_size > 0:
-            return self._chunked(student, teacher, *inputs)
-        return self._plain(student, teacher, *inputs)
+            return self._chunked(student, teacher, inputs)
+        return self._plain(student, teacher, inputs)
 
     def _per_token(self) -> Callable[..., Tensor]:
         """The divergence at each position: [..., vocab] x 2 -> [...]."""
         assert self.divergence is not None
         return per_token_divergence(self.divergence, self.temperature, self.jsd_beta)
 
-    def _plain(
-        self,
-        student,
-        teacher,
-        input_ids: Tensor,
-        attention_mask: Tensor,
-        labels: Tensor,
-        states: Tensor | None,
-    ) -> Tensor:
+    def _plain(self, student, teacher, inputs: _Inputs) -> Tensor:
+        input_ids, attention_mask, labels, states = inputs
         logits = student(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
         if self.divergence is None:
             return response_cross_entropy_sum(logits, labels, self.averaging)[0]
@@ -231,15 +233,8 @@ class ResponseLoss:
         options = (self.divergence, self.temperature, self.jsd_beta, self.averaging)
         return distillation_divergence_sum(logits, teacher_logits, labels, *options)[0]
 
-    def _chunked(
-        self,
-        student,
-        teacher,
-        input_ids: Tensor,
-        attention_mask: Tensor,
-        labels: Tensor,
-        states: Tensor | None,
-    ) -> Tensor:
+    def _chunked(self, student, teacher, inputs: _Inputs) -> Tensor:
+        input_ids, attention_mask, labels, states = inputs
         counted = labels != IGNORE_INDEX  # [batch, seq]
         hidden = final_hidden_states(student, input_ids, attention_mask)[counted]  # [counted, hidden]
         head = unwrap(student).get_output_embeddings()
