@@ -56,8 +56,8 @@ def main() -> None:
         curves = train_draft(spec, args.paradigm, mixture, Path(root) / "draft", inputs=inputs).curves
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     for point in curves:
-        loss = f"{point['loss']:.3f}" if "loss" in point else "  -  "
-        print(f"step {point['step']:5d}  loss {loss}  mean probe acceptance {mean_acceptance(point):.4f}")
+        loss = f"{point.loss:.3f}" if point.loss is not None else "  -  "
+        print(f"step {point.step:5d}  loss {loss}  mean probe acceptance {mean_acceptance(point):.4f}")
     found = convergence(curves)
     setting = f"{args.paradigm}, τ_kd={args.tau_kd:g}, lr={spec.distill.lr:g}, {' '.join(args.overrides)}"
     print(f"\n{setting}: {found.describe() if found else 'too few points for a slope'}")

@@ -40,7 +40,7 @@ PARADIGMS = ("offline", "online")
 def run_once(spec: SweepSpec, paradigm: str, tau_kd: float, inputs: DistillInputs, root: Path) -> dict:
     """One run; its last curve point covers every step (report_every = steps)."""
     output = root / f"{paradigm}-{len(list(root.iterdir()))}"
-    return train_draft(spec, paradigm, {tau_kd: 1.0}, output, inputs=inputs).curves[-1]
+    return train_draft(spec, paradigm, {tau_kd: 1.0}, output, inputs=inputs).curves[-1].to_json()
 
 
 def main() -> None:

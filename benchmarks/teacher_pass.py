@@ -89,7 +89,7 @@ def whole_draft(spec, inputs, tau_kd: float) -> None:
         started = time.process_time()
         with tempfile.TemporaryDirectory() as root:
             curves = loop.train_draft(spec, "online", {tau_kd: 1.0}, Path(root) / "d", inputs=inputs).curves
-        results[name] = (time.process_time() - started, curves[-1]["loss"])
+        results[name] = (time.process_time() - started, curves[-1].loss)
     loop.kept_prompt_states = kept_prompts
     base = results["states only"][0]
     print(f"one online draft, {spec.distill.steps} steps:")

@@ -60,9 +60,10 @@ def distill(
             result = run_distill(spec, paradigm, weights, target, report=report)
     typer.echo(f"draft written to {result.output_dir}")
     first, last = result.curves[0], result.curves[-1]
-    for key in (k for k in last if k.startswith("acceptance_rate/")):
-        tau_dec = key.split("=", 1)[1]
-        typer.echo(f"  acceptance_rate at τ_dec={tau_dec}: {first[key]:.3f} (step 0) -> {last[key]:.3f}")
+    for tau_dec, alpha in last.acceptance.items():
+        typer.echo(
+            f"  acceptance_rate at τ_dec={tau_dec:g}: {first.acceptance[tau_dec]:.3f} (step 0) -> {alpha:.3f}"
+        )
 
 
 @app.command()

@@ -64,6 +64,7 @@ def report(
     """Rebuild a sweep's report (figures, tables, Markdown) from what its MLflow run holds."""
     import tempfile
 
+    from specray.distill.curves import curves_from_json
     from specray.report.build import build_report
     from specray.report.tables import load_composition
     from specray.tracking import fetch_sweep_records
@@ -72,7 +73,8 @@ def report(
         records = fetch_sweep_records(tracking_uri, run_id, Path(tmp))
     folder = output or Path("reports") / run_id
     title = f"specray sweep: {records['name']} (MLflow run {run_id})"
-    parts = (records["cells"], records["drafts"], records["curves"], records["lengths"])
+    curves = {name: curves_from_json(points) for name, points in records["curves"].items()}
+    parts = (records["cells"], records["drafts"], curves, records["lengths"])
     extra = {"cost_ratio": records.get("cost_ratio"), "projected_cost_ratio": records["projected_cost_ratio"]}
     extra |= {"token_lengths": records.get("token_lengths")}
     if tune is not None:

@@ -32,6 +32,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from specray.config import SweepSpec, dump_spec
+from specray.distill.curves import CurvePoint, curves_from_json
 from specray.files import write_atomic
 
 TRAINER_STATE, CURVES_FILE, SPEC_FILE, FINISHED_FILE = (
@@ -83,7 +84,8 @@ def claim_work_dir(output_dir: Path, run_fingerprint: str) -> Path:
 def save_checkpoint(
     folder: Path, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, state: dict[str, Any]
 ) -> None:
-    """Write one checkpoint into `folder` (which exists); `state["curves"]` also goes to curves.json."""
+    """Write one checkpoint into `folder` (which exists); `state["curves"]` (JSON objects) also goes to
+    curves.json."""
     model.save_pretrained(folder)  # safetensors
     tokenizer.save_pretrained(folder)
     torch.save(state, folder / TRAINER_STATE)
@@ -102,8 +104,8 @@ def load_trainer_state(folder: Path) -> dict[str, Any]:
     return torch.load(folder / TRAINER_STATE, map_location="cpu", weights_only=True)
 
 
-def read_curves(folder: Path) -> list[dict]:
-    return json.loads((folder / CURVES_FILE).read_text())
+def read_curves(folder: Path) -> list[CurvePoint]:
+    return curves_from_json(json.loads((folder / CURVES_FILE).read_text()))
 
 
 def _fsync_tree(folder: Path) -> None:

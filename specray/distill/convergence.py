@@ -13,12 +13,12 @@ enough: `distill.report_every` ≤ steps / 12 gives 4).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from specray.distill.curves import ACCEPTANCE_PREFIX
+from specray.distill.curves import CurvePoint
 
 WINDOW = 0.25  # the last quarter of the steps
 # |Δ acceptance| per 100 steps below which a curve counts as flat: about the probe's noise floor on the
@@ -44,9 +44,9 @@ class Convergence:
         return f"{self.slope:+.4f} per {PER_STEPS} steps over {window} ({verdict})"
 
 
-def mean_acceptance(point: Mapping[str, float]) -> float | None:
+def mean_acceptance(point: CurvePoint) -> float | None:
     """The curve point's acceptance averaged over the probe's τ_dec; None without probe values."""
-    values = [v for k, v in point.items() if k.startswith(ACCEPTANCE_PREFIX) and np.isfinite(v)]
+    values = [a for a in point.acceptance.values() if np.isfinite(a)]
     return float(np.mean(values)) if values else None
 
 
@@ -60,10 +60,10 @@ def slope_per_100(steps: Sequence[float], values: Sequence[float]) -> float:
 
 
 def convergence(
-    curves: Sequence[Mapping[str, float]], window: float = WINDOW, threshold: float = FLAT_SLOPE
+    curves: Sequence[CurvePoint], window: float = WINDOW, threshold: float = FLAT_SLOPE
 ) -> Convergence | None:
     """The slope over the points in the last `window` of the steps; None with fewer than MIN_POINTS."""
-    points = [(p["step"], a) for p in curves if (a := mean_acceptance(p)) is not None]
+    points = [(p.step, a) for p in curves if (a := mean_acceptance(p)) is not None]
     if not points:
         return None
     last = max(step for step, _ in points)
@@ -76,7 +76,7 @@ def convergence(
     return Convergence(slope, int(min(steps)), int(last), len(inside), abs(slope) < threshold)
 
 
-def convergence_metrics(curves: Sequence[Mapping[str, float]]) -> dict[str, float]:
+def convergence_metrics(curves: Sequence[CurvePoint]) -> dict[str, float]:
     """What MLflow records on the draft's run: the slope and the 0/1 verdict (nothing without a window)."""
     found = convergence(curves)
     if found is None:

@@ -50,6 +50,7 @@ from specray.distill.checkpoints import (
     publish,
     save_checkpoint,
 )
+from specray.distill.curves import CurvePoint, curves_from_json, curves_to_json
 from specray.distill.data import (
     MixtureSampler,
     TrainRow,
@@ -76,13 +77,12 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class DistillResult:
-    """`curves` has one dict per report: step, loss, tokens_per_s, seconds_per_step, lr and
-    acceptance_rate/tau_dec=<τ> per eval τ_dec; the first (step 0, the un-distilled draft) has only the
-    acceptance keys."""
+    """`curves` has one point per report; the first (step 0, the un-distilled draft) has only the probe's
+    acceptance."""
 
     output_dir: Path  # the published HF model dir (safetensors + tokenizer + spec.yaml + curves.json)
     steps: int
-    curves: list[dict]
+    curves: list[CurvePoint]
 
 
 # ---------------------------------------------------------------- the run's state
@@ -161,6 +161,7 @@ def _optimization(
         scheduler.load_state_dict(saved["scheduler"])
         torch.set_rng_state(saved["rng"])
         state = {key: saved[key] for key in state} | {"resumed_from": [*saved["resumed_from"], saved["step"]]}
+        state["curves"] = curves_from_json(saved["curves"])
     return optimizer, scheduler, state
 
 
@@ -352,23 +353,27 @@ def _train_step(run: _Run, step: int, window: _Window) -> None:
 # ---------------------------------------------------------------- reports and checkpoints
 
 
-def _curve(run: _Run, step: int, window: _Window) -> dict:
+def _curve(run: _Run, step: int, window: _Window) -> CurvePoint:
     """One curve point: the window's loss and throughput, and (rank 0) the probe's acceptance."""
-    curve: dict = {"step": step}
-    if window.steps:
-        curve["loss"] = window.loss_sum / max(window.loss_units, 1.0)
-        curve["tokens_per_s"] = window.tokens / max(window.seconds, 1e-9)
-        curve["seconds_per_step"] = window.seconds / len(window.steps)
-        curve["lr"] = run.scheduler.get_last_lr()[0]
-    if run.probe is not None:
-        curve |= run.probe(unwrap(run.student))
-    return curve
+    acceptance, per_prompt = run.probe(unwrap(run.student)) if run.probe is not None else ({}, {})
+    if not window.steps:
+        return CurvePoint(step, acceptance=acceptance, per_prompt=per_prompt)
+    return CurvePoint(
+        step,
+        loss=window.loss_sum / max(window.loss_units, 1.0),
+        tokens_per_s=window.tokens / max(window.seconds, 1e-9),
+        seconds_per_step=window.seconds / len(window.steps),
+        lr=float(run.scheduler.get_last_lr()[0]),
+        acceptance=acceptance,
+        per_prompt=per_prompt,
+    )
 
 
 def _checkpoint(run: _Run) -> Path:
     """Rank 0 writes a checkpoint into a fresh scratch folder and hands it to the session."""
     folder = Path(tempfile.mkdtemp(prefix=".checkpoint-", dir=run.session.scratch_dir))
     state = run.state | {
+        "curves": curves_to_json(run.state["curves"]),  # plain data: the state loads with weights_only
         "optimizer": run.optimizer.state_dict(),
         "scheduler": run.scheduler.state_dict(),
         "rng": torch.get_rng_state(),
@@ -400,7 +405,7 @@ def run_training(
     mixture: Mapping[float, float],
     inputs: DistillInputs,
     session: Session,
-) -> list[dict]:
+) -> list[CurvePoint]:
     """Train from the session's latest checkpoint (or the draft) to `distill.steps`; returns the curves.
 
     The last step always ends with a checkpoint: that checkpoint is what gets published as the draft.
@@ -429,13 +434,13 @@ def train_draft(
     paradigm: str,
     mixture: Mapping[float, float],
     output_dir: Path,
-    report: Callable[[dict], None] | None = None,
+    report: Callable[[CurvePoint], None] | None = None,
     *,
     inputs: DistillInputs | None = None,
 ) -> DistillResult:
     """Distil the spec's draft in this process and publish it at `output_dir` (see checkpoints.py).
 
-    `report` receives each curve dict as it is produced. A run killed midway resumes from its latest
+    `report` receives each curve point as it is produced. A run killed midway resumes from its latest
     checkpoint (kept in `.<output_dir name>.work` beside it) when called again with the same arguments;
     curve points after that checkpoint are then reported again (same values: the run is deterministic).
     """

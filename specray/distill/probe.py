@@ -14,7 +14,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from specray.data.templates import encode_prompts
-from specray.distill.curves import ACCEPTANCE_PREFIX, acceptance_key
+from specray.distill.curves import PromptSums
 from specray.specdec.analytic import AnalyticEstimator, Betas, sample_continuations
 
 if TYPE_CHECKING:  # the probe itself runs without the config (the GPU test suite has no pydantic)
@@ -44,7 +44,7 @@ class AcceptanceProbe:
         seed: int = 0,
     ) -> None:
         self.estimators = {
-            tau: AnalyticEstimator(
+            float(tau): AnalyticEstimator(
                 target,
                 sample_continuations(target, prompts, tau, max_new_tokens, eos_token_id, seed, pad_token_id),
                 pad_token_id,
@@ -54,30 +54,25 @@ class AcceptanceProbe:
         }
 
     @torch.no_grad()
-    def __call__(self, draft: PreTrainedModel) -> dict[str, float | list]:
-        """{acceptance_rate/tau_dec=<τ>: α} and, per τ, the per-prompt response tokens and β sums α pools
-        (`per_prompt_tokens/tau_dec=<τ>`, `per_prompt_beta_sum/tau_dec=<τ>`: lists in the probe prompts'
-        order, what the report's paired bootstrap over prompts resamples); the draft is put in eval mode
-        and restored afterwards."""
+    def __call__(self, draft: PreTrainedModel) -> tuple[dict[float, float], dict[float, PromptSums]]:
+        """Per τ_dec the acceptance α and the per-prompt response tokens and β sums it pools (in the probe
+        prompts' order, what the report's paired bootstrap over prompts resamples); the draft is put in
+        eval mode and restored afterwards."""
         was_training = draft.training
         draft.eval()
         try:
-            out: dict[str, float | list] = {}
+            acceptance, per_prompt = {}, {}
             for tau, estimator in self.estimators.items():
-                out |= _pooled(estimator.betas([draft])[0], tau)
-            return out
+                acceptance[tau], per_prompt[tau] = _pooled(estimator.betas([draft])[0])
+            return acceptance, per_prompt
         finally:
             draft.train(was_training)
 
 
-def _pooled(betas: Betas, tau: float) -> dict[str, float | list]:
+def _pooled(betas: Betas) -> tuple[float, PromptSums]:
     """Token-pooled mean β (the acceptance rate α) and the per-prompt sums it pools."""
     tokens = betas.mask.sum(dim=1)  # [n]
     sums = (betas.beta.double() * betas.mask).sum(dim=1)  # [n]
     total = int(tokens.sum())
-    suffix = acceptance_key(tau).removeprefix(ACCEPTANCE_PREFIX)
-    return {
-        acceptance_key(tau): float(sums.sum() / total) if total else float("nan"),
-        f"per_prompt_tokens/tau_dec={suffix}": tokens.tolist(),
-        f"per_prompt_beta_sum/tau_dec={suffix}": [round(x, 6) for x in sums.tolist()],
-    }
+    alpha = float(sums.sum() / total) if total else float("nan")
+    return alpha, PromptSums(tuple(tokens.tolist()), tuple(round(x, 6) for x in sums.tolist()))

@@ -69,6 +69,7 @@ from specray.distill.checkpoints import (
     read_curves,
     set_aside_damaged,
 )
+from specray.distill.curves import CurvePoint
 from specray.distill.inputs import check_request, draft_name, prepare_inputs
 from specray.distill.loop import DistillResult, finished_info, run_training, worker_resources
 from specray.errors import USER_ERRORS, find_cause
@@ -128,9 +129,10 @@ class RaySession:
             ours = self.key is None or checkpoint_key(Path(folder)) == self.key
             yield Path(folder) if ours else None
 
-    def report(self, step: int, curve: dict | None, checkpoint: Path | None, saving: bool) -> None:
+    def report(self, step: int, curve: CurvePoint | None, checkpoint: Path | None, saving: bool) -> None:
         if curve is not None and self.rank == 0 and self.curves is not None:
-            self.curves.put({"draft": self.draft, "curve": curve})  # before the checkpoint: steps in order
+            # before the checkpoint, so steps arrive in order; a Ray payload carries the JSON form
+            self.curves.put({"draft": self.draft, "curve": curve.to_json()})
         if saving:  # every rank reports (a barrier); rank 0 with the folder
             try:
                 persisted = ray.train.Checkpoint.from_directory(checkpoint) if checkpoint else None
@@ -265,7 +267,7 @@ def _drain(queue: Queue, timeout: float) -> list[dict]:
 def _fit_streaming(
     trainer: ray.train.torch.TorchTrainer,
     queue: Queue,
-    report: Callable[[str, dict], None] | None,
+    report: Callable[[str, CurvePoint], None] | None,
     published: Callable[[str], None] | None,
 ) -> ray.train.Result:
     """`trainer.fit()` in a helper thread; each draft's curve points reach `report(draft, curve)`, and its
@@ -289,10 +291,10 @@ def _fit_streaming(
                 if published is not None:
                     _call_back(published, draft)
                 continue
-            curve = item["curve"]
-            if curve["step"] > last_step.get(draft, -1) and report is not None:
+            curve = CurvePoint.from_json(item["curve"])
+            if curve.step > last_step.get(draft, -1) and report is not None:
                 _call_back(report, draft, curve)
-            last_step[draft] = max(last_step.get(draft, -1), curve["step"])
+            last_step[draft] = max(last_step.get(draft, -1), curve.step)
         if not running:
             break
     if "error" in outcome:
@@ -331,7 +333,7 @@ def distill(
     paradigm: str,
     mixture: Mapping[float, float],
     output_dir: Path,
-    report: Callable[[dict], None] | None = None,
+    report: Callable[[CurvePoint], None] | None = None,
 ) -> DistillResult:
     """Distil the spec's draft with Ray Train (`distill.workers` DDP workers) and publish it at `output_dir`.
 
@@ -346,7 +348,7 @@ def distill(
 def distill_drafts(
     spec: SweepSpec,
     jobs: Sequence[DraftJob],
-    report: Callable[[str, dict], None] | None = None,
+    report: Callable[[str, CurvePoint], None] | None = None,
     published: Callable[[str], None] | None = None,
 ) -> list[DistillResult]:
     """Distil several drafts one after another in one Ray Train run and publish each as it ends.
@@ -425,7 +427,7 @@ def _run_trainer(
     spec: SweepSpec,
     config: dict,
     work: Path,
-    report: Callable[[str, dict], None] | None,
+    report: Callable[[str, CurvePoint], None] | None,
     published: Callable[[str], None],
 ) -> ray.train.Result:
     # On this process's node (the driver's, or a Tune trial's), like Train's controller: this process reads

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from specray.distill.checkpoints import TRAINER_STATE
+from specray.distill.curves import CurvePoint
 
 CHECKPOINT_PREFIX = "checkpoint-"
 
@@ -41,7 +42,7 @@ class Session(Protocol):
         """The folder of the checkpoint to resume from, or None for a fresh start."""
         ...
 
-    def report(self, step: int, curve: dict | None, checkpoint: Path | None, saving: bool) -> None:
+    def report(self, step: int, curve: CurvePoint | None, checkpoint: Path | None, saving: bool) -> None:
         """Publish a curve point and/or a checkpoint folder (rank 0 only; the session then owns it).
         Every rank calls this at the same steps with the same `saving` (this step checkpoints, though only
         rank 0 holds the folder): under Ray Train a checkpoint's report is a barrier."""
@@ -54,7 +55,10 @@ class LocalSession:
     rank, world_size = 0, 1
 
     def __init__(
-        self, work: Path, on_curve: Callable[[dict], None] | None = None, device: str | torch.device = "cpu"
+        self,
+        work: Path,
+        on_curve: Callable[[CurvePoint], None] | None = None,
+        device: str | torch.device = "cpu",
     ) -> None:
         self.scratch_dir = work
         self.on_curve = on_curve
@@ -76,7 +80,7 @@ class LocalSession:
         found = self.checkpoints()
         yield found[-1] if found else None
 
-    def report(self, step: int, curve: dict | None, checkpoint: Path | None, saving: bool) -> None:
+    def report(self, step: int, curve: CurvePoint | None, checkpoint: Path | None, saving: bool) -> None:
         if checkpoint is not None:
             assert self.scratch_dir is not None
             final = self.scratch_dir / f"{CHECKPOINT_PREFIX}{step:08d}"

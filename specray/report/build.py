@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from specray.distill.curves import CurvePoint
 from specray.names import BASELINE
 from specray.report import figures, lossy, tables
 from specray.report.convergence import CONVERGENCE_NOTE, convergence_table, projected_heading
@@ -149,7 +150,7 @@ def findings(cells: pd.DataFrame) -> list[str]:
 def build_report(
     cells: Sequence[Mapping[str, Any]],
     drafts: Mapping[str, Mapping[str, Any]],
-    curves: Mapping[str, Sequence[Mapping[str, Any]]],
+    curves: Mapping[str, Sequence[CurvePoint]],
     lengths: Mapping[str, Mapping[float, list[int]]],
     out_dir: Path,
     title: str = "specray sweep",
@@ -165,16 +166,13 @@ def build_report(
     everything = cells_frame(cells, drafts)
     everything.to_csv(out_dir / "cells.csv", index=False)
     frame = lossless(everything)  # the lossy cells and the ends have their own section (report/lossy.py)
-    curve_rows = [
-        {"draft": name, **drafts.get(name, {}), **row} for name, rows in curves.items() for row in rows
-    ]
-    curve_frame = pd.DataFrame(curve_rows)
+    probe_curves = figures.curve_frame(curves, drafts)
     at_best = (
         pd.concat([best_gamma(frame), frame[frame.estimator != "analytic"]]) if not frame.empty else frame
     )
     sections = [f"# {title}\n", f"{cost_ratio_line(cost_ratio)}\n"]
     with_lists = lossless(cells_frame(cells, drafts, keep_lists=True))
-    sections += _verdict_section(with_lists, curve_frame, composition, at_best, out_dir)
+    sections += _verdict_section(with_lists, probe_curves, composition, at_best, out_dir)
     several = not frame.empty and frame.gamma.nunique() > 1
     for metric in ("speedup_model", "acceptance_rate"):
         sections += [f"## {metric}: τ_kd × τ_dec" + (" (at each cell's best γ)" if several else "") + "\n"]
@@ -202,7 +200,7 @@ def build_report(
     sections += ["## Table 3: composition of τ_kd (from `specray tune`)\n", TABLE3_NOTE]
     sections += [_table(tables.table3(composition)) if composition is not None else NO_TUNE]
     sections += _figure5_section(token_lengths or {}, lengths, out_dir)
-    sections += _figure6_section(curve_frame, out_dir)
+    sections += _figure6_section(probe_curves, out_dir)
     sections += ["\n## Convergence of the drafts\n", CONVERGENCE_NOTE, _table(convergence_table(curves))]
     c = cost_ratio.get("value") if cost_ratio else None
     sections += lossy.section(everything, out_dir, c)

@@ -6,11 +6,11 @@ Kept apart from `build.py` so the report's figures and tables can change without
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import pandas as pd
 
 from specray.distill.convergence import FLAT_SLOPE, PER_STEPS, WINDOW, convergence, mean_acceptance
+from specray.distill.curves import CurvePoint
 
 CONVERGENCE_NOTE = (
     f"Slope of the probe's acceptance (mean over its τ_dec, {PER_STEPS}-step units) by least squares over "
@@ -23,7 +23,7 @@ CONVERGENCE_NOTE = (
 PAPER_PAIR_NOTE = "c ≈ 0.05: a 68M draft with a 13B target on a GPU, the papers' pair"
 
 
-def convergence_table(curves: Mapping[str, Sequence[Mapping[str, Any]]]) -> pd.DataFrame:
+def convergence_table(curves: Mapping[str, Sequence[CurvePoint]]) -> pd.DataFrame:
     """One row per distilled draft: its last-window slope, the window, and whether it is flat."""
     rows = []
     for draft, points in sorted(curves.items()):
@@ -45,7 +45,7 @@ def convergence_table(curves: Mapping[str, Sequence[Mapping[str, Any]]]) -> pd.D
     return pd.DataFrame(rows).astype(object).fillna("n/a")
 
 
-def _mean_acceptance(point: Mapping[str, Any]) -> float:
+def _mean_acceptance(point: CurvePoint) -> float:
     value = mean_acceptance(point)
     return float("nan") if value is None else value
 

@@ -1,13 +1,15 @@
 """The paper's figures, drawn from a sweep's cell records with matplotlib (Agg: no display needed).
 
 `cells` is a DataFrame with one row per (draft, test set, τ_dec, estimator) and columns draft, paradigm,
-tau_kd, test_set, tau_dec, estimator and the metrics; `curves` has draft, paradigm, tau_kd, step and the
-reported metrics of training.
+tau_kd, test_set, tau_dec, estimator and the metrics; `curves` is `curve_frame`'s: one row per (draft,
+KD step, probed τ_dec).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -16,7 +18,30 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from specray.distill.curves import CurvePoint  # noqa: E402
 from specray.names import BASELINE  # noqa: E402
+
+CURVE_COLUMNS = ("draft", "step", "tau_dec", "acceptance_rate", "per_prompt_tokens", "per_prompt_beta_sum")
+
+
+def curve_frame(
+    curves: Mapping[str, Sequence[CurvePoint]], drafts: Mapping[str, Mapping[str, Any]]
+) -> pd.DataFrame:
+    """The probe's acceptance during distillation, one row per (draft, KD step, probed τ_dec): the draft's
+    description (paradigm, tau_kd, ...), step, tau_dec, acceptance_rate and the per-prompt lists it pools
+    (None where the point has none)."""
+    rows = []
+    for name, points in curves.items():
+        for point in points:
+            for tau_dec, alpha in point.acceptance.items():
+                sums = point.per_prompt.get(tau_dec)
+                rows.append(
+                    {**drafts.get(name, {}), "draft": name, "step": point.step, "tau_dec": tau_dec}
+                    | {"acceptance_rate": alpha}
+                    | {"per_prompt_tokens": list(sums.tokens) if sums else None}
+                    | {"per_prompt_beta_sum": list(sums.beta_sums) if sums else None}
+                )
+    return pd.DataFrame(rows, columns=None if rows else list(CURVE_COLUMNS))
 
 
 def _save(fig: plt.Figure, path: Path) -> Path:
@@ -123,21 +148,21 @@ def against_tau_dec(cells: pd.DataFrame, out_dir: Path, tau_kd: float = 0.2) -> 
 
 def kd_step_curves(curves: pd.DataFrame, out_dir: Path, tau_dec: float = 1.0) -> list[Path]:
     """Acceptance during distillation at one τ_dec (1.0, or the probed τ_dec nearest it) of the τ_kd = 0
-    and τ_kd = 1 drafts, one panel per paradigm (paper Fig. 6)."""
-    keys = [c for c in curves.columns if str(c).startswith("acceptance_rate/tau_dec=")] if len(curves) else []
-    if not keys or "tau_kd" not in curves:
+    and τ_kd = 1 drafts, one panel per paradigm (paper Fig. 6). `curves`: `curve_frame`'s."""
+    if curves.empty or "tau_kd" not in curves:
         return []
-    key = min(keys, key=lambda k: abs(float(k.rsplit("=", 1)[1]) - tau_dec))
+    nearest = min(curves.tau_dec.unique(), key=lambda t: abs(t - tau_dec))
+    at_tau = curves[curves.tau_dec == nearest]
     paradigms = sorted(curves.paradigm.dropna().unique())
     fig, axes = plt.subplots(1, len(paradigms), figsize=(5.5 * len(paradigms), 4), squeeze=False)
     for ax, paradigm in zip(axes[0], paradigms, strict=True):
-        group = curves[curves.paradigm == paradigm]
+        group = at_tau[at_tau.paradigm == paradigm]
         for tau_kd in (0.0, 1.0):
             run = group[np.isclose(group.tau_kd.astype(float), tau_kd)].sort_values("step")
-            if not run.empty and run[key].notna().any():
-                ax.plot(run.step, run[key], marker=".", label=f"τ_kd={tau_kd:g}")
+            if not run.empty and run.acceptance_rate.notna().any():
+                ax.plot(run.step, run.acceptance_rate, marker=".", label=f"τ_kd={tau_kd:g}")
         ax.set_xlabel("KD step")
-        ax.set_ylabel(f"acceptance_rate at τ_dec={key.rsplit('=', 1)[1]} (validation)")
+        ax.set_ylabel(f"acceptance_rate at τ_dec={nearest:g} (validation)")
         ax.set_title(paradigm)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -145,15 +170,16 @@ def kd_step_curves(curves: pd.DataFrame, out_dir: Path, tau_dec: float = 1.0) ->
 
 
 def acceptance_vs_steps(curves: pd.DataFrame, out_dir: Path) -> list[Path]:
-    """Analytic acceptance during distillation, at τ_dec = τ_kd where the grid has it (paper Fig. 6)."""
+    """Analytic acceptance during distillation, at τ_dec = τ_kd where the grid has it (paper Fig. 6).
+    `curves`: `curve_frame`'s."""
     if curves.empty:
         return []
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), squeeze=False)
     for ax, (paradigm, group) in zip(axes[0], curves.groupby("paradigm"), strict=False):
         for tau_kd, run in group.groupby("tau_kd"):
-            column = f"acceptance_rate/tau_dec={tau_kd:g}"
-            if column in run and run[column].notna().any():
-                ax.plot(run.step, run[column], marker=".", label=f"τ_kd=τ_dec={tau_kd:g}")
+            diagonal = run[np.isclose(run.tau_dec, tau_kd)].sort_values("step")
+            if diagonal.acceptance_rate.notna().any():
+                ax.plot(diagonal.step, diagonal.acceptance_rate, marker=".", label=f"τ_kd=τ_dec={tau_kd:g}")
         ax.set_xlabel("KD step")
         ax.set_ylabel("acceptance_rate (validation)")
         ax.set_title(paradigm)

@@ -385,23 +385,22 @@ def curves_part_late(curves: pd.DataFrame) -> list[Verdict]:
     """Effect, per paradigm: |α₁ − α₀| at the last reported KD step − |α₁ − α₀| at the report nearest half
     of it, α_k the training probe's acceptance of the τ_kd = k draft at τ_dec = 1 (or the highest probed
     τ_dec): the gap that opens in the second half of training (at step 0 both are the same initial draft,
-    so the first report would measure any gap at all). Claimed > 0. The probe logs one pooled α per step;
-    where its rows also hold per-prompt lists (`per_prompt_tokens/…`, `per_prompt_beta_sum/…`, on the
-    probe's prompts) they are bootstrapped (paired), else the verdict is inconclusive
-    with the point effect."""
+    so the first report would measure any gap at all). Claimed > 0. `curves` is `figures.curve_frame`'s;
+    where its rows also hold the per-prompt lists (on the probe's prompts) they are bootstrapped (paired),
+    else the verdict is inconclusive with the point effect."""
     definition = "gap = abs(α(τ_kd=1) − α(τ_kd=0)): gap at the last KD step − gap at mid-training"
-    keys = [c for c in curves.columns if str(c).startswith("acceptance_rate/tau_dec=")] if len(curves) else []
-    if not keys or "tau_kd" not in curves:
+    if curves.empty or "tau_kd" not in curves:
         return [untestable(CURVES_PART, "-", definition, "no acceptance-vs-step curves")]
-    key = max(keys, key=lambda k: (np.isclose(_tau_of(k), 1.0), _tau_of(k)))
+    tau_dec = max(curves.tau_dec.unique(), key=lambda t: (np.isclose(t, 1.0), t))
+    at_tau = curves[(curves.tau_dec == tau_dec) & curves.tau_kd.notna()]
     verdicts = []
-    for paradigm, runs in curves[curves.tau_kd.notna()].groupby("paradigm"):
+    for paradigm, runs in at_tau.groupby("paradigm"):
         ends = {k: runs[np.isclose(runs.tau_kd, k)].sort_values("step") for k in (0.0, 1.0)}
-        scope = f"{paradigm}, τ_dec {_tau_of(key):g}"
-        if any(run.empty or run[key].isna().all() for run in ends.values()):
+        scope = f"{paradigm}, τ_dec {tau_dec:g}"
+        if any(run.empty or run.acceptance_rate.isna().all() for run in ends.values()):
             verdicts.append(untestable(CURVES_PART, scope, definition, "needs τ_kd 0 and 1 drafts' curves"))
             continue
-        verdicts.append(_curve_verdict(ends, key, scope, definition))
+        verdicts.append(_curve_verdict(ends, scope, definition))
     return verdicts
 
 
@@ -411,17 +410,12 @@ def _middle_and_last(run: pd.DataFrame) -> pd.DataFrame:
     return run.iloc[[middle, -1]]
 
 
-def _tau_of(key: str) -> float:
-    return float(key.rsplit("=", 1)[1])
-
-
-def _curve_verdict(ends: Mapping[float, pd.DataFrame], key: str, scope: str, definition: str) -> Verdict:
-    tau = key.rsplit("=", 1)[1]
-    tokens, sums = f"per_prompt_tokens/tau_dec={tau}", f"per_prompt_beta_sum/tau_dec={tau}"
-    rows = {k: _middle_and_last(run.dropna(subset=[key])) for k, run in ends.items()}
-    if all({tokens, sums} <= set(run) for run in rows.values()):
+def _curve_verdict(ends: Mapping[float, pd.DataFrame], scope: str, definition: str) -> Verdict:
+    rows = {k: _middle_and_last(run.dropna(subset=["acceptance_rate"])) for k, run in ends.items()}
+    lists = ("per_prompt_tokens", "per_prompt_beta_sum")
+    if all(run[column].notna().all() for run in rows.values() for column in lists):
         arrays = {
-            (k, s): (np.array(r[tokens].iloc[s]), np.array(r[sums].iloc[s]))
+            (k, s): (np.array(r.per_prompt_tokens.iloc[s]), np.array(r.per_prompt_beta_sum.iloc[s]))
             for k, r in rows.items()
             for s in (0, 1)
         }
@@ -433,7 +427,7 @@ def _curve_verdict(ends: Mapping[float, pd.DataFrame], key: str, scope: str, def
 
         size = {"probe": len(arrays[0.0, 0][0])}
         return judged(CURVES_PART, scope, definition, +1, statistic, size)
-    alpha = {k: r[key].to_numpy() for k, r in rows.items()}
+    alpha = {k: r.acceptance_rate.to_numpy() for k, r in rows.items()}
     effect = float(abs(alpha[1.0][1] - alpha[0.0][1]) - abs(alpha[1.0][0] - alpha[0.0][0]))
     reason = "no interval: the probe logs one pooled α per step, not per-prompt values"
     return Verdict(CURVES_PART, scope, definition, effect, np.nan, np.nan, INCONCLUSIVE, reason)

@@ -26,6 +26,7 @@ from specray.progress import LineMeter, live_display, progress_console
 
 if TYPE_CHECKING:
     from specray.config import SweepSpec
+    from specray.distill.curves import CurvePoint
 
 MEMINFO = Path("/proc/meminfo")
 
@@ -115,7 +116,7 @@ class SweepDisplay:
         if self._meter is not None:
             self._meter.set_postfix_str(text)
 
-    def curve_reporter(self, draft: str, spec: SweepSpec) -> Callable[[dict], None]:
+    def curve_reporter(self, draft: str, spec: SweepSpec) -> Callable[[CurvePoint], None]:
         """A `distill(..., report=...)` callback: the draft's latest step, loss and acceptance as the note."""
         steps, tau_decs = spec.distill.steps, spec.eval.temperatures
         return lambda curve: self.note(curve_note(draft, curve, steps, tau_decs))

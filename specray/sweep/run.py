@@ -31,7 +31,9 @@ from specray.cluster.runtime import ray_session
 from specray.config import SweepSpec, dump_spec
 from specray.data.shards import is_complete, train_shard_keys
 from specray.devices import device_kind
+from specray.distill.checkpoints import read_curves
 from specray.distill.convergence import convergence_metrics
+from specray.distill.curves import CurvePoint, curves_to_json
 from specray.files import write_json, write_text
 from specray.keys import cost_ratio_inputs, digest, model_id
 from specray.lineage import DRAFTS_VIEW, DatasetRef, SweepData, describe_sweep, draft_model, draft_note
@@ -274,13 +276,13 @@ def _distill_all(
     runs: dict[str, str],
     display: SweepDisplay,
     data: SweepData,
-) -> dict[str, list[dict]]:
+) -> dict[str, list[CurvePoint]]:
     """Distil every draft the plan lists, in as many Train runs side by side as the cluster fits, each run
     distilling its share of the drafts one after another (`split_runs`); log each one as it is published.
     Each distillation's latest loss and acceptance reach the display as they are reported."""
     from specray.distill.ray_train import DraftJob, distill_drafts
 
-    curves: dict[str, list[dict]] = {}
+    curves: dict[str, list[CurvePoint]] = {}
     for plan in work.drafts:
         if plan not in work.drafts_todo:
             datasets = data.for_draft(plan.mixture)
@@ -357,13 +359,13 @@ def finish_draft(
     display: SweepDisplay,
     datasets: Sequence[DatasetRef] = (),
     reused: bool = False,
-) -> list[dict]:
+) -> list[CurvePoint]:
     """Log a finished draft's curves, the datasets it used and the draft as a logged model to its run, each
     once (a driver may die between any two); `reused`: it was found finished, not trained now."""
-    curves = json.loads((plan.output_dir / "curves.json").read_text())
+    curves = read_curves(plan.output_dir)
     logged = tracker.metric_keys(run_id)
     if "loss" not in logged:
-        tracker.log_curves(run_id, curves)
+        tracker.log_curves(run_id, curves_to_json(curves))
     trend = convergence_metrics(curves)  # the last window's slope of the probe's acceptance
     if trend and not set(trend) <= logged:
         tracker.log_metrics(run_id, trend)
@@ -486,7 +488,8 @@ def _report(spec, tracker, parent, records, drafts, curves, outputs, cost: CostR
         token_lengths=characters,
     )
     json_lengths = {test_set: {str(t): v for t, v in by_tau.items()} for test_set, by_tau in lengths.items()}
-    inputs = {"cells": cells, "drafts": drafts, "curves": curves, "lengths": json_lengths}
+    json_curves = {name: curves_to_json(points) for name, points in curves.items()}
+    inputs = {"cells": cells, "drafts": drafts, "curves": json_curves, "lengths": json_lengths}
     inputs["cost_ratio"] = asdict(cost)
     inputs["token_lengths"] = {
         test_set: {str(t): {str(k): n for k, n in c.items()} for t, c in by.items()}

@@ -81,8 +81,8 @@ def test_a_killed_worker_resumes_from_the_last_checkpoint_and_ends_at_the_step_c
     assert (tmp_path / "faults" / "train.step").exists()  # the worker really was killed
     finished = json.loads((result.output_dir / FINISHED_FILE).read_text())
     assert finished["resumed_from"] == [2] and finished["steps"] == 6
-    assert [c["step"] for c in result.curves] == list(range(7))
-    assert [c["step"] for c in reported] == list(range(7))  # re-run steps 3.. are not reported twice
+    assert [c.step for c in result.curves] == list(range(7))
+    assert [c.step for c in reported] == list(range(7))  # re-run steps 3.. are not reported twice
     # resumed exactly: the same losses as the uninterrupted run
     assert losses(result.curves) == pytest.approx(losses(two_workers.curves), rel=DDP_RTOL)
 
@@ -105,7 +105,7 @@ def test_a_run_that_dies_leaves_no_finished_draft_and_a_later_call_resumes_it(
     monkeypatch.delenv(FAULTS_ENV)
     result = distill(spec, "offline", {1.0: 1.0}, output)  # e.g. after the driver itself died
     assert is_finished(output) and json.loads((output / FINISHED_FILE).read_text())["resumed_from"] == [2]
-    assert [c["step"] for c in result.curves] == [0, 1, 2, 3, 4] and not work_dir(output).exists()
+    assert [c.step for c in result.curves] == [0, 1, 2, 3, 4] and not work_dir(output).exists()
 
 
 @pytest.mark.parametrize(
@@ -142,7 +142,7 @@ def test_several_drafts_in_one_run_each_resume_only_from_their_own_checkpoint(
     offline, again, online = distill_drafts(
         spec,
         jobs,
-        lambda draft, curve: reported.setdefault(draft, []).append(curve["step"]),
+        lambda draft, curve: reported.setdefault(draft, []).append(curve.step),
         published.append,
     )
     assert (tmp_path / "faults" / "train.step").exists()  # the worker really was killed

@@ -11,13 +11,13 @@ from specray.distill.convergence import (
     mean_acceptance,
     slope_per_100,
 )
-from specray.distill.curves import acceptance_key
+from specray.distill.curves import CurvePoint
 
 
-def _point(step: int, *acceptances: float) -> dict:
+def _point(step: int, *acceptances: float) -> CurvePoint:
     """A curve point with the probe's acceptance at τ_dec 0, 1, ... (step 0 has no loss, as in the loop)."""
-    point = {"step": step, **{acceptance_key(float(i)): a for i, a in enumerate(acceptances)}}
-    return point | ({"loss": 1.0} if step else {})
+    acceptance = {float(i): a for i, a in enumerate(acceptances)}
+    return CurvePoint(step, loss=1.0 if step else None, acceptance=acceptance)
 
 
 def test_slope_golden_values() -> None:
@@ -30,7 +30,7 @@ def test_slope_golden_values() -> None:
 
 def test_mean_acceptance_averages_the_probe_keys_only() -> None:
     assert mean_acceptance(_point(10, 0.2, 0.4)) == pytest.approx(0.3)
-    assert mean_acceptance({"step": 10, "loss": 1.0}) is None
+    assert mean_acceptance(CurvePoint(10, loss=1.0)) is None
 
 
 def test_window_is_the_last_quarter_of_the_steps() -> None:

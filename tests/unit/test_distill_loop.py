@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ import torch
 from specray.config import SweepSpec, load_spec
 from specray.data.dataset import build_splits
 from specray.distill.checkpoints import CURVES_FILE, SPEC_FILE, TRAINER_STATE, is_finished, work_dir
-from specray.distill.curves import acceptance_key
+from specray.distill.curves import CurvePoint
 from specray.distill.inputs import draft_name, parse_mixture, prepare_inputs
 from specray.distill.loop import train_draft
 from specray.errors import DataError, SpecError
@@ -77,8 +78,8 @@ def spec(micro_zoo) -> SweepSpec:
     return spec
 
 
-def losses(curves: list[dict]) -> list[float]:
-    return [c["loss"] for c in curves if "loss" in c]
+def losses(curves: list[CurvePoint]) -> list[float]:
+    return [c.loss for c in curves if c.loss is not None]
 
 
 # ---------------------------------------------------------------- tests
@@ -105,19 +106,23 @@ def test_bad_requests_fail_before_any_work(spec, micro_zoo) -> None:
 
 @pytest.mark.parametrize("paradigm", ["offline", "online"])
 def test_a_run_publishes_a_loadable_draft_with_curves(spec, paradigm, tmp_path: Path) -> None:
-    reported: list[dict] = []
+    reported: list[CurvePoint] = []
     result = train_draft(spec, paradigm, {1.0: 1.0}, tmp_path / "draft", reported.append)
     assert result.output_dir == tmp_path / "draft" and result.steps == 4
-    assert [c["step"] for c in result.curves] == [0, 2, 4] and reported == result.curves
-    per_prompt = {f"per_prompt_{x}/tau_dec={t}" for x in ("tokens", "beta_sum") for t in (0, 1)}
-    assert set(result.curves[0]) == {"step", acceptance_key(0.0), acceptance_key(1.0)} | per_prompt
+    assert [c.step for c in result.curves] == [0, 2, 4] and reported == result.curves
+    first = result.curves[0]
+    assert first.loss is None and set(first.acceptance) == set(first.per_prompt) == {0.0, 1.0}
     for curve in result.curves:  # α is the pool of the per-prompt sums the report's bootstrap resamples
-        tokens, sums = curve["per_prompt_tokens/tau_dec=1"], curve["per_prompt_beta_sum/tau_dec=1"]
-        assert curve[acceptance_key(1.0)] == pytest.approx(sum(sums) / sum(tokens), abs=1e-5)
+        sums = curve.per_prompt[1.0]
+        assert curve.acceptance[1.0] == pytest.approx(sum(sums.beta_sums) / sum(sums.tokens), abs=1e-5)
     for curve in result.curves[1:]:
-        assert curve["loss"] > 0 and curve["tokens_per_s"] > 0 and 0 <= curve[acceptance_key(1.0)] <= 1
+        assert curve.loss and curve.tokens_per_s and curve.loss > 0 and curve.tokens_per_s > 0
+        assert 0 <= curve.acceptance[1.0] <= 1
     assert is_finished(result.output_dir) and not work_dir(result.output_dir).exists()
-    assert json.loads((result.output_dir / CURVES_FILE).read_text()) == result.curves
+    on_disk = json.loads((result.output_dir / CURVES_FILE).read_text())
+    assert on_disk == [c.to_json() for c in result.curves]
+    per_prompt = {f"per_prompt_{x}/tau_dec={t}" for x in ("tokens", "beta_sum") for t in (0, 1)}
+    assert set(on_disk[0]) == {"step", "acceptance_rate/tau_dec=0", "acceptance_rate/tau_dec=1"} | per_prompt
     assert load_spec(result.output_dir / SPEC_FILE) == spec
     assert not (result.output_dir / TRAINER_STATE).exists()
     trained = load_model(str(result.output_dir)).parameters()
@@ -128,10 +133,10 @@ def test_a_run_publishes_a_loadable_draft_with_curves(spec, paradigm, tmp_path: 
 def test_online_drafts_train_online_steps_and_offline_drafts_steps(micro_zoo, tmp_path: Path) -> None:
     both = micro_spec(micro_zoo, "distill.online_steps=6")
     online = train_draft(both, "online", {1.0: 1.0}, tmp_path / "online")
-    assert online.steps == 6 and [c["step"] for c in online.curves] == [0, 2, 4, 6]
+    assert online.steps == 6 and [c.step for c in online.curves] == [0, 2, 4, 6]
     assert load_spec(online.output_dir / SPEC_FILE).distill.steps == 6  # the spec it trained under
     offline = train_draft(both, "offline", {1.0: 1.0}, tmp_path / "offline")
-    assert offline.steps == 4 and offline.curves[-1]["step"] == 4
+    assert offline.steps == 4 and offline.curves[-1].step == 4
 
 
 class Crash(Exception):
@@ -139,8 +144,8 @@ class Crash(Exception):
 
 
 def crash_at(step: int):
-    def report(curve: dict) -> None:
-        if curve["step"] == step:
+    def report(curve: CurvePoint) -> None:
+        if curve.step == step:
             raise Crash(f"killed at step {step}")
 
     return report
@@ -158,8 +163,8 @@ def test_a_killed_run_leaves_no_draft_and_resumes_from_its_last_checkpoint(spec,
 
     reported: list[dict] = []
     resumed = train_draft(long, "online", {0.0: 1.0, 1.0: 2.0}, output, reported.append)
-    assert [c["step"] for c in reported] == [3, 4, 5, 6]  # steps up to the checkpoint are not re-reported
-    assert [c["step"] for c in resumed.curves] == list(range(7))
+    assert [c.step for c in reported] == [3, 4, 5, 6]  # steps up to the checkpoint are not re-reported
+    assert [c.step for c in resumed.curves] == list(range(7))
     assert json.loads((output / "finished.json").read_text())["resumed_from"] == [2]
     # the data order is a function of the step: the resumed run is the uninterrupted run
     assert losses(resumed.curves) == pytest.approx(losses(reference.curves), rel=1e-6)
@@ -172,14 +177,15 @@ def test_a_changed_spec_never_resumes_a_stale_checkpoint(spec, micro_zoo, tmp_pa
     changed = micro_spec(micro_zoo, "distill.lr=0.01")
     result = train_draft(changed, "offline", {1.0: 1.0}, output)
     assert json.loads((output / "finished.json").read_text())["resumed_from"] == []
-    assert [c["step"] for c in result.curves] == [0, 2, 4]
+    assert [c.step for c in result.curves] == [0, 2, 4]
 
 
 def test_runs_are_deterministic(spec, tmp_path) -> None:
     first = train_draft(spec, "online", {1.0: 1.0}, tmp_path / "a")
     second = train_draft(spec, "online", {1.0: 1.0}, tmp_path / "b")
-    timing = {"tokens_per_s", "seconds_per_step"}
-    timeless = [[{k: v for k, v in c.items() if k not in timing} for c in r.curves] for r in (first, second)]
+    timeless = [
+        [replace(c, tokens_per_s=None, seconds_per_step=None) for c in r.curves] for r in (first, second)
+    ]
     assert timeless[0] == timeless[1]
 
 

@@ -48,6 +48,7 @@ import pytest
 import torch
 
 from specray.config import DistillSpec, SweepSpec
+from specray.distill.curves import CurvePoint
 from specray.distill.loop import train_draft
 from specray.distill.losses import IGNORE_INDEX, ResponseLoss
 from specray.models.loading import load_model, load_tokenizer
@@ -221,13 +222,15 @@ def assert_golden(name: str, actual: dict, pinned: dict) -> None:
     )
 
 
-def _curve_values(curves: list[dict]) -> dict:
-    """Per reported step: its loss (none at step 0) and the probe's acceptance at each τ_dec."""
+def _curve_values(curves: list[CurvePoint]) -> dict:
+    """Per reported step: its loss (none at step 0) and the probe's acceptance at each τ_dec, under the
+    curve's JSON names (those of curves.json and MLflow)."""
     out = {}
     for curve in curves:
-        for key in sorted(curve):
+        flat = curve.to_json()
+        for key in sorted(flat):
             if key == "loss" or key.startswith("acceptance_rate/"):
-                out[f"step={curve['step']} {key}"] = curve[key]
+                out[f"step={curve.step} {key}"] = flat[key]
     return out
 
 
@@ -237,7 +240,7 @@ def _curve_values(curves: list[dict]) -> dict:
 @pytest.mark.parametrize("paradigm", ["offline", "online"])
 def test_a_four_step_distillation_reproduces_its_pinned_curve(spec, paradigm, tmp_path: Path) -> None:
     result = train_draft(spec, paradigm, {1.0: 1.0}, tmp_path / paradigm)
-    assert [c["step"] for c in result.curves] == [0, 1, 2, 3, 4]
+    assert [c.step for c in result.curves] == [0, 1, 2, 3, 4]
     assert_golden(
         paradigm.upper(), _curve_values(result.curves), OFFLINE if paradigm == "offline" else ONLINE
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from specray.distill.curves import CurvePoint
 from specray.names import BASELINE
 from specray.report.build import build_report
 from specray.report.tables import load_composition, table2
@@ -86,10 +87,10 @@ def _tune_folder(folder: Path) -> Path:
     return folder
 
 
-def _curves(drafts: dict[str, dict]) -> dict[str, list[dict]]:
+def _curves(drafts: dict[str, dict]) -> dict[str, list[CurvePoint]]:
     return {
         name: [
-            {"step": step, "loss": 1.0, "acceptance_rate/tau_dec=1": 0.4 + step / 1000 * (1 + info["tau_kd"])}
+            CurvePoint(step, loss=1.0, acceptance={1.0: 0.4 + step / 1000 * (1 + info["tau_kd"])})
             for step in (0, 50, 100)
         ]
         for name, info in drafts.items()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from specray.distill.curves import acceptance_key
+from specray.distill.curves import CurvePoint
 from specray.names import BASELINE
 from specray.report.convergence import convergence_table, projected_heading
 from specray.report.speedup_units import MEASURED, MODELLED, speedup_heatmaps, speedup_in_units
@@ -47,8 +47,8 @@ def test_without_empirical_cells_everything_is_modelled(tmp_path: Path) -> None:
 
 
 def test_convergence_table_and_projection_heading() -> None:
-    rising = [{"step": s, acceptance_key(1.0): 0.5 + 0.001 * s} for s in range(0, 401, 10)]
-    flat = [{"step": s, acceptance_key(1.0): 0.6} for s in range(0, 401, 10)]
+    rising = [CurvePoint(s, acceptance={1.0: 0.5 + 0.001 * s}) for s in range(0, 401, 10)]
+    flat = [CurvePoint(s, acceptance={1.0: 0.6}) for s in range(0, 401, 10)]
     table = convergence_table({"online/tau_kd=1": rising, "offline/tau_kd=1": flat, "short": rising[:3]})
     rows = table.set_index("draft")
     assert rows.loc["online/tau_kd=1", "slope per 100 steps"] == "+0.1000"

@@ -7,8 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from specray.distill.curves import CurvePoint, PromptSums
 from specray.names import BASELINE
 from specray.report import paired, verdicts
+from specray.report.figures import curve_frame
 from specray.report.paired import INCONCLUSIVE, NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED
 
 
@@ -141,18 +143,13 @@ def test_a_grid_without_what_a_claim_needs_is_not_testable() -> None:
 
 
 def test_curves_without_per_prompt_values_are_inconclusive_with_their_point_effect() -> None:
-    rows = [
-        {
-            "draft": f"offline/tau_kd={k:g}",
-            "paradigm": "offline",
-            "tau_kd": k,
-            "step": s,
-            "acceptance_rate/tau_dec=1": a,
-        }
-        for k, by_step in ((0.0, {10: 0.50, 100: 0.60}), (1.0, {10: 0.51, 100: 0.70}))
-        for s, a in by_step.items()
-    ]
-    (verdict,) = verdicts.curves_part_late(pd.DataFrame(rows))
+    by_tau_kd = {0.0: {10: 0.50, 100: 0.60}, 1.0: {10: 0.51, 100: 0.70}}
+    curves = {
+        f"offline/tau_kd={k:g}": [CurvePoint(s, acceptance={1.0: a}) for s, a in by_step.items()]
+        for k, by_step in by_tau_kd.items()
+    }
+    drafts = {f"offline/tau_kd={k:g}": {"paradigm": "offline", "tau_kd": k} for k in by_tau_kd}
+    (verdict,) = verdicts.curves_part_late(curve_frame(curves, drafts))
     assert verdict.verdict == INCONCLUSIVE and "pooled" in verdict.note
     assert verdict.effect == pytest.approx(0.10 - 0.01)
 
@@ -188,21 +185,17 @@ def test_curves_with_per_prompt_values_are_bootstrapped() -> None:
     grows from 0.02 to 0.20 on every one of 16 prompts."""
     tokens = np.full(16, 10.0)
 
-    def row(tau_kd: float, step: int, alpha: float) -> dict:
+    def point(step: int, alpha: float) -> CurvePoint:
         sums = tokens * (alpha + np.linspace(-0.05, 0.05, 16))  # prompts differ; the gap does not
-        return {
-            "draft": f"online/tau_kd={tau_kd:g}",
-            "paradigm": "online",
-            "tau_kd": tau_kd,
-            "step": step,
-        } | {
-            "acceptance_rate/tau_dec=1": sums.sum() / tokens.sum(),
-            "per_prompt_tokens/tau_dec=1": tokens.tolist(),
-            "per_prompt_beta_sum/tau_dec=1": sums.tolist(),
-        }
+        per_prompt = PromptSums(tuple(tokens.tolist()), tuple(sums.tolist()))
+        return CurvePoint(step, acceptance={1.0: sums.sum() / tokens.sum()}, per_prompt={1.0: per_prompt})
 
-    rows = [row(0.0, 50, 0.50), row(0.0, 100, 0.60), row(1.0, 50, 0.52), row(1.0, 100, 0.80)]
-    (verdict,) = verdicts.curves_part_late(pd.DataFrame(rows))
+    curves = {
+        "online/tau_kd=0": [point(50, 0.50), point(100, 0.60)],
+        "online/tau_kd=1": [point(50, 0.52), point(100, 0.80)],
+    }
+    drafts = {f"online/tau_kd={k:g}": {"paradigm": "online", "tau_kd": k} for k in (0.0, 1.0)}
+    (verdict,) = verdicts.curves_part_late(curve_frame(curves, drafts))
     assert verdict.verdict == REPRODUCED and verdict.effect == pytest.approx(0.18)
 
 

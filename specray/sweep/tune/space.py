@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specray.config import SweepSpec
-from specray.distill.curves import acceptance_key
+from specray.distill.curves import CurvePoint
 from specray.distill.inputs import draft_name
 from specray.errors import SpecError
 from specray.ops import expected_block_efficiency, speedup_model
@@ -139,21 +139,21 @@ def search_space(spec: SweepSpec) -> dict[str, Any]:
 # ---------------------------------------------------------------- signals
 
 
-def acceptance_estimate(curve: Mapping[str, Any], taus_dec: Sequence[float]) -> float | None:
+def acceptance_estimate(curve: CurvePoint, taus_dec: Sequence[float]) -> float | None:
     """Mean of the probe's acceptance over `taus_dec` in one curve point (None if one is missing)."""
-    values = [curve.get(acceptance_key(tau)) for tau in taus_dec]
-    if any(v is None or not math.isfinite(v) for v in values):
+    values = [curve.acceptance.get(float(tau), math.nan) for tau in taus_dec]
+    if not all(math.isfinite(v) for v in values):
         return None
     return sum(values) / len(values)
 
 
 def speedup_estimate(
-    curve: Mapping[str, Any], taus_dec: Sequence[float], c: float, gammas: Sequence[int]
+    curve: CurvePoint, taus_dec: Sequence[float], c: float, gammas: Sequence[int]
 ) -> float | None:
     """The objective as estimated from a curve point: i.i.d. block efficiency of the probe's α, at the
     best γ of the grid for each τ_dec."""
-    alphas = [curve.get(acceptance_key(tau)) for tau in taus_dec]
-    if any(a is None or not math.isfinite(a) for a in alphas):
+    alphas = [curve.acceptance.get(float(tau), math.nan) for tau in taus_dec]
+    if not all(math.isfinite(a) for a in alphas):
         return None
     speedups = [
         max(speedup_model(expected_block_efficiency(min(1.0, max(0.0, a)), g), c, g) for g in gammas)

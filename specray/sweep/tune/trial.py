@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from specray.config import SweepSpec
 from specray.distill.checkpoints import is_finished, read_curves
+from specray.distill.curves import CurvePoint
 from specray.distill.inputs import DistillInputs
 from specray.files import write_atomic
 from specray.specdec.records import CellRecord
@@ -55,14 +55,15 @@ class TrialContext:
     trials_dir: str  # absolute: Tune runs a trial with its own working directory
 
 
-def progress_metrics(curve: Mapping[str, Any], spec: SweepSpec, cost_ratio: float) -> dict[str, Any]:
+def progress_metrics(curve: CurvePoint, spec: SweepSpec, cost_ratio: float) -> dict[str, Any]:
     """One curve point as a Tune result: step, the ASHA signal, the objective's estimate, the curve."""
     taus = spec.tune.objective_temperatures
     alpha = acceptance_estimate(curve, taus)
     estimate = speedup_estimate(curve, taus, cost_ratio, spec.eval.gamma)
-    metrics: dict[str, Any] = {metric_key(k): v for k, v in curve.items() if isinstance(v, int | float)}
+    flat = curve.to_json()  # a Tune result is the curve's JSON edge: its keys, sanitised for MLflow
+    metrics: dict[str, Any] = {metric_key(k): v for k, v in flat.items() if isinstance(v, int | float)}
     return metrics | {
-        "step": int(curve["step"]),
+        "step": curve.step,
         ACCEPTANCE_ESTIMATE: math.nan if alpha is None else alpha,
         OBJECTIVE: math.nan if estimate is None else estimate,
         MEASURED: 0,
@@ -94,7 +95,7 @@ def _validate(spec: SweepSpec, context: TrialContext, draft: Path, name: str) ->
 
 
 def final_metrics(
-    spec: SweepSpec, curves: list[dict], records: list[CellRecord], cost_ratio: float
+    spec: SweepSpec, curves: list[CurvePoint], records: list[CellRecord], cost_ratio: float
 ) -> dict[str, Any]:
     """The trial's last result: its last curve point plus the measured objective and validation cells."""
     with_gamma = len(spec.eval.gamma) > 1
@@ -141,8 +142,8 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
     worker_resources(trial_spec).enter()  # threads as reserved (no oversubscription)
     draft, steps = folder / DRAFT_DIR, trial_spec.distill.steps
 
-    def report(curve: dict) -> None:
-        if curve["step"] < steps:  # the last point goes out with the objective (ASHA stops at max_t)
+    def report(curve: CurvePoint) -> None:
+        if curve.step < steps:  # the last point goes out with the objective (ASHA stops at max_t)
             tune.report(progress_metrics(curve, trial_spec, context.cost_ratio))
 
     if not is_finished(draft):
