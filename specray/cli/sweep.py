@@ -67,6 +67,7 @@ def report(
     from specray.distill.curves import curves_from_json
     from specray.report.build import build_report
     from specray.report.tables import load_composition
+    from specray.specdec.records import CostRatio
     from specray.tracking import fetch_sweep_records
 
     with user_errors(), tempfile.TemporaryDirectory() as tmp:
@@ -75,7 +76,8 @@ def report(
     title = f"specray sweep: {records['name']} (MLflow run {run_id})"
     curves = {name: curves_from_json(points) for name, points in records["curves"].items()}
     parts = (records["cells"], records["drafts"], curves, records["lengths"])
-    extra = {"cost_ratio": records.get("cost_ratio"), "projected_cost_ratio": records["projected_cost_ratio"]}
+    cost = CostRatio.from_json(records["cost_ratio"]) if records.get("cost_ratio") else None
+    extra = {"cost_ratio": cost, "projected_cost_ratio": records["projected_cost_ratio"]}
     extra |= {"token_lengths": records.get("token_lengths")}
     if tune is not None:
         with user_errors():

@@ -19,6 +19,7 @@ from specray.report.convergence import CONVERGENCE_NOTE, convergence_table, proj
 from specray.report.serving import SERVER_NOTE, server_table
 from specray.report.speedup_units import UNITS_NOTE, speedup_heatmaps
 from specray.report.verdicts import Composition, all_verdicts, verdict_frame
+from specray.specdec.records import CostRatio
 
 
 def cells_frame(
@@ -104,20 +105,6 @@ def projected(cells: pd.DataFrame, cost_ratio: float) -> pd.DataFrame:
     return analytic
 
 
-def cost_ratio_line(cost_ratio: Mapping[str, Any] | None) -> str:
-    """How c was obtained, for the report's header."""
-    if not cost_ratio:
-        return "c: not recorded"
-    if cost_ratio.get("source") == "fixed":
-        return f"c = {cost_ratio['value']:.4g}, fixed by eval.draft_cost_ratio (not measured)"
-    share = 100 * cost_ratio["ci95"] / cost_ratio["value"]
-    return (
-        f"c = {cost_ratio['value']:.4f} ± {cost_ratio['ci95']:.4f} (95% interval, ±{share:.1f}%), "
-        f"measured once on {cost_ratio.get('device', '?')} over {cost_ratio['steps']} interleaved "
-        "draft/target step pairs; every analytic cell uses it"
-    )
-
-
 def findings(cells: pd.DataFrame) -> list[str]:
     """Where the peaks lie on this sweep's analytic cells (in-domain where both exist): point values only;
     the claims are judged, with intervals, by `verdicts`."""
@@ -154,7 +141,7 @@ def build_report(
     lengths: Mapping[str, Mapping[float, list[int]]],
     out_dir: Path,
     title: str = "specray sweep",
-    cost_ratio: Mapping[str, Any] | None = None,
+    cost_ratio: CostRatio | None = None,
     projected_cost_ratio: float | None = None,
     token_lengths: Mapping[str, Mapping[Any, Mapping[Any, int]]] | None = None,
     composition: Composition | None = None,
@@ -170,7 +157,8 @@ def build_report(
     at_best = (
         pd.concat([best_gamma(frame), frame[frame.estimator != "analytic"]]) if not frame.empty else frame
     )
-    sections = [f"# {title}\n", f"{cost_ratio_line(cost_ratio)}\n"]
+    cost_line = f"{cost_ratio.describe()}; every analytic cell uses it" if cost_ratio else "c: not recorded"
+    sections = [f"# {title}\n", f"{cost_line}\n"]
     with_lists = lossless(cells_frame(cells, drafts, keep_lists=True))
     sections += _verdict_section(with_lists, probe_curves, composition, at_best, out_dir)
     several = not frame.empty and frame.gamma.nunique() > 1
@@ -202,8 +190,7 @@ def build_report(
     sections += _figure5_section(token_lengths or {}, lengths, out_dir)
     sections += _figure6_section(probe_curves, out_dir)
     sections += ["\n## Convergence of the drafts\n", CONVERGENCE_NOTE, _table(convergence_table(curves))]
-    c = cost_ratio.get("value") if cost_ratio else None
-    sections += lossy.section(everything, out_dir, c)
+    sections += lossy.section(everything, out_dir, cost_ratio.value if cost_ratio else None)
     sections += ["\n## What servers report\n", SERVER_NOTE, _table(server_table(_lossless_records(cells)))]
 
     sections += ["\n## Empirical vs analytic acceptance (on the same prompts)\n", AGREEMENT_NOTE]

@@ -123,7 +123,7 @@ def read_run(run_id: str, tracking_uri: str, work: Path) -> SweepResults:
         return tracker.download_draft(run_id, key, work / "drafts" / key)
 
     dirs = DraftDirs((c.draft_key for c in cells), fetch)
-    cost = CostRatio(**records["cost_ratio"])
+    cost = CostRatio.from_json(records["cost_ratio"])
     return SweepResults(spec, cells, cost, dirs, f"mlflow:{run_id}", run_id)
 
 

@@ -61,7 +61,16 @@ class CostRatio:
     device: str = "cpu"
     key: str = ""
 
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, payload: Mapping[str, Any]) -> CostRatio:
+        """Read `to_json`'s object (cost_ratio.json, a sweep's MLflow records)."""
+        return cls(**payload)
+
     def describe(self) -> str:
+        """How c was obtained, in one line: the CLI's, the sweep log's and the report header's."""
         if self.source == "fixed":
             return f"c = {self.value:.4g} (fixed by eval.draft_cost_ratio)"
         return (

@@ -212,4 +212,4 @@ def cost_ratio_stage(spec: SweepSpec, out: Path) -> tuple[StagePlan, CostRatio |
 
 def read_cost_ratio(out: Path) -> CostRatio | None:
     path = out / COST_RATIO_FILE
-    return CostRatio(**json.loads(path.read_text())) if path.exists() else None
+    return CostRatio.from_json(json.loads(path.read_text())) if path.exists() else None

@@ -383,7 +383,7 @@ def save_cost_ratio(spec: SweepSpec, pool: EvalPool, draft_path: str, out: Path)
     log.info("measuring the cost ratio c on an eval actor")
     measured = pool.measure_cost_ratio(draft_path)
     cost = CostRatio(**(asdict(measured) | {"key": digest(cost_ratio_inputs(spec))}))
-    write_json(out / COST_RATIO_FILE, asdict(cost))
+    write_json(out / COST_RATIO_FILE, cost.to_json())
     log.info("%s", cost.describe())
     return cost
 
@@ -483,14 +483,14 @@ def _report(spec, tracker, parent, records, drafts, curves, outputs, cost: CostR
         lengths,
         out / "report",
         title=f"specray sweep: {spec.name}",
-        cost_ratio=asdict(cost),
+        cost_ratio=cost,
         projected_cost_ratio=spec.eval.projected_cost_ratio,
         token_lengths=characters,
     )
     json_lengths = {test_set: {str(t): v for t, v in by_tau.items()} for test_set, by_tau in lengths.items()}
     json_curves = {name: curves_to_json(points) for name, points in curves.items()}
     inputs = {"cells": cells, "drafts": drafts, "curves": json_curves, "lengths": json_lengths}
-    inputs["cost_ratio"] = asdict(cost)
+    inputs["cost_ratio"] = cost.to_json()
     inputs["token_lengths"] = {
         test_set: {str(t): {str(k): n for k, n in c.items()} for t, c in by.items()}
         for test_set, by in characters.items()

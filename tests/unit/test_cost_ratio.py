@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specray.specdec.cost import measure_cost_ratio, ratio_interval
+from specray.specdec.records import CostRatio
 
 
 def _llama(layers: int, hidden: int) -> LlamaForCausalLM:
@@ -40,3 +43,11 @@ def test_a_smaller_draft_costs_less_and_the_measurement_reports_its_precision() 
     assert 0.0 < measured.value < 1.0
     assert measured.steps >= 40 and measured.ci95 > 0.0
     assert "±" in measured.describe() and f"{measured.steps} interleaved" in measured.describe()
+
+
+def test_the_json_round_trip_reads_a_file_written_before_the_record_had_methods() -> None:
+    old = {"value": 0.25, "ci95": 0.005, "steps": 80, "source": "measured", "device": "cpu", "key": "abc"}
+    cost = CostRatio.from_json(json.loads(json.dumps(old)))
+    assert cost == CostRatio(0.25, 0.005, 80, "measured", "cpu", "abc") and cost.to_json() == old
+    fixed = CostRatio.from_json({"value": 0.1, "ci95": 0.0, "steps": 0, "source": "fixed"})  # no device, key
+    assert fixed.describe() == "c = 0.1 (fixed by eval.draft_cost_ratio)"
