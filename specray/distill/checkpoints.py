@@ -20,11 +20,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from specray.config import SweepSpec, dump_spec
-from specray.distill.curves import CurvePoint, curves_from_json
+from specray.distill.curves import CurvePoint, curves_from_json, curves_to_json
 from specray.files import write_atomic
 
 TRAINER_STATE, CURVES_FILE, SPEC_FILE, FINISHED_FILE = (
@@ -46,6 +48,59 @@ WEIGHTS_SHA256 = "weights_sha256"  # the marker's field: weight file name -> SHA
 DAMAGED = "weights differ from finished.json"
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunState:
+    """The run's own part of a checkpoint's trainer state (beside the optimizer's, the scheduler's and the
+    RNG's): the loop updates it at every report."""
+
+    fingerprint: str  # the draft key: a checkpoint resumes only into a run with the same one
+    step: int = 0
+    curves: list[CurvePoint] = field(default_factory=list)
+    resumed_from: list[int] = field(default_factory=list)  # the steps of the checkpoints resumed from
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data only (the trainer state loads with weights_only), in the keys it was always saved as."""
+        curves = curves_to_json(self.curves)
+        return {"step": self.step, "curves": curves, "resumed_from": list(self.resumed_from)} | {
+            "fingerprint": self.fingerprint
+        }
+
+    @classmethod
+    def from_json(cls, saved: Mapping[str, Any]) -> RunState:
+        """From a loaded trainer state (its optimizer, scheduler and RNG entries are not read here)."""
+        curves = curves_from_json(saved["curves"])
+        return cls(saved["fingerprint"], int(saved["step"]), curves, [int(s) for s in saved["resumed_from"]])
+
+
+@dataclass(frozen=True)
+class FinishedDraft:
+    """The completion marker `finished.json`, written last: which draft this is and what made it."""
+
+    draft: str = ""
+    paradigm: str = ""
+    mixture: dict[str, float] = field(default_factory=dict)  # τ_kd written with :g -> weight
+    steps: int = 0
+    resumed_from: list[int] = field(default_factory=list)
+    fingerprint: str = ""  # the draft key (`fingerprint`)
+    key_inputs: dict[str, Any] = field(default_factory=dict)  # what it was made from: the plan's "why"
+    curve_inputs: dict[str, Any] = field(default_factory=dict)  # what its curves were recorded under
+    seconds: float = math.nan
+    weights_sha256: dict[str, str] | None = None  # weight file name -> SHA-256; None: not recorded
+
+    def to_json(self) -> dict[str, Any]:
+        """The marker's JSON (a marker without checksums has no such key, as before they existed)."""
+        payload = asdict(self)
+        if self.weights_sha256 is None:
+            del payload[WEIGHTS_SHA256]
+        return payload
+
+    @classmethod
+    def from_json(cls, payload: Mapping[str, Any]) -> FinishedDraft:
+        """A marker as written; one written before a field existed reads with that field empty."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in payload.items() if k in known})
 
 
 def draft_inputs(spec: SweepSpec, paradigm: str, mixture: Mapping[float, float]) -> dict[str, Any]:
@@ -84,8 +139,8 @@ def claim_work_dir(output_dir: Path, run_fingerprint: str) -> Path:
 def save_checkpoint(
     folder: Path, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, state: dict[str, Any]
 ) -> None:
-    """Write one checkpoint into `folder` (which exists); `state["curves"]` (JSON objects) also goes to
-    curves.json."""
+    """Write one checkpoint into `folder` (which exists); `state` is plain data (`RunState.to_json` and the
+    optimizer's, scheduler's and RNG's states); its curves also go to curves.json."""
     model.save_pretrained(folder)  # safetensors
     tokenizer.save_pretrained(folder)
     torch.save(state, folder / TRAINER_STATE)
@@ -115,7 +170,7 @@ def _fsync_tree(folder: Path) -> None:
                 os.fsync(handle.fileno())
 
 
-def publish(checkpoint: Path, output_dir: Path, spec: SweepSpec, info: Mapping[str, Any]) -> None:
+def publish(checkpoint: Path, output_dir: Path, spec: SweepSpec, info: FinishedDraft) -> None:
     """Turn the final checkpoint into the draft at `output_dir`; the marker (with `info`) comes last."""
     tmp = output_dir.parent / f".{output_dir.name}.{uuid.uuid4().hex[:8]}.tmp"
     try:
@@ -127,8 +182,9 @@ def publish(checkpoint: Path, output_dir: Path, spec: SweepSpec, info: Mapping[s
         os.replace(tmp, output_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    checksums = {WEIGHTS_SHA256: weight_checksums(output_dir)}
-    marker = json.dumps(dict(info) | checksums, indent=2, sort_keys=True)
+    marker = json.dumps(
+        replace(info, weights_sha256=weight_checksums(output_dir)).to_json(), indent=2, sort_keys=True
+    )
     write_atomic(output_dir / FINISHED_FILE, lambda path: path.write_text(marker))
 
 
@@ -147,7 +203,7 @@ def weight_checksums(folder: Path) -> dict[str, str]:
 def damaged_weights(output_dir: Path) -> list[str]:
     """The weight files of a finished draft that are missing or differ from its marker's checksums; none
     for a marker that recorded no checksums."""
-    expected = read_finished(output_dir).get(WEIGHTS_SHA256)
+    expected = read_finished(output_dir).weights_sha256
     if expected is None:
         return []
     found = weight_checksums(output_dir)
@@ -161,7 +217,7 @@ def is_finished(output_dir: str | os.PathLike, key: str | None = None) -> bool:
     folder = Path(output_dir)
     if not (folder / FINISHED_FILE).is_file():
         return False
-    if key is not None and read_finished(folder).get("fingerprint") != key:
+    if key is not None and read_finished(folder).fingerprint != key:
         return False
     return not damaged_weights(folder)
 
@@ -179,5 +235,5 @@ def set_aside_damaged(output_dir: Path) -> Path | None:
     return aside
 
 
-def read_finished(output_dir: Path) -> dict[str, Any]:
-    return json.loads((output_dir / FINISHED_FILE).read_text())
+def read_finished(output_dir: Path) -> FinishedDraft:
+    return FinishedDraft.from_json(json.loads((output_dir / FINISHED_FILE).read_text()))

@@ -34,7 +34,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -43,6 +43,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from specray.config import SweepSpec
 from specray.devices import Resources, autocast
 from specray.distill.checkpoints import (
+    FinishedDraft,
+    RunState,
     claim_work_dir,
     draft_inputs,
     fingerprint,
@@ -50,7 +52,7 @@ from specray.distill.checkpoints import (
     publish,
     save_checkpoint,
 )
-from specray.distill.curves import CurvePoint, curves_from_json, curves_to_json
+from specray.distill.curves import CurvePoint
 from specray.distill.data import (
     MixtureSampler,
     TrainRow,
@@ -104,7 +106,7 @@ class _Run:
     probe: AcceptanceProbe | None  # rank 0 only
     loss: ResponseLoss
     eos_ids: set[int]
-    state: dict  # step, curves, resumed_from, fingerprint: saved with every checkpoint
+    state: RunState  # saved with every checkpoint
     states: StaticStates | None = None  # online: the teacher's side of rows that never change
 
 
@@ -149,20 +151,19 @@ def _load_student(
 
 def _optimization(
     student: torch.nn.Module, spec: SweepSpec, saved: dict | None, run_fingerprint: str
-) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR, dict]:
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR, RunState]:
     """AdamW, its schedule and the run's state: fresh, or as saved in the checkpoint resumed from."""
     d = spec.distill
     optimizer = _optimizer(student, spec)
     schedule = functools.partial(warmup_cosine, warmup_steps=d.warmup_steps, total_steps=d.steps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-    state = {"step": 0, "curves": [], "resumed_from": [], "fingerprint": run_fingerprint}
-    if saved is not None:
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
-        torch.set_rng_state(saved["rng"])
-        state = {key: saved[key] for key in state} | {"resumed_from": [*saved["resumed_from"], saved["step"]]}
-        state["curves"] = curves_from_json(saved["curves"])
-    return optimizer, scheduler, state
+    if saved is None:
+        return optimizer, scheduler, RunState(run_fingerprint)
+    optimizer.load_state_dict(saved["optimizer"])
+    scheduler.load_state_dict(saved["scheduler"])
+    torch.set_rng_state(saved["rng"])
+    state = RunState.from_json(saved)
+    return optimizer, scheduler, replace(state, resumed_from=[*state.resumed_from, state.step])
 
 
 def _setup(
@@ -372,8 +373,7 @@ def _curve(run: _Run, step: int, window: _Window) -> CurvePoint:
 def _checkpoint(run: _Run) -> Path:
     """Rank 0 writes a checkpoint into a fresh scratch folder and hands it to the session."""
     folder = Path(tempfile.mkdtemp(prefix=".checkpoint-", dir=run.session.scratch_dir))
-    state = run.state | {
-        "curves": curves_to_json(run.state["curves"]),  # plain data: the state loads with weights_only
+    state = run.state.to_json() | {
         "optimizer": run.optimizer.state_dict(),
         "scheduler": run.scheduler.state_dict(),
         "rng": torch.get_rng_state(),
@@ -390,10 +390,10 @@ def _after_step(run: _Run, step: int, window: _Window) -> bool:
     save = step > 0 and (step % d.checkpoint_every == 0 or last)
     if not (report or save):
         return False
-    run.state["step"] = step
+    run.state.step = step
     curve = _curve(run, step, window) if report else None
     if curve is not None:
-        run.state["curves"].append(curve)
+        run.state.curves.append(curve)
     folder = _checkpoint(run) if save and run.session.rank == 0 else None
     run.session.report(step, curve, folder, save)
     return report
@@ -411,17 +411,17 @@ def run_training(
     The last step always ends with a checkpoint: that checkpoint is what gets published as the draft.
     """
     run = _setup(spec, paradigm, check_request(spec, paradigm, mixture), inputs, session)
-    if run.state["step"] == 0:
+    if run.state.step == 0:
         _after_step(run, 0, _Window())  # the un-distilled draft: the curve starts at step 0
     window = _Window()
-    for step in range(run.state["step"] + 1, spec.distill.steps + 1):
+    for step in range(run.state.step + 1, spec.distill.steps + 1):
         started = time.perf_counter()
         _train_step(run, step, window)
         window.seconds += time.perf_counter() - started
         window.steps.append(step)
         if _after_step(run, step, window):
             window = _Window()
-    return run.state["curves"]
+    return run.state.curves
 
 
 def worker_resources(spec: SweepSpec) -> Resources:
@@ -452,26 +452,27 @@ def train_draft(
     session = LocalSession(work, report, worker_resources(spec).torch_device())
     curves = run_training(spec, paradigm, mixture, inputs, session)
     final = session.checkpoints()[-1]
-    info = finished_info(spec, paradigm, mixture, load_trainer_state(final), time.perf_counter() - started)
+    state = RunState.from_json(load_trainer_state(final))
+    info = finished_info(spec, paradigm, mixture, state, time.perf_counter() - started)
     publish(final, output_dir, spec, info)
     shutil.rmtree(work, ignore_errors=True)
     return DistillResult(output_dir, spec.distill.steps, curves)
 
 
 def finished_info(
-    spec: SweepSpec, paradigm: str, mixture: Mapping[float, float], state: dict, seconds: float
-) -> dict:
-    """What the completion marker records about the run."""
-    if state["step"] != spec.distill.steps:
-        raise RuntimeError(f"the last checkpoint is at step {state['step']}, not {spec.distill.steps}")
-    return {
-        "draft": draft_name(paradigm, mixture),
-        "paradigm": paradigm,
-        "mixture": {f"{tau:g}": weight for tau, weight in sorted(mixture.items())},
-        "steps": state["step"],
-        "resumed_from": state["resumed_from"],
-        "fingerprint": state["fingerprint"],  # the draft key (checkpoints.fingerprint)
-        "key_inputs": draft_inputs(spec, paradigm, mixture),  # what it was made from: the plan's "why"
-        "curve_inputs": curve_inputs(spec),
-        "seconds": round(seconds, 1),
-    }
+    spec: SweepSpec, paradigm: str, mixture: Mapping[float, float], state: RunState, seconds: float
+) -> FinishedDraft:
+    """What the completion marker records about the run (`state`: its last checkpoint's)."""
+    if state.step != spec.distill.steps:
+        raise RuntimeError(f"the last checkpoint is at step {state.step}, not {spec.distill.steps}")
+    return FinishedDraft(
+        draft=draft_name(paradigm, mixture),
+        paradigm=paradigm,
+        mixture={f"{tau:g}": weight for tau, weight in sorted(mixture.items())},
+        steps=state.step,
+        resumed_from=state.resumed_from,
+        fingerprint=state.fingerprint,
+        key_inputs=draft_inputs(spec, paradigm, mixture),
+        curve_inputs=curve_inputs(spec),
+        seconds=round(seconds, 1),
+    )

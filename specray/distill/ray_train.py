@@ -43,7 +43,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,7 @@ from specray.cluster.runtime import ray_session
 from specray.config import DistillSpec, SweepSpec
 from specray.devices import Resources
 from specray.distill.checkpoints import (
+    RunState,
     checkpoint_key,
     claim_work_dir,
     fingerprint,
@@ -70,7 +71,7 @@ from specray.distill.checkpoints import (
     set_aside_damaged,
 )
 from specray.distill.curves import CurvePoint
-from specray.distill.inputs import check_request, draft_name, prepare_inputs
+from specray.distill.inputs import DistillInputs, check_request, draft_name, prepare_inputs
 from specray.distill.loop import DistillResult, finished_info, run_training, worker_resources
 from specray.errors import USER_ERRORS, find_cause
 from specray.faults import Faults
@@ -189,35 +190,62 @@ def worker_device(resources: Resources) -> torch.device:
     return ray.train.torch.get_device() if device.type == "cuda" else device
 
 
+@dataclass(frozen=True)
+class _TrainJob:
+    """One draft of the run, as the workers get it."""
+
+    paradigm: str
+    mixture: dict[float, float]
+    output_dir: str
+    key: str  # the draft key
+    name: str
+    inputs: DistillInputs
+
+
+@dataclass(frozen=True)
+class _TrainRun:
+    """What every worker of the run gets (Ray Train's `train_loop_config` holds it under RUN_CONFIG)."""
+
+    spec: dict[str, Any]  # the spec as JSON: the workers validate it again
+    jobs: list[_TrainJob]
+    work: str  # the run's work folder
+    faults: Faults
+    curves: Queue | None = None  # the driver's queue of curve points and publications
+
+
+RUN_CONFIG = "run"
+
+
 def _train_worker(config: dict[str, Any]) -> None:
     """Ray Train's per-worker entry point: rebuild the spec, then run the plain loop for each draft of the
     run that is not published yet (after a restart, the earlier ones are), publishing each from rank 0."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # a bar per model load, from every worker, floods the driver's console
-    spec = SweepSpec.model_validate(config["spec"])
-    for job in config["jobs"]:
-        if not is_finished(job["output_dir"], job["key"]):
-            _train_job(spec.for_paradigm(job["paradigm"]), job, config)
+    run: _TrainRun = config[RUN_CONFIG]
+    spec = SweepSpec.model_validate(run.spec)
+    for job in run.jobs:
+        if not is_finished(job.output_dir, job.key):
+            _train_job(spec.for_paradigm(job.paradigm), job, run)
             gc.collect()  # the draft's models, states and caches go now, not whenever cycles are next swept
 
 
-def _train_job(spec: SweepSpec, job: dict[str, Any], config: dict[str, Any]) -> None:
+def _train_job(spec: SweepSpec, job: _TrainJob, run: _TrainRun) -> None:
     """One draft: the loop from its latest checkpoint (if the run's latest is its own) to `distill.steps`;
     rank 0 then publishes the last checkpoint and tells the driver."""
-    paradigm, mixture = job["paradigm"], job["mixture"]
-    resources, work = worker_resources(spec), Path(config["work"])
-    session = RaySession(resources, config["faults"], work, config["curves"], job["key"], job["name"])
+    paradigm, mixture = job.paradigm, job.mixture
+    resources, work = worker_resources(spec), Path(run.work)
+    session = RaySession(resources, run.faults, work, run.curves, job.key, job.name)
     started = time.perf_counter()
     try:
-        run_training(spec, paradigm, mixture, job["inputs"], session)
+        run_training(spec, paradigm, mixture, job.inputs, session)
         if session.rank == 0:
             with _last_checkpoint(session) as final:
-                state = load_trainer_state(final)
+                state = RunState.from_json(load_trainer_state(final))
                 info = finished_info(spec, paradigm, mixture, state, time.perf_counter() - started)
-                publish(final, Path(job["output_dir"]), spec, info)
-            if config["curves"] is not None:
-                config["curves"].put({"draft": job["name"], "published": True})
+                publish(final, Path(job.output_dir), spec, info)
+            if run.curves is not None:
+                run.curves.put({"draft": job.name, "published": True})
     finally:
         session.release()
 
@@ -374,12 +402,12 @@ def distill_drafts(
     if todo:
         # every user error surfaces here, before Ray
         inputs = {i: prepare_inputs(specs[i], jobs[i].paradigm, jobs[i].mixture) for i in todo}
-        config = {
-            "spec": spec.model_dump(mode="json"),
-            "jobs": [_job_config(jobs[i], keys[i], inputs[i]) for i in todo],
-            "work": str(work),
-            "faults": Faults.from_env(),
-        }
+        config = _TrainRun(
+            spec.model_dump(mode="json"),
+            [_train_job_of(jobs[i], keys[i], inputs[i]) for i in todo],
+            str(work),
+            Faults.from_env(),
+        )
         told: set[str] = set()
 
         def on_published(draft: str) -> None:
@@ -412,20 +440,13 @@ def _claim_run_dir(jobs: Sequence[DraftJob], keys: Sequence[str]) -> Path:
     return claim_work_dir(jobs[0].output_dir.parent / f"run-{run_key[:16]}", run_key)
 
 
-def _job_config(job: DraftJob, key: str, inputs: Any) -> dict[str, Any]:
-    return {
-        "paradigm": job.paradigm,
-        "mixture": dict(job.mixture),
-        "output_dir": str(job.output_dir),
-        "key": key,
-        "name": job.name,
-        "inputs": inputs,
-    }
+def _train_job_of(job: DraftJob, key: str, inputs: DistillInputs) -> _TrainJob:
+    return _TrainJob(job.paradigm, dict(job.mixture), str(job.output_dir), key, job.name, inputs)
 
 
 def _run_trainer(
     spec: SweepSpec,
-    config: dict,
+    config: _TrainRun,
     work: Path,
     report: Callable[[str, CurvePoint], None] | None,
     published: Callable[[str], None],
@@ -444,7 +465,7 @@ def _run_trainer(
     )
     trainer = ray.train.torch.TorchTrainer(
         _train_worker,
-        train_loop_config=config | {"curves": queue},
+        train_loop_config={RUN_CONFIG: replace(config, curves=queue)},
         scaling_config=_scaling(spec.distill),
         run_config=run_config,
     )

@@ -18,6 +18,7 @@ from specray.config import SweepSpec
 from specray.distill.checkpoints import (
     DAMAGED,
     FINISHED_FILE,
+    FinishedDraft,
     damaged_weights,
     draft_inputs,
     read_finished,
@@ -120,14 +121,14 @@ def draft_stage(spec: SweepSpec, plans: Sequence[DraftPlan]) -> tuple[StagePlan,
     stale_curves = 0
     for plan in plans:
         finished = (plan.output_dir / FINISHED_FILE).is_file()
-        marker = read_finished(plan.output_dir) if finished else {}
-        same_key = marker.get("fingerprint") == plan.key
+        marker = read_finished(plan.output_dir) if finished else FinishedDraft()
+        same_key = marker.fingerprint == plan.key
         if same_key and not damaged_weights(plan.output_dir):
             stage.reused += 1
-            stale_curves += marker.get("curve_inputs", {}) != curve_inputs(spec)
+            stale_curves += marker.curve_inputs != curve_inputs(spec)
             continue
         stage.todo += 1
-        why = describe_change(marker.get("key_inputs", {}), plan.key_inputs)
+        why = describe_change(marker.key_inputs, plan.key_inputs)
         stage.reasons[f"retrain ({DAMAGED})" if same_key else why] += 1
         todo.append(plan)
     if stale_curves:

@@ -46,7 +46,7 @@ def test_a_record_of_another_format_is_named_as_such(
 def test_a_draft_whose_weights_were_cut_short_is_retrained_and_kept_aside(tmp_path: Path) -> None:
     from specray.config import load_spec
     from specray.distill.checkpoints import (
-        WEIGHTS_SHA256,
+        FinishedDraft,
         is_finished,
         publish,
         read_finished,
@@ -61,8 +61,10 @@ def test_a_draft_whose_weights_were_cut_short_is_retrained_and_kept_aside(tmp_pa
     checkpoint.mkdir()
     (checkpoint / "model.safetensors").write_bytes(bytes(range(256)) * 64)
     (checkpoint / "config.json").write_text("{}")
-    publish(checkpoint, plan.output_dir, spec, {"fingerprint": plan.key, "key_inputs": plan.key_inputs})
-    assert set(read_finished(plan.output_dir)[WEIGHTS_SHA256]) == {"model.safetensors"}
+    publish(
+        checkpoint, plan.output_dir, spec, FinishedDraft(fingerprint=plan.key, key_inputs=plan.key_inputs)
+    )
+    assert set(read_finished(plan.output_dir).weights_sha256 or {}) == {"model.safetensors"}
     assert is_finished(plan.output_dir, plan.key) and draft_stage(spec, [plan])[0].reused == 1
 
     weights = plan.output_dir / "model.safetensors"
