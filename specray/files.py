@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 
-def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """Call `write(tmp)` on a temporary path beside `path`, fsync it, then rename it to `path`."""
+def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
+    """Call `write(tmp)` on a temporary path beside `path`, fsync it, then rename it to `path` (what
+    `write` returns, such as `Path.write_text`'s count, is ignored)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:8]}.tmp"
     try:

@@ -42,7 +42,10 @@ class DataPreset:
 
     def fractions(self, onpolicy_fraction: float) -> tuple[float, float]:
         """(λ1 fixed, λ2 student) with λ = `onpolicy_fraction` substituted."""
-        values = {LAMBDA: onpolicy_fraction, ONE_MINUS_LAMBDA: 1.0 - onpolicy_fraction}
+        values: dict[float | str, float] = {
+            LAMBDA: onpolicy_fraction,
+            ONE_MINUS_LAMBDA: 1.0 - onpolicy_fraction,
+        }
         return float(values.get(self.fixed, self.fixed)), float(values.get(self.student, self.student))
 
     @property
@@ -71,11 +74,11 @@ DATA_PRESETS: dict[str, DataPreset] = {
     # specray's original online paradigm: λ on-policy plus (1 − λ) from the τ_kd teacher shards
     "tempspec_teacher": DataPreset(0.0, LAMBDA, "specray's original online paradigm", "fkl"),
 }
-DEFAULT_PRESET = "tempspec_teacher"
 # the keys of DATA_PRESETS, spelled out for the spec's type (a test keeps the two equal)
 DataPresetName = Literal[
     "seqkd", "supervised_kd", "imitkd", "f_distill", "gkd", "tempspec", "tempspec_teacher"
 ]
+DEFAULT_PRESET: DataPresetName = "tempspec_teacher"
 
 
 class DataSources(BaseModel):

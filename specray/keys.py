@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 from specray.devices import device_kind
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from specray.config import ModelRef, ModelsSpec, SweepSpec
 
 KEY_FORMAT = 1  # bump when a key's recipe changes, so nothing stored under the old recipe is reused
@@ -171,7 +173,7 @@ def classification(path: str) -> Direct | Via | None:
     return FIELDS[max(prefixes, key=len)] if prefixes else None
 
 
-def leaf_fields(model: type | None = None, prefix: str = "") -> list[str]:
+def leaf_fields(model: type[BaseModel] | None = None, prefix: str = "") -> list[str]:
     """Dotted paths of every leaf field of a pydantic model (SweepSpec by default); lists are leaves."""
     import typing
 

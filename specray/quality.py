@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from functools import cache
+from typing import Any
 
 import numpy as np
 from scipy.stats import bootstrap
@@ -77,7 +78,7 @@ def metric_kind(example: Example) -> str:
 
 
 @cache
-def _rouge() -> object:
+def _rouge() -> Any:  # rouge_score ships no type hints
     from rouge_score import rouge_scorer
 
     return rouge_scorer.RougeScorer([ROUGE_2, ROUGE_L], use_stemmer=True)

@@ -165,7 +165,7 @@ def cell_metrics(
     gamma = record.gamma if (axes.gamma or with_gamma) and record.estimator != "ends" else None
     epsilon = record.epsilon if (axes.epsilon or axes.function) and record.estimator != "ends" else None
     lenience = record.lenience if axes.function else None
-    points = {}
+    points: dict[str, float] = {}
     for field, metric in names.items():
         value = record.metrics.get(field)
         key = cell_key(metric, record.test_set, record.tau_dec, gamma, epsilon, lenience)

@@ -5,7 +5,7 @@ value types of its fields.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -39,7 +39,10 @@ class Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def unique_sorted(values: Sequence[float], field: str) -> list[float]:
+_Number = TypeVar("_Number", int, float)
+
+
+def unique_sorted(values: Sequence[_Number], field: str) -> list[_Number]:
     if len(set(values)) != len(values):
         raise ValueError(f"{field} has duplicates: {list(values)}")
     return sorted(values)

@@ -53,8 +53,11 @@ class LenienceSpec(Frozen):
 
     def points(self, tau_dec: float) -> list[tuple[str | None, float]]:
         """The (function, ε) cells at one τ_dec: (None, 1.0) for lossless, then every lossy pair."""
-        lossy = [(f, e) for f in self.function for e in self.epsilon if e < 1.0] if tau_dec > 0 else []
-        return ([(None, 1.0)] if 1.0 in self.epsilon or not lossy else []) + lossy
+        lossy: list[tuple[str | None, float]] = (
+            [(f, e) for f in self.function for e in self.epsilon if e < 1.0] if tau_dec > 0 else []
+        )
+        lossless: list[tuple[str | None, float]] = [(None, 1.0)] if 1.0 in self.epsilon or not lossy else []
+        return lossless + lossy
 
 
 class EvalSpec(Frozen):

@@ -86,9 +86,10 @@ def _allowed_keys(model: type[BaseModel], loc: Sequence[int | str]) -> list[str]
         annotation = model.model_fields[part].annotation
         # union members may be Annotated[Model, Tag(...)]: look inside those too
         candidates = [annotation, *(get_args(a)[0] if get_args(a) else a for a in get_args(annotation))]
-        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
-        if model is None:
+        found = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if found is None:
             return None
+        model = found
     return sorted(model.model_fields)
 
 

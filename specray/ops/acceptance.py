@@ -7,6 +7,7 @@ Names as in the metric keys and the reports: `acceptance_rate` α, `draft_accept
 from __future__ import annotations
 
 import math
+from typing import overload
 
 import torch
 from torch import Tensor
@@ -36,6 +37,10 @@ def acceptance_from_logits(target_logits: Tensor, draft_logits: Tensor, tau: flo
     return token_acceptance(warp(target_logits, tau), warp(draft_logits, tau))
 
 
+@overload
+def expected_block_efficiency(alpha: float, gamma: int) -> float: ...
+@overload
+def expected_block_efficiency(alpha: Tensor, gamma: int) -> Tensor: ...
 def expected_block_efficiency(alpha: float | Tensor, gamma: int) -> float | Tensor:
     """E[tokens per target call] for i.i.d. acceptance α: (1 − α^{γ+1}) / (1 − α) = Σ_{k=0}^{γ} α^k.
 
@@ -101,6 +106,10 @@ def simulated_block_efficiency(beta_per_position: Tensor, gamma: int, lengths: T
     return float(lengths.sum()) / total_calls if total_calls > 0 else math.nan
 
 
+@overload
+def speedup_model(block_efficiency: float, c: float, gamma: int) -> float: ...
+@overload
+def speedup_model(block_efficiency: Tensor, c: float, gamma: int) -> Tensor: ...
 def speedup_model(block_efficiency: float | Tensor, c: float, gamma: int) -> float | Tensor:
     """Modelled wall-time speedup τ_b / (c·γ + 1), with c = draft step latency / target step latency."""
     _check_gamma(gamma)

@@ -25,7 +25,7 @@ PAPER_PAIR_NOTE = "c ≈ 0.05: a 68M draft with a 13B target on a GPU, the paper
 
 def convergence_table(curves: Mapping[str, Sequence[CurvePoint]]) -> pd.DataFrame:
     """One row per distilled draft: its last-window slope, the window, and whether it is flat."""
-    rows = []
+    rows: list[dict[str, object]] = []
     for draft, points in sorted(curves.items()):
         found = convergence(points)
         if found is None:

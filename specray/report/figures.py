@@ -188,7 +188,7 @@ def acceptance_vs_steps(curves: pd.DataFrame, out_dir: Path) -> list[Path]:
     return [_save(fig, out_dir / "acceptance_vs_steps.png")]
 
 
-def length_distribution(lengths: dict[str, dict[float, list[int]]], out_dir: Path) -> list[Path]:
+def length_distribution(lengths: Mapping[str, Mapping[float, list[int]]], out_dir: Path) -> list[Path]:
     """Token lengths of the target's test outputs per τ_dec (paper Fig. 5)."""
     if not lengths:
         return []
@@ -212,7 +212,7 @@ def token_length_distribution(counts: dict[str, dict[int, int]], out_dir: Path) 
     fig, ax = plt.subplots(figsize=(7, 4))
     for j, (test_set, by) in enumerate(sorted(counts.items())):
         total = sum(by.values())
-        share = np.array([by.get(k, 0) for k in sizes]) / max(total, 1)
+        share = np.array([by.get(int(k), 0) for k in sizes]) / max(total, 1)
         shift = (j - (len(counts) - 1) / 2) * bar
         ax.bar(sizes + shift, share, width=bar, label=f"{test_set} ({total:,} tokens generated)")
     ax.set_xticks(sizes)

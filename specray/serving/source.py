@@ -29,7 +29,8 @@ class DraftDirs(Mapping[str, Path]):
     recipe), fetched on first use: an export downloads only the drafts it chose."""
 
     def __init__(self, keys: Iterable[str], fetch: Callable[[str], Path]):
-        self.keys_, self.fetch, self.found = sorted(set(keys)), fetch, {}
+        self.keys_, self.fetch = sorted(set(keys)), fetch
+        self.found: dict[str, Path] = {}
 
     def __getitem__(self, key: str) -> Path:
         if key not in self.keys_:

@@ -16,6 +16,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -59,7 +60,7 @@ class SweepDisplay:
             disable=not self.live,
         )
         self.summary: dict[str, dict[str, float]] = {}
-        self._task = None
+        self._task: TaskID | None = None
         self._meter: LineMeter | None = None
         self._peak = 0.0
         self._interval = interval_s
@@ -82,13 +83,13 @@ class SweepDisplay:
     @contextmanager
     def stage(self, name: str, total: int, unit: str = "unit") -> Iterator[None]:
         """A stage of `total` units (`unit` singular: `cell`, `draft`)."""
-        self._task = self.progress.add_task(name, total=max(total, 1), note="")
+        self._task = task = self.progress.add_task(name, total=max(total, 1), note="")
         self._meter = LineMeter(name, total, unit) if self.lines else None
         self._peak = memory_in_use_gib()
         started = time.perf_counter()
         with self._meter if self._meter is not None else nullcontext():
             yield
-        self.progress.update(self._task, completed=max(total, 1))
+        self.progress.update(task, completed=max(total, 1))
         self._meter = None
         self.summary[name] = {
             "seconds": round(time.perf_counter() - started, 1),
