@@ -6,7 +6,7 @@ Weights load from safetensors only (no pickle), and `trust_remote_code` stays of
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 from safetensors import SafetensorError
@@ -21,7 +21,14 @@ from transformers import (
 from specray.errors import ModelError
 
 if TYPE_CHECKING:  # loading a model needs no config (and no pydantic): the GPU test suite loads models bare
+    from transformers import GenerationMixin
+
     from specray.config import ModelRef, ModelsSpec, ZooSpec
+
+    class CausalLM(PreTrainedModel, GenerationMixin):
+        """What `load_model` returns, for type hints only: transformers' causal LMs inherit both, and
+        `generate` comes from GenerationMixin, which PreTrainedModel alone lacks."""
+
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
 
@@ -58,6 +65,13 @@ def load_tokenizer(path: str, trust_remote_code: bool = False) -> PreTrainedToke
     return tokenizer
 
 
+def decode_text(tokenizer: PreTrainedTokenizerBase, token_ids: list[int] | torch.Tensor) -> str:
+    """The text of one sequence of token ids, special tokens dropped."""
+    text = tokenizer.decode(token_ids, skip_special_tokens=True)
+    assert isinstance(text, str), "one sequence decodes to one string (a list comes from a batch only)"
+    return text
+
+
 def check_model_dir(path: str) -> None:
     """What `load_model` needs from a local dir, checked without loading weights: the dir, a readable
     config.json and safetensors weights. Hub names are left to `load_model`."""
@@ -78,7 +92,7 @@ def _require_safetensors(path: str) -> None:
 
 def load_model(
     path: str, dtype: str = "auto", trust_remote_code: bool = False, device: str | torch.device = "cpu"
-) -> PreTrainedModel:
+) -> CausalLM:
     """A causal LM in eval mode; `path` is a local HF model dir or a hub name."""
     _require_dir(path)
     _require_safetensors(path)
@@ -88,7 +102,8 @@ def load_model(
         )
     except (OSError, ValueError, RuntimeError, SafetensorError) as e:
         raise ModelError(f"{path}: cannot load the model ({_first_line(e)})") from None
-    return model.to(device).eval()
+    # transformers types `to` through a decorator whose hint takes the model as the first argument
+    return cast("CausalLM", model.to(device).eval())  # type: ignore[arg-type]
 
 
 def check_same_vocabulary(

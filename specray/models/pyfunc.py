@@ -29,6 +29,8 @@ class DraftGenerator:
 
     def predict(self, model_input: Any, params: Mapping[str, Any] | None = None) -> list[str]:
         """`model_input`: a prompt, a list of prompts, or a DataFrame whose first column holds them."""
+        from specray.models.loading import decode_text
+
         params = dict(params or {})
         tau, max_new_tokens = float(params.get("temperature", 0.0)), int(params.get("max_new_tokens", 48))
         sampling = {"do_sample": True, "temperature": tau, "top_k": 0} if tau > 0 else {"do_sample": False}
@@ -42,7 +44,7 @@ class DraftGenerator:
                     pad_token_id=self.tokenizer.pad_token_id,
                     **sampling,
                 )
-            responses.append(self.tokenizer.decode(output[0, input_ids.shape[1] :], skip_special_tokens=True))
+            responses.append(decode_text(self.tokenizer, output[0, input_ids.shape[1] :]))
         return responses
 
 

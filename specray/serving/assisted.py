@@ -14,6 +14,7 @@ plan's figures describe.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -22,11 +23,14 @@ from specray.models.loading import load_model
 from specray.serving.router import Router
 from specray.specdec.hf_compare import Comparison, assisted_kwargs, configure_assistant
 
+if TYPE_CHECKING:
+    from specray.models.loading import CausalLM
+
 
 class AssistedServer:
     """A target and the drafts of an export, loaded once each (drafts on first use)."""
 
-    def __init__(self, router: Router, target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase):
+    def __init__(self, router: Router, target: CausalLM, tokenizer: PreTrainedTokenizerBase):
         self.router, self.target, self.tokenizer = router, target, tokenizer
         self.drafts: dict[Path, PreTrainedModel] = {}
 

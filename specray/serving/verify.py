@@ -24,7 +24,7 @@ import math
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import PreTrainedModel
@@ -42,6 +42,9 @@ from specray.specdec.hf_compare import (
     run_assisted,
     trace_assisted,
 )
+
+if TYPE_CHECKING:
+    from specray.models.loading import CausalLM
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,7 @@ def _without_min_length(trace: AssistedTrace) -> AssistedTrace:
     return replace(trace, draft_processors=kept)
 
 
-def trace_all(target: PreTrainedModel, draft: PreTrainedModel, comparison: Comparison) -> list[AssistedTrace]:
+def trace_all(target: CausalLM, draft: PreTrainedModel, comparison: Comparison) -> list[AssistedTrace]:
     """Every prompt through HF assisted generation, traced; MisconfiguredComparison unless the settings took
     effect (nothing is timed before this passes; the traced runs are also the warm-up)."""
     kwargs = assisted_kwargs(comparison)
@@ -125,7 +128,7 @@ def trace_all(target: PreTrainedModel, draft: PreTrainedModel, comparison: Compa
 
 
 def timed_speedup(
-    target: PreTrainedModel, draft: PreTrainedModel, comparison: Comparison, traces: list[AssistedTrace]
+    target: CausalLM, draft: PreTrainedModel, comparison: Comparison, traces: list[AssistedTrace]
 ) -> tuple[float, float]:
     """Σ target-only seconds / Σ assisted seconds over the prompts, and its 95% half-width."""
     kwargs = assisted_kwargs(comparison)
@@ -146,9 +149,7 @@ def timed_speedup(
 
 
 @torch.no_grad()
-def _target_only_seconds(
-    target: PreTrainedModel, prompt: list[int], seed: int, kwargs: dict[str, Any]
-) -> float:
+def _target_only_seconds(target: CausalLM, prompt: list[int], seed: int, kwargs: dict[str, Any]) -> float:
     torch.manual_seed(seed)
     input_ids = torch.tensor([prompt], device=target.device)
     started = time.perf_counter()
@@ -159,7 +160,7 @@ def _target_only_seconds(
 
 def check_band(
     band: dict[str, Any],
-    target: PreTrainedModel,
+    target: CausalLM,
     draft: PreTrainedModel,
     prompts: list[list[int]],
     settings: dict,
@@ -189,9 +190,9 @@ def check_band(
         draft=band["draft"],
         gamma=gamma,
         prompts=len(prompts),
-        steps=counts["steps"],
-        drafted=counts["drafted"],
-        accepted=counts["accepted"],
+        steps=int(counts["steps"]),
+        drafted=int(counts["drafted"]),
+        accepted=int(counts["accepted"]),
         draft_acceptance=counts["draft_acceptance"],
         draft_acceptance_ci95=counts["draft_acceptance_ci95"],
         predicted_draft_acceptance=expected.get("draft_acceptance_hf", math.nan),

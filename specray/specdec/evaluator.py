@@ -25,7 +25,7 @@ from specray.data.examples import Example
 from specray.files import write_json
 from specray.keys import digest
 from specray.locks import producing
-from specray.models.loading import check_same_vocabulary, load_model, load_tokenizer
+from specray.models.loading import check_same_vocabulary, decode_text, load_model, load_tokenizer
 from specray.quality import quality_metrics
 from specray.specdec.analytic import (
     LOSSLESS,
@@ -133,6 +133,7 @@ class Evaluator:
         for job in jobs:  # a lossy point follows its own decoder's output (specdec/lossy.py)
             key = (job.draft_path, (job.lenience, job.epsilon), job.gamma)
             if job.epsilon < 1.0 and key not in betas:
+                assert job.lenience is not None, "a lossy point (ε < 1) names its lenience function"
                 betas[key] = lossy_betas(
                     self.target,
                     models[job.draft_path],
@@ -187,7 +188,8 @@ class Evaluator:
         started = time.perf_counter()
         s = self.settings
         prompts = self.prompts[job.test_set][: s.empirical_prompts]
-        eos, metrics = self.tokenizer.eos_token_id, {}
+        eos = self.tokenizer.eos_token_id
+        metrics: dict[str, float] = {}
         models = {"target": self.target, "draft": self._load_draft(job.draft_path)}
         for name, model in models.items():
             outputs = decode_alone(model, prompts, job.tau_dec, s.max_new_tokens, eos, s.repeats, s.seed)
@@ -199,7 +201,7 @@ class Evaluator:
         """Quality metrics of decoded token ids (per prompt, per repeat) against the test set's examples."""
         if test_set not in self.examples:
             return {}
-        texts = [[self.tokenizer.decode(t, skip_special_tokens=True) for t in per] for per in outputs]
+        texts = [[decode_text(self.tokenizer, t) for t in per] for per in outputs]
         examples = self.examples[test_set][: len(texts)]
         return quality_metrics(examples, texts, prefix, seed=self.settings.seed)
 

@@ -29,13 +29,16 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 from transformers import LogitsProcessorList, PreTrainedModel, TemperatureLogitsWarper
 
 from specray.specdec.decoder import Decoded, DecodeStats, speculative_decode
+
+if TYPE_CHECKING:
+    from specray.models.loading import CausalLM
 
 Processors = tuple[tuple[str, float | None], ...]  # (class name, temperature) per logits processor
 
@@ -140,17 +143,19 @@ class _Recorder:
         self.first: tuple[Tensor, Tensor] | None = None
 
     def wrap_processors(self, model: PreTrainedModel, sink: list[Processors]) -> None:
-        original = model._get_logits_processor
+        patched: Any = model  # generate's internals are no part of the model's typed interface
+        original = patched._get_logits_processor
 
         def recorded(*args, **kwargs):
             processors = original(*args, **kwargs)
             sink.append(_describe(processors))
             return processors
 
-        model._get_logits_processor = recorded
+        patched._get_logits_processor = recorded
 
     def wrap_candidate_generator(self, target: PreTrainedModel) -> None:
-        original = target._get_candidate_generator
+        patched: Any = target  # as in wrap_processors
+        original = patched._get_candidate_generator
 
         def recorded(*args, **kwargs):
             generator = original(*args, **kwargs)
@@ -158,7 +163,7 @@ class _Recorder:
             self._wrap_steps(generator)
             return generator
 
-        target._get_candidate_generator = recorded
+        patched._get_candidate_generator = recorded
 
     def _wrap_steps(self, generator) -> None:
         get_candidates, update = generator.get_candidates, generator.update_candidate_strategy
@@ -172,6 +177,7 @@ class _Recorder:
             return ids, scores
 
         def strategy(input_ids, scores, num_matches):
+            assert self.pending is not None, "HF updates its strategy only after drafting candidates"
             context, drafted, last = self.pending
             self.steps.append(AssistedStep(context, drafted, int(num_matches), last))
             return update(input_ids, scores, num_matches)
@@ -193,7 +199,7 @@ def _instrumented(target: PreTrainedModel, draft: PreTrainedModel) -> Iterator[_
 
 
 def run_assisted(
-    target: PreTrainedModel, draft: PreTrainedModel, prompt: list[int], seed: int, kwargs: dict[str, Any]
+    target: CausalLM, draft: PreTrainedModel, prompt: list[int], seed: int, kwargs: dict[str, Any]
 ) -> tuple[list[int], float]:
     """One `generate(assistant_model=draft)` call; returns the new tokens and its wall time."""
     torch.manual_seed(seed)  # HF samples from the global generator (and seeds CUDA's with it)
@@ -207,7 +213,7 @@ def run_assisted(
 
 
 def trace_assisted(
-    target: PreTrainedModel, draft: PreTrainedModel, prompt: list[int], seed: int, kwargs: dict[str, Any]
+    target: CausalLM, draft: PreTrainedModel, prompt: list[int], seed: int, kwargs: dict[str, Any]
 ) -> AssistedTrace:
     """`run_assisted` with the candidate generator and both processor lists recorded."""
     with _instrumented(target, draft) as rec:
@@ -224,7 +230,7 @@ def trace_assisted(
 
 
 def run_ours(
-    target: PreTrainedModel, draft: PreTrainedModel, prompt: list[int], seed: int, comparison: Comparison
+    target: CausalLM, draft: PreTrainedModel, prompt: list[int], seed: int, comparison: Comparison
 ) -> Decoded:
     """Our decoder on the same prompt, seed and settings; its generator lives on the models' device."""
     generator = torch.Generator(device=target.device).manual_seed(seed)
@@ -302,7 +308,7 @@ def check_ours(decoded: Decoded, comparison: Comparison) -> list[str]:
 
 
 def verify_comparison(
-    target: PreTrainedModel,
+    target: CausalLM,
     draft: PreTrainedModel,
     comparison: Comparison,
     kwargs: dict[str, Any] | None = None,

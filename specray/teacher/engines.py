@@ -316,13 +316,15 @@ class TransformersEngine:
         return [results[i] for i in range(len(requests))]
 
     def _result(self, request: GenerationRequest, prompt_ids: list[int], sample: Sample) -> GenerationResult:
+        from specray.models.loading import decode_text
+
         return GenerationResult(
             prompt_id=request.prompt_id,
             tau=request.tau,
             seed=request.seed,
             prompt_token_ids=list(prompt_ids),
             response_token_ids=sample.token_ids,
-            response_text=self.tokenizer.decode(sample.token_ids, skip_special_tokens=True),
+            response_text=decode_text(self.tokenizer, sample.token_ids),
             finish_reason=sample.finish_reason,
         )
 
