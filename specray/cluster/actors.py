@@ -128,7 +128,7 @@ class _Pass(Generic[Unit]):
     losses: Counter = field(default_factory=Counter)
 
 
-class Replicas(Generic[Unit]):
+class Replicas:
     """Actors of `actor_class`, one per entry of `options` (its Ray options), all built with `args`.
 
     `depth` calls at a time per actor (2: one runs while the next waits in its queue, so an actor never

@@ -327,7 +327,8 @@ def _train_step(run: _Run, step: int, window: _Window) -> None:
     micro_rows = [_local_rows(run, step, micro) for micro in range(d.grad_accum)]
     batches = [collate(rows, pad).to(session.device) for rows in micro_rows]
     states = [
-        None if run.states is None else run.states.for_batch(run.teacher, rows, pad) for rows in micro_rows
+        None if run.states is None or run.teacher is None else run.states.for_batch(run.teacher, rows, pad)
+        for rows in micro_rows
     ]
     local_counts = [sum(run.loss.units(b.labels) for b in batches), sum(b.tokens for b in batches)]
     loss_units, tokens = session.all_reduce(torch.tensor(local_counts, dtype=torch.float64)).tolist()

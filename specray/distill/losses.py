@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import torch
 from torch import Tensor
@@ -116,7 +116,7 @@ def distillation_divergence(
 
 def unwrap(model: torch.nn.Module) -> PreTrainedModel:
     """The HF model itself: DDP keeps the model it wraps in `.module`."""
-    return getattr(model, "module", model)
+    return cast("PreTrainedModel", getattr(model, "module", model))
 
 
 def final_hidden_states(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
@@ -240,10 +240,10 @@ class ResponseLoss:
         head = unwrap(student).get_output_embeddings()
         if self.divergence is None:
 
-            def loss(h: Tensor, targets: Tensor) -> Tensor:  # [chunk, hidden], [chunk] -> [chunk]
+            def ce_loss(h: Tensor, targets: Tensor) -> Tensor:  # [chunk, hidden], [chunk] -> [chunk]
                 return torch.nn.functional.cross_entropy(head(h).float(), targets, reduction="none")
 
-            per_token = chunked_rows(loss, (hidden, labels[counted]), self.chunk_size)
+            per_token = chunked_rows(ce_loss, (hidden, labels[counted]), self.chunk_size)
         else:
             assert teacher is not None, "online distillation needs the teacher"
             teacher_hidden = states
@@ -252,10 +252,10 @@ class ResponseLoss:
                     teacher_hidden = final_hidden_states(teacher, input_ids, attention_mask)[counted]
             teacher_head, divergence = unwrap(teacher).get_output_embeddings(), self._per_token()
 
-            def loss(h: Tensor, teacher_h: Tensor) -> Tensor:  # [chunk, hidden] x 2 -> [chunk]
+            def kd_loss(h: Tensor, teacher_h: Tensor) -> Tensor:  # [chunk, hidden] x 2 -> [chunk]
                 with torch.no_grad():
                     teacher_logits = teacher_head(teacher_h)
                 return divergence(head(h), teacher_logits)
 
-            per_token = chunked_rows(loss, (hidden, teacher_hidden), self.chunk_size)
+            per_token = chunked_rows(kd_loss, (hidden, teacher_hidden), self.chunk_size)
         return masked_sum(_spread(per_token, counted), counted, self.averaging)[0]

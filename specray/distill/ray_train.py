@@ -456,7 +456,8 @@ def _run_trainer(
     # run that Train itself survives (tests/integration/test_two_nodes.py).
     on_driver_node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     queue = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": on_driver_node})
-    run_config = RunConfig(
+    # mypy sees Train v1's RunConfig (ray.train picks v1 or v2 at import time); v2's takes logging_config
+    run_config = RunConfig(  # type: ignore[call-arg]
         name=RUN_NAME,
         storage_path=str(work),  # absolute: Ray Train resolves storage through pyarrow URIs
         failure_config=FailureConfig(max_failures=MAX_FAILURES),

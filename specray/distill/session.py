@@ -28,7 +28,11 @@ class Session(Protocol):
     rank: int
     world_size: int
     device: torch.device
-    scratch_dir: Path | None  # where rank 0 writes a checkpoint before handing it to `report`
+
+    @property
+    def scratch_dir(self) -> Path | None:
+        """Where rank 0 writes a checkpoint before handing it to `report` (None: the system's temp)."""
+        ...
 
     def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
         """Move the student to the device and wrap it for data parallelism (DDP) if there are peers."""

@@ -84,17 +84,18 @@ def expected_block_counts(
             accepted_at += here[:, None] * counts[4]
             start[:, t + 1 : t + gamma + 1] += here[:, None] * reject
             start[:, t + d + 1] += here * bonus
-    return BlockCounts(*totals, accepted_at)
+    steps, drafted, accepted, eos_steps = totals
+    return BlockCounts(steps, drafted, accepted, eos_steps, accepted_at)
 
 
 def _step(
-    window: tuple[Tensor, Tensor], left: Tensor, d: int, by_eos: Tensor
+    windows: tuple[Tensor, Tensor], left: Tensor, d: int, by_eos: Tensor
 ) -> tuple[tuple[Tensor, ...], Tensor, Tensor]:
-    """One step's outcomes for every row: window ([batch, γ] β, [batch, γ] r) of the next γ positions, left
+    """One step's outcomes for every row: windows ([batch, γ] β, [batch, γ] r) of the next γ positions, left
     [batch] the positions still to emit, d the tokens to draft, by_eos [batch] whether the row ends at an
     EOS. -> ((1, drafted, accepted, eos_step, accepted ≥ k+1 [batch, γ]), P(k accepted then a rejection)
     [batch, γ], P(all d accepted and the target's bonus token follows) [batch])."""
-    window, stop = window
+    window, stop = windows
     batch, gamma = window.shape
     e = torch.clamp(left, min=0, max=d)  # [batch]: positions of the chain that exist (0 for ended rows)
     k = torch.arange(gamma + 1, device=window.device)

@@ -112,6 +112,13 @@ class PromptCells:
         hit = np.flatnonzero((self.cells.draft == draft).to_numpy() & np.isclose(self.cells.tau_dec, tau_dec))
         return int(hit[0]) if len(hit) else None
 
+    def existing_row(self, draft: str, tau_dec: float) -> int:
+        """`row` where the caller has already checked the cell is there."""
+        row = self.row(draft, tau_dec)
+        if row is None:
+            raise KeyError(f"no analytic cell with per-prompt sums for {draft!r} at τ_dec {tau_dec:g}")
+        return row
+
     def speedup(self, row: int, index: np.ndarray) -> np.ndarray:
         """speedup_model of cell `row` on prompts `index` [resamples, prompts] -> [resamples]."""
         tokens = self.tokens[row][index].sum(-1)
@@ -132,10 +139,10 @@ def prompt_cells(cells: pd.DataFrame) -> dict[str, PromptCells]:
         best = rows.loc[rows.groupby(["draft", "tau_dec"])["speedup_model"].idxmax()].reset_index(drop=True)
         if best.per_prompt_tokens.map(len).nunique() != 1:
             continue  # cells scored on different prompts cannot be paired
-        stack = {name: np.array(best[name].tolist(), dtype=float) for name in PER_PROMPT}
+        tokens, beta_sum, target_calls = (np.array(best[name].tolist(), dtype=float) for name in PER_PROMPT)
         c = best.c.astype(float).fillna(0.0).to_numpy()
         out[str(test_set)] = PromptCells(
-            best, *(stack[name] for name in PER_PROMPT), 1.0 / (c * best.gamma.to_numpy() + 1.0)
+            best, tokens, beta_sum, target_calls, 1.0 / (c * best.gamma.to_numpy() + 1.0)
         )
     return out
 

@@ -93,7 +93,8 @@ def diagonal_best(tables: Mapping[str, PromptCells]) -> list[Verdict]:
         def statistic(index: Mapping[str, np.ndarray], grid=grid, matched=matched) -> np.ndarray:
             i = index[test_set]
             gaps = [
-                table.speedup(table.row(d, t), i) - peak(table, [o for o in grid.values() if o != d], t, i)
+                table.speedup(table.existing_row(d, t), i)
+                - peak(table, [o for o in grid.values() if o != d], t, i)
                 for t, d in matched
             ]
             return np.mean(gaps, axis=0)
@@ -131,7 +132,8 @@ def higher_neighbour(tables: Mapping[str, PromptCells]) -> list[Verdict]:
         def statistic(index: Mapping[str, np.ndarray], pairs=pairs) -> np.ndarray:
             i = index[test_set]
             gaps = [
-                table.speedup(table.row(u, t), i) - table.speedup(table.row(d, t), i) for t, u, d in pairs
+                table.speedup(table.existing_row(u, t), i) - table.speedup(table.existing_row(d, t), i)
+                for t, u, d in pairs
             ]
             return np.mean(gaps, axis=0)
 
@@ -157,7 +159,7 @@ def kd_helps_most_at_high(tables: Mapping[str, PromptCells]) -> list[Verdict]:
         drafts = list(single_drafts(table, paradigm).values())
 
         def gain(tau: float, i: np.ndarray, drafts: list[str] = drafts) -> np.ndarray:
-            return peak(table, drafts, tau, i) / table.speedup(table.row(BASELINE, tau), i) - 1.0
+            return peak(table, drafts, tau, i) / table.speedup(table.existing_row(BASELINE, tau), i) - 1.0
 
         def statistic(index: Mapping[str, np.ndarray], gain=gain) -> np.ndarray:
             return gain(taus[-1], index[test_set]) - gain(taus[0], index[test_set])
@@ -265,7 +267,7 @@ def u_curve(tables: Mapping[str, PromptCells]) -> list[Verdict]:
         ends, middle = [grid[taus[0]], grid[taus[-1]]], [grid[t] for t in taus[1:-1]]
 
         def mean_of(drafts: list[str], tau: float, i: np.ndarray) -> np.ndarray:
-            return np.mean([table.speedup(table.row(d, tau), i) for d in drafts], axis=0)
+            return np.mean([table.speedup(table.existing_row(d, tau), i) for d in drafts], axis=0)
 
         def statistic(index: Mapping[str, np.ndarray], ends=ends, middle=middle) -> np.ndarray:
             i = index[test_set]
@@ -310,16 +312,20 @@ def _composition_verdict(
     test_set, tau_dec = str(row["test_set"]), float(row["tau_dec"])
     scope = f"{label}, τ_dec {tau_dec:g} ({test_set})"
     table = tables.get(test_set)
-    names = (row.get("single draft"), row.get(column))
-    rows = [table.row(n, tau_dec) for n in names] if table is not None and all(names) else [None]
-    if None in rows:
+    single_name, contender_name = row.get("single draft"), row.get(column)
+    single, contender = (
+        (table.row(single_name, tau_dec), table.row(contender_name, tau_dec))
+        if table is not None and single_name and contender_name
+        else (None, None)
+    )
+    if table is None or single is None or contender is None:
         point = row[f"{label.split()[0]} gain"]
         reason = "no per-prompt values in the tune records: no interval"
         return Verdict(COMPOSITION, scope, definition, float(point), np.nan, np.nan, INCONCLUSIVE, reason)
 
     def statistic(index: Mapping[str, np.ndarray]) -> np.ndarray:
         i = index[test_set]
-        return table.speedup(rows[1], i) / table.speedup(rows[0], i) - 1.0
+        return table.speedup(contender, i) / table.speedup(single, i) - 1.0
 
     return _against_band(
         judged(COMPOSITION, scope, definition, +1, statistic, {test_set: prompt_count(table)})

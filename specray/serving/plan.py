@@ -81,8 +81,9 @@ def grid_bands(tau_decs: Iterable[float]) -> list[Band]:
     taus = sorted(set(float(t) for t in tau_decs))
     if not taus:
         raise SpecError("the sweep has no τ_dec to route by")
-    edges = [0.0] + [(a + b) / 2 for a, b in zip(taus, taus[1:], strict=False)] + [None]
-    return [Band(edges[i], edges[i + 1], (tau,)) for i, tau in enumerate(taus)]
+    mids = [(a + b) / 2 for a, b in zip(taus, taus[1:], strict=False)]
+    highs: list[float | None] = [*mids, None]
+    return [Band(low, high, (tau,)) for low, high, tau in zip([0.0, *mids], highs, taus, strict=True)]
 
 
 def given_bands(edges: Sequence[float], tau_decs: Iterable[float]) -> list[Band]:
@@ -164,7 +165,7 @@ class CellIndex:
     """One test set's cells by (draft key, γ, τ_dec, estimator)."""
 
     def __init__(self, cells: Iterable[CellRecord], test_set: str):
-        self.cells = {
+        self.cells: dict[tuple[str, int, float, str], CellRecord] = {
             (c.draft_key, c.gamma, float(c.tau_dec), c.estimator): c for c in cells if c.test_set == test_set
         }
         if not self.cells:
@@ -206,9 +207,10 @@ def _candidate(
     index: CellIndex, key: str, gamma: int, band: Band, basis: Basis, cost: CostRatio
 ) -> Candidate | None:
     speeds = [speedup_at(index, key, gamma, tau, basis, cost) for tau in band.tau_decs]
-    if any(s is None for s in speeds):
+    present = [s for s in speeds if s is not None]
+    if len(present) < len(speeds):
         return None
-    binding = min(speeds, key=lambda s: s.value)  # type: ignore[union-attr]
+    binding = min(present, key=lambda s: s.value)
     cells = {
         estimator: cell.key
         for estimator in ("analytic", "empirical")

@@ -56,7 +56,7 @@ class ForcedBatch(NamedTuple):
 
     input_ids: Tensor  # [batch, L]
     attention_mask: Tensor  # [batch, L]
-    index: Tensor  # [batch, T]: for response token t, the position whose logits predict it
+    positions: Tensor  # [batch, T]: for response token t, the position whose logits predict it
     valid: Tensor  # [batch, T] bool: False on padding
     rows: list[int]  # the sequences' indices in the continuations
 
@@ -149,7 +149,9 @@ def sample_continuations(
             keep_logits=keep_logits,
         )
         for i, sample in zip(chunk, samples, strict=True):
-            responses[i], logits[i] = sample.token_ids, sample.logits
+            responses[i] = sample.token_ids
+            if sample.logits is not None:  # kept only with keep_logits
+                logits[i] = sample.logits
     return Continuations(tau, prompts, responses, logits if keep_logits else None)
 
 
@@ -185,13 +187,13 @@ def response_probs(model: PreTrainedModel, batch: ForcedBatch, tau: float) -> Te
     positions never reach the vocabulary), and only the response positions go through the vocabulary
     softmax (the gather comes first)."""
     device = model.device
-    first = int(batch.index[batch.valid].min()) if bool(batch.valid.any()) else 0
+    first = int(batch.positions[batch.valid].min()) if bool(batch.valid.any()) else 0
     logits = model(
         input_ids=batch.input_ids.to(device),
         attention_mask=batch.attention_mask.to(device),
         logits_to_keep=batch.input_ids.shape[1] - first,  # positions first.. of every row
     ).logits
-    index = (batch.index.to(device) - first).clamp(min=0)[..., None].expand(-1, -1, logits.shape[-1])
+    index = (batch.positions.to(device) - first).clamp(min=0)[..., None].expand(-1, -1, logits.shape[-1])
     return warp(logits.gather(1, index), tau)
 
 
@@ -219,7 +221,7 @@ def _score(
     function, epsilon = point
     if epsilon == 1.0:
         accept = token_acceptance(p, q)
-        tokens = batch.input_ids.gather(1, batch.index + 1)  # [batch, T]: the sampled response ids
+        tokens = batch.input_ids.gather(1, batch.positions + 1)  # [batch, T]: the sampled response ids
         sampled = sampled_token_acceptance(p, q, tokens)
         relaxed = p
     else:
@@ -242,7 +244,8 @@ class _Buffers:
 
     @classmethod
     def empty(cls, n: int, width: int) -> _Buffers:
-        return cls(*(torch.zeros(n, width, dtype=torch.float32) for _ in range(3)))
+        beta, sampled, stop = (torch.zeros(n, width, dtype=torch.float32) for _ in range(3))
+        return cls(beta, sampled, stop)
 
     def fill(self, batch: ForcedBatch, beta: Tensor, sampled: Tensor | None, stop: Tensor | None) -> None:
         rows, span, valid = torch.tensor(batch.rows), batch.valid.shape[1], batch.valid

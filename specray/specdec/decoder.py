@@ -17,6 +17,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -138,10 +139,11 @@ def _verify(
     if not proposals:
         return 0, int(sample(p[0], generator))
     draft_tokens = torch.tensor(proposals, device=p.device)
+    q = torch.stack(cast(list[Tensor], q_rows))  # τ > 0: `_pick` kept every proposal's probabilities
     if epsilon == 1.0:
-        return verify_block(draft_tokens, torch.stack(q_rows), p, generator)
+        return verify_block(draft_tokens, q, p, generator)
     assert lenience is not None, "a lossy decode (ε < 1) needs a lenience function"
-    return verify_block_lenient(draft_tokens, torch.stack(q_rows), p, lenience, epsilon, generator)
+    return verify_block_lenient(draft_tokens, q, p, lenience, epsilon, generator)
 
 
 def _finish(tokens: list[int], new: list[int], eos_token_id: int | None, max_new_tokens: int) -> bool:

@@ -60,9 +60,18 @@ def run_empirical(
     epsilon: float = 1.0,
 ) -> EmpiricalResult:
     """Decode every prompt `repeats` times both ways; counts are pooled, times summed."""
-    lossy = {"lenience": lenience, "epsilon": epsilon}
     # warm-up: first calls pay for allocator growth and kernel selection
-    speculative_decode(target, draft, prompts[0], tau, gamma, min(8, max_new_tokens), eos_token_id, **lossy)
+    speculative_decode(
+        target,
+        draft,
+        prompts[0],
+        tau,
+        gamma,
+        min(8, max_new_tokens),
+        eos_token_id,
+        lenience=lenience,
+        epsilon=epsilon,
+    )
     autoregressive_decode(target, prompts[0], tau, min(8, max_new_tokens), eos_token_id)
     total, baseline_seconds, per_decode = DecodeStats(), 0.0, []
     per_decode_extra: list[tuple[int, float, float, int]] = []
@@ -71,7 +80,16 @@ def run_empirical(
         for r in range(repeats):
             generator = _seed(seed, i, r, target.device)
             decoded = speculative_decode(
-                target, draft, prompt, tau, gamma, max_new_tokens, eos_token_id, generator, **lossy
+                target,
+                draft,
+                prompt,
+                tau,
+                gamma,
+                max_new_tokens,
+                eos_token_id,
+                generator,
+                lenience=lenience,
+                epsilon=epsilon,
             )
             stats = decoded.stats
             outputs[i].append(decoded.tokens)

@@ -127,9 +127,7 @@ class EvalPool:
         self.resources = resources
         args = (target_path, prompts, settings, self.resources, Faults.from_env(), model_kwargs)
         options = [self.resources.ray_options()] * replicas
-        self.replicas: Replicas[Pass] = Replicas(
-            ray.remote(EvalWorker), args, options, "eval", 1, max_retries
-        )
+        self.replicas = Replicas(ray.remote(EvalWorker), args, options, "eval", 1, max_retries)
         self.cost_ratio = settings.cost_ratio
 
     @property

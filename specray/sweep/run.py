@@ -235,7 +235,8 @@ def preflight(spec: SweepSpec) -> None:
     check_writable(cache_dir(), "the cache folder", "set SPECRAY_CACHE to a writable folder")
     build_splits(spec.data)
     refs = {"target": spec.models.target, "draft": spec.models.draft}
-    paths = {name: ref.name_or_path for name, ref in refs.items() if ref.zoo is None}
+    # a ref without a zoo entry has a name or path (ModelRef validates exactly one of the two)
+    paths = {name: ref.name_or_path for name, ref in refs.items() if ref.name_or_path is not None}
     tokenizers = {name: load_tokenizer(path, refs[name].trust_remote_code) for name, path in paths.items()}
     for path in paths.values():
         check_model_dir(path)

@@ -112,7 +112,7 @@ class GenerationPool(Protocol):
 class TeacherPool:
     """The replicas. `generate` streams each finished batch to `on_results` (driver side)."""
 
-    replicas: Replicas[list[GenerationRequest]]
+    replicas: Replicas
     batch_size: int
     placement_groups: list[Any] = field(default_factory=list)
 

@@ -151,8 +151,9 @@ def _run_tune(spec: SweepSpec, resume: bool, show_progress: bool) -> TuneOutcome
     tracker = open_tracker(spec.tracking.uri, spec.experiment)  # unreachable MLflow fails before any work
     parent, resumed = tracker.tune_parent_run(spec, resume)
     out.mkdir(parents=True, exist_ok=True)
-    run = _Run(spec, out, tracker, parent, SweepDisplay(enabled=show_progress), state, data=sweep_data(spec))
-    tracker.log_datasets(parent, run.data.everything())
+    data = sweep_data(spec)
+    run = _Run(spec, out, tracker, parent, SweepDisplay(enabled=show_progress), state, data=data)
+    tracker.log_datasets(parent, data.everything())
     with ray_session(spec.ray), run.display:
         context = _prepare(run)
         singles = _single_tau_kd_baselines(run)
@@ -260,6 +261,7 @@ def _distil_baselines(run: _Run, plans: list[DraftPlan], role: str) -> None:
                 plan, run.tracker, run.runs[plan.name], run.display, _datasets(run, plan), reused=True
             )
         else:
+            assert plan.paradigm is not None, "a tune baseline is a distilled recipe (_baseline_plan)"
             ref = task.remote(spec_json, plan.paradigm, plan.mixture, str(plan.output_dir), run.inputs)
             pending[ref] = plan
     while pending:
@@ -386,6 +388,7 @@ def _finish(
     pd.DataFrame([_trial_row(t) for t in trials]).to_csv(report_dir / "trials.csv", index=False)
     (report_dir / "cells.json").write_text(json.dumps(run.validation + records, indent=1))
     tracker.log_artifacts(run.parent, report_dir, "report")
+    assert winner.objective is not None, "the winner is a completed trial, whose objective was measured"
     tracker.log_metrics(run.parent, _gains(frame) | {"objective/best": winner.objective})
     registered = _register(run, winner)
     for run_id in [*run.runs.values(), run.parent]:
