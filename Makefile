@@ -33,6 +33,7 @@ test-vllm-api:
 lint: setup-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy specray
 
 clean:
-	rm -rf $(VENV) .venv-vllm-api .pytest_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) .venv-vllm-api .pytest_cache .ruff_cache .mypy_cache build *.egg-info
