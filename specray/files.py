@@ -1,7 +1,9 @@
-"""The one way specray writes a file it may read back: a temporary name beside the target, fsync, rename.
+"""Where specray keeps files, and the one way it writes a file it may read back.
 
-A crash at any point leaves either the old file or the new one under the real name, never half of one;
-temporaries start with "." so globs for results never see them.
+`cache_dir()` is the root of every cache (the zoo, teacher shards, target continuations), so a module that
+needs a cached path imports this one and nothing heavier. Writes go to a temporary name beside the target,
+are fsynced, then renamed: a crash at any point leaves either the old file or the new one under the real
+name, never half of one; temporaries start with "." so globs for results never see them.
 """
 
 from __future__ import annotations
@@ -12,6 +14,13 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+
+def cache_dir() -> Path:
+    """Root of specray's caches: $SPECRAY_CACHE, else $XDG_CACHE_HOME/specray, else ~/.cache/specray."""
+    if os.environ.get("SPECRAY_CACHE"):
+        return Path(os.environ["SPECRAY_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specray"
 
 
 def write_atomic(path: Path, write: Callable[[Path], object]) -> None:

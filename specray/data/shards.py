@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from specray.errors import DataError
-from specray.files import write_atomic, write_json
+from specray.files import cache_dir, write_atomic, write_json
 
 if TYPE_CHECKING:
     from specray.config import ModelsSpec, SweepSpec, TeacherSpec
@@ -73,8 +73,6 @@ class ShardKey:
 
 
 def shards_root() -> Path:
-    from specray.models.zoo import cache_dir
-
     return cache_dir() / "shards"
 
 

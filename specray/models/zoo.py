@@ -33,6 +33,7 @@ from specray.config import TinyLlamaSpec, ZooSpec
 from specray.data.splits import fingerprint
 from specray.data.synthetic import IN_DOMAIN, OUT_OF_DOMAIN, synthetic_corpus
 from specray.data.templates import format_prompt
+from specray.files import cache_dir
 from specray.locks import producing
 from specray.ops.schedule import warmup_cosine
 from specray.progress import bar, live_display
@@ -43,13 +44,6 @@ ZOO_FORMAT = 2  # bump when the build recipe changes, so old caches are not reus
 MODEL_FORMAT = 1  # bump when one model's own recipe changes, so that model is rebuilt
 MODELS = ("target", "draft")
 PAD, BOS, EOS = "<pad>", "<s>", "</s>"
-
-
-def cache_dir() -> Path:
-    """Root of specray's caches: $SPECRAY_CACHE, else $XDG_CACHE_HOME/specray, else ~/.cache/specray."""
-    if os.environ.get("SPECRAY_CACHE"):
-        return Path(os.environ["SPECRAY_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specray"
 
 
 def zoo_key(spec: ZooSpec) -> str:

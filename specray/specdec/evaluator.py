@@ -22,7 +22,7 @@ import torch
 from transformers import PreTrainedModel
 
 from specray.data.examples import Example
-from specray.files import write_json
+from specray.files import cache_dir, write_json
 from specray.keys import digest
 from specray.locks import producing
 from specray.models.loading import check_same_vocabulary, decode_text, load_model, load_tokenizer
@@ -66,8 +66,6 @@ def _betas_key(job: EvalJob) -> tuple:
 
 
 def default_continuations_dir() -> Path:
-    from specray.models.zoo import cache_dir  # the zoo module needs the config; the evaluator does not
-
     return cache_dir() / "continuations"
 
 

@@ -34,7 +34,7 @@ from specray.devices import device_kind
 from specray.distill.checkpoints import read_curves
 from specray.distill.convergence import convergence_metrics
 from specray.distill.curves import CurvePoint, curves_to_json
-from specray.files import write_json, write_text
+from specray.files import cache_dir, write_json, write_text
 from specray.keys import cost_ratio_inputs, digest, model_id
 from specray.lineage import DRAFTS_VIEW, DatasetRef, SweepData, describe_sweep, draft_model, draft_note
 from specray.locks import output_folder
@@ -229,7 +229,6 @@ def preflight(spec: SweepSpec) -> None:
     later, and share one tokenizer by construction)."""
     from specray.data.dataset import build_splits
     from specray.models.loading import check_model_dir, check_same_vocabulary
-    from specray.models.zoo import cache_dir
 
     check_writable(sweep_dir(spec), "output_dir", "choose another with output_dir=PATH")
     check_writable(cache_dir(), "the cache folder", "set SPECRAY_CACHE to a writable folder")

@@ -18,7 +18,7 @@ import specray.sweep.tune.run as tune_module
 import specray.teacher.pool as teacher_pool
 from specray.config import load_spec
 from specray.distill.checkpoints import FINISHED_FILE
-from specray.models.zoo import cache_dir
+from specray.files import cache_dir
 from specray.report.tables import load_composition
 from specray.report.verdicts import composition_gains
 from specray.sweep.tune.trial import DRAFT_DIR, TRIAL_RESULT
