@@ -34,10 +34,10 @@ from pathlib import Path
 
 from quick import tiny_or_quick
 
-from specray.lineage import describe_sweep, draft_model, draft_note
 from specray.models.zoo import build_zoo
 from specray.sweep.plan import baseline_plan, plan_drafts
-from specray.tracking import Tracker
+from specray.tracking.client import Tracker, describe_sweep
+from specray.tracking.lineage import draft_model, draft_note
 
 QUIET = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
 

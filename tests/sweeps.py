@@ -11,7 +11,7 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 
 from specray.distill.checkpoints import FINISHED_FILE
-from specray.tracking import PARENT, ROLE
+from specray.tracking.names import PARENT, ROLE
 from tests.conftest import REPO
 from tests.waiting import CLI_TIMEOUT_S
 

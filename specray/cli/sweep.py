@@ -68,7 +68,7 @@ def report(
     from specray.report.build import build_report
     from specray.report.tables import load_composition
     from specray.specdec.records import CostRatio
-    from specray.tracking import fetch_sweep_records
+    from specray.tracking.fetch import fetch_sweep_records
 
     with user_errors(), tempfile.TemporaryDirectory() as tmp:
         records = fetch_sweep_records(tracking_uri, run_id, Path(tmp))

@@ -40,7 +40,7 @@ def register(results: SweepResults, outcome: ExportOutcome, tracking_uri: str) -
     """One registry version per chosen draft, an alias per band (removed for a no-speculation band), and the
     export folder (routing.json with it) as the artifact of an export run under the sweep's parent run."""
     from specray.keys import spec_key
-    from specray.tracking import open_tracker
+    from specray.tracking.client import open_tracker
 
     spec = results.spec
     tracker = open_tracker(tracking_uri, spec.experiment)

@@ -105,7 +105,8 @@ def cell_from_flat(row: dict[str, Any]) -> CellRecord:
 def read_run(run_id: str, tracking_uri: str, work: Path) -> SweepResults:
     """The sweep a finished MLflow parent run recorded; its drafts' weights are downloaded into `work`."""
     from specray.models.loading import resolve_model_path
-    from specray.tracking import fetch_sweep_records, open_tracker
+    from specray.tracking.client import open_tracker
+    from specray.tracking.fetch import fetch_sweep_records
 
     records = fetch_sweep_records(tracking_uri, run_id, work / "records")
     if "cost_ratio" not in records or "cells" not in records:

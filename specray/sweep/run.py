@@ -36,7 +36,6 @@ from specray.distill.convergence import convergence_metrics
 from specray.distill.curves import CurvePoint, curves_to_json
 from specray.files import cache_dir, write_json, write_text
 from specray.keys import cost_ratio_inputs, digest, model_id
-from specray.lineage import DRAFTS_VIEW, DatasetRef, SweepData, describe_sweep, draft_model, draft_note
 from specray.locks import output_folder
 from specray.models.loading import load_tokenizer, resolve_model_path
 from specray.report.build import build_report
@@ -65,7 +64,9 @@ from specray.sweep.plan import (
     sweep_dir,
 )
 from specray.sweep.progress import SweepDisplay
-from specray.tracking import CellAxes, Tracker, cell_metrics, open_tracker
+from specray.tracking.client import Tracker, describe_sweep, open_tracker
+from specray.tracking.lineage import DRAFTS_VIEW, DatasetRef, SweepData, draft_model, draft_note
+from specray.tracking.names import CellAxes, cell_metrics
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,8 @@ pytestmark = pytest.mark.integration
 SECRET = "hf_specrayFAKEsecret0123456789abcdefXYZ"  # must never be written anywhere
 OFFLINE_DRAFTS = ["non-distill", "offline/tau_kd=0", "offline/tau_kd=1"]
 OFFLINE = ("distill.paradigms=[offline]",)  # fewer drafts where the fault is not in distillation
-# what a client of a server killed mid-run sees, depending on where the kill lands (specray/tracking.py)
+# what a client of a server killed mid-run sees, depending on where the kill lands
+# (specray/tracking/errors.py)
 DYING_SERVER = (
     "connection refused",
     "connection reset",

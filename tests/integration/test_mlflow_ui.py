@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from specray.lineage import DRAFTS_VIEW
 from specray.progress import INTERVAL_ENV
-from specray.tracking import (
+from specray.tracking.lineage import DRAFTS_VIEW
+from specray.tracking.names import (
     ACCEPTANCE_RATE,
     BLOCK_EFFICIENCY,
     DRAFT_ACCEPTANCE,

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from specray.tracking import PARENT, ROLE
+from specray.tracking.names import PARENT, ROLE
 from tests.conftest import REPO
 from tests.servers import free_ports, listening_addresses
 from tests.waiting import CLI_TIMEOUT_S, wait_until

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from specray.tracking import PARENT, ROLE
+from specray.tracking.names import PARENT, ROLE
 from tests.sweeps import (
     ALL_DRAFTS,
     SPECRAY,

@@ -22,7 +22,7 @@ from specray.files import cache_dir
 from specray.report.tables import load_composition
 from specray.report.verdicts import composition_gains
 from specray.sweep.tune.trial import DRAFT_DIR, TRIAL_RESULT
-from specray.tracking import BEST, PARENT, ROLE, TRIAL_ID
+from specray.tracking.names import BEST, PARENT, ROLE, TRIAL_ID
 from tests.conftest import REPO
 from tests.unit.test_distill_loop import make_shards, micro_spec
 from tests.waiting import CLI_TIMEOUT_S, wait_until

@@ -14,7 +14,7 @@ from specray.specdec.cells import DraftRef, plan_jobs, prompts_fingerprints
 from specray.specdec.evaluator import EvalJob, EvalSettings, Evaluator
 from specray.specdec.lossy import lossy_betas
 from specray.specdec.records import CellRecord
-from specray.tracking import CellAxes, cell_metrics
+from specray.tracking.names import CellAxes, cell_metrics
 from tests.conftest import REPO
 
 SMOKE = load_spec(REPO / "sweeps" / "smoke.yaml")

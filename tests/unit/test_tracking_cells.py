@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from specray.specdec.records import CellRecord
-from specray.tracking import cell_metrics
+from specray.tracking.names import cell_metrics
 
 
 def record(estimator: str, **metrics) -> CellRecord:

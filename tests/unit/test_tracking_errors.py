@@ -22,7 +22,8 @@ import typer
 
 from specray.cli import resumable
 from specray.errors import SpecError, TrackingError
-from specray.tracking import Tracker, _probe_server
+from specray.tracking.client import Tracker
+from specray.tracking.errors import probe_server
 from tests.servers import QUIET
 
 # answering servers get a generous timeout (a loaded machine must not turn "reset" into "timed out"); only
@@ -159,7 +160,7 @@ def test_the_start_probe_names_the_cause_the_same_way(case: str) -> None:
     serve, reason = CASES[case]
     timeout_s = SILENT_TIMEOUT_S if case == "silent" else ANSWER_TIMEOUT_S
     with serve() as uri, pytest.raises(SpecError) as raised:
-        _probe_server(uri, timeout_s=timeout_s)
+        probe_server(uri, timeout_s=timeout_s)
     assert str(raised.value).startswith(
         f"tracking.uri: no MLflow server answers at {uri} ({reason}); start it"
     )

@@ -14,26 +14,18 @@ from mlflow.entities import LoggedModelStatus
 
 from specray.config import load_spec
 from specray.data.shards import train_shard_keys
-from specray.lineage import (
-    DRAFTS_VIEW,
-    DatasetRef,
-    DraftModel,
-    describe_sweep,
-    draft_note,
-    model_name,
-    run_title,
-    runs_view,
-    sweep_data,
-)
 from specray.specdec.cells import prompts_fingerprints
 from specray.sweep.plan import baseline_plan, plan_drafts
-from specray.tracking import (
+from specray.tracking.client import Tracker, describe_sweep
+from specray.tracking.lineage import DRAFTS_VIEW, DatasetRef, DraftModel, draft_note, runs_view, sweep_data
+from specray.tracking.names import (
     DRAFT_DIR,
     EXPERIMENT_KIND,
     MODEL_DEVELOPMENT,
     NOTE,
     SAVED_VIEW,
-    Tracker,
+    model_name,
+    run_title,
 )
 from tests.conftest import REPO
 from tests.servers import QUIET

@@ -48,7 +48,6 @@ from specray.distill.inputs import draft_folder_name
 from specray.errors import SpecError
 from specray.files import write_atomic
 from specray.keys import digest
-from specray.lineage import DatasetRef, SweepData, draft_model, draft_note, sweep_data
 from specray.locks import output_folder
 from specray.models.loading import load_tokenizer, resolve_model_path
 from specray.specdec.cells import encode_test_prompts, eval_settings
@@ -66,7 +65,9 @@ from specray.sweep.tune.baselines import (
 from specray.sweep.tune.search import SearchFailed, TrialRecord, record_trials, search
 from specray.sweep.tune.space import Recipe, at_best_gamma, baseline_recipe, budget_spec, check_tune
 from specray.sweep.tune.trial import VALIDATION, TrialContext, distil_baseline
-from specray.tracking import BEST, Tracker, cell_metrics, open_tracker, sweep_key
+from specray.tracking.client import Tracker, open_tracker, sweep_key
+from specray.tracking.lineage import DatasetRef, SweepData, draft_model, draft_note, sweep_data
+from specray.tracking.names import BEST, cell_metrics
 
 __all__ = ["SearchFailed", "TuneOutcome", "run_tune", "tune_dir"]
 

@@ -34,7 +34,7 @@ from specray.sweep.tune.trial import (
     TrialContext,
     run_trial,
 )
-from specray.tracking import Tracker
+from specray.tracking.client import Tracker
 
 MAX_TRIAL_FAILURES = 2  # a crashed trial restarts (and resumes its checkpoint) this often
 CURVE_KEYS = ("loss", "tokens_per_s", "seconds_per_step", "lr", ACCEPTANCE_ESTIMATE)

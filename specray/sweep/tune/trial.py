@@ -37,7 +37,7 @@ from specray.sweep.tune.space import (
     recipe_from_config,
     speedup_estimate,
 )
-from specray.tracking import cell_metrics, metric_key
+from specray.tracking.names import cell_metrics, metric_key
 
 VALIDATION = "validation"
 OBJECTIVE, ACCEPTANCE_ESTIMATE, MEASURED = "objective", "acceptance_estimate", "measured"

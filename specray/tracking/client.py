@@ -1,45 +1,18 @@
-"""Every MLflow call in specray lives here.
-
-Layout of a sweep in MLflow (experiment = the sweep's name, or `tracking.experiment`):
-- one parent run per sweep invocation, tagged `specray.role=sweep` and `specray.sweep_key=<hash of the
-  resolved spec>`, with the resolved spec as params (flattened: `eval.gamma`, ...) and as `spec.yaml`;
-  figures and tables of the report are its artifacts. Re-running a sweep whose parent did not finish
-  resumes that parent instead of starting another;
-- one child run per draft (`mlflow.parentRunId` set), tagged `draft`, `paradigm`, `tau_kd`, `mixture`, with
-  its training curves (metrics with steps) and one metric per evaluation cell, named
-  `<metric>/<test_set>/tau_dec_<x>` (MLflow metric names cannot contain "=").
-
-`specray tune` uses the same experiment: one parent run per search (`specray.role=tune`), one child run
-per Tune trial (`specray.role=trial`, tag `trial_id`; its config as params, its curves as metrics, the
-best one tagged `specray.best=true`), one child run per baseline draft, and the winner's draft registered
-in the Model Registry with its mixture in the version's tags.
-
-What the UI shows (MLflow 3.17): the experiment is tagged a model-development one (`mlflow.experimentKind`)
-and described (`mlflow.note.content`); runs are named for people (`tiny · online τ_kd=0.6`) and described;
-the data a run used are its dataset inputs (name, content key as digest, context); every finished draft is
-a logged model (a thin pyfunc over its HF folder, the KD recipe in its metadata and params) linked to its
-run and, for the tuned winner, to its registered version; and a saved runs view (an experiment tag the UI
-lists under "Views") shows the drafts ranked, with the columns a user compares.
-"""
+"""The `Tracker`: one sweep's MLflow experiment and every call specray makes to it (the layout of runs is
+in the package's docstring). A failed call raises a TrackingError naming the server (`errors`)."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import logging
 import math
-import re
-import socket
 import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import mlflow.artifacts
-import requests
-import urllib3.exceptions
 from mlflow.entities import (
     Dataset,
     DatasetInput,
@@ -55,147 +28,52 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_MODEL_VERSIONS
 
-from specray.config import SweepSpec, dump_spec
-from specray.errors import SpecError, TrackingError, find_cause
-from specray.lineage import DatasetRef, DraftModel, RunsView, model_name, run_title
+from specray.config import dump_spec
+from specray.errors import SpecError, TrackingError
+from specray.keys import spec_key
+from specray.tracking.errors import probe_server, tracking_error
+from specray.tracking.lineage import (
+    EXPERIMENT_NOTE,
+    DatasetRef,
+    DraftModel,
+    RunsView,
+    SweepData,
+    runs_view,
+    sweep_data,
+    sweep_note,
+)
+from specray.tracking.names import (
+    DATA_CONTEXT,
+    DRAFT_DIR,
+    DRAFT_KEY,
+    EXPERIMENT_KIND,
+    MAX_PARAM_LENGTH,
+    MODEL_DEVELOPMENT,
+    MODEL_TYPE,
+    NOTE,
+    PARENT,
+    PYFUNC_LOADER,
+    ROLE,
+    SAVED_VIEW,
+    SWEEP_KEY,
+    TRIAL_ID,
+    VIEW_PARAM,
+    flatten,
+    metric_key,
+    model_name,
+    run_title,
+)
 
 if TYPE_CHECKING:
-    from specray.specdec.records import CellRecord
+    from specray.config import SweepSpec
 
 log = logging.getLogger(__name__)
-
-ACCEPTANCE_RATE = "acceptance_rate"
-DRAFT_ACCEPTANCE = "draft_acceptance"
-BLOCK_EFFICIENCY = "block_efficiency"
-SPEEDUP_MODEL = "speedup_model"
-SPEEDUP = "speedup"
-EMPIRICAL_ACCEPTANCE_RATE = "empirical_acceptance_rate"
-EMPIRICAL_BLOCK_EFFICIENCY = "empirical_block_efficiency"
-# what servers report (vLLM's definitions, DESIGN.md); analytic ones expected from β, like speedup_model
-MEAN_ACCEPTANCE_LENGTH = "mean_acceptance_length"
-EMPIRICAL_MEAN_ACCEPTANCE_LENGTH = "empirical_mean_acceptance_length"
-DRAFT_ACCEPTANCE_MODEL = "draft_acceptance_model"
-ACCEPTANCE_PER_POSITION = "acceptance_per_position"  # one metric per draft position: .../position_<k>
-EMPIRICAL_ACCEPTANCE_PER_POSITION = "empirical_acceptance_per_position"
-# task quality of decoded outputs (specray/quality.py: exact match or ROUGE-L per test set), and the two
-# ends: the target and the draft decoding alone
-QUALITY, QUALITY_TARGET, QUALITY_DRAFT = "quality", "quality_target_only", "quality_draft_only"
-# record field -> metric name, per estimator (analytic block efficiency: the per-position simulation)
-CELL_METRICS = {
-    "analytic": {
-        "acceptance_rate": ACCEPTANCE_RATE,
-        "block_efficiency_simulated": BLOCK_EFFICIENCY,
-        "speedup_model": SPEEDUP_MODEL,
-        "mean_acceptance_length": MEAN_ACCEPTANCE_LENGTH,
-        "draft_acceptance": DRAFT_ACCEPTANCE_MODEL,
-        "acceptance_per_position": ACCEPTANCE_PER_POSITION,
-    },
-    "empirical": {
-        "acceptance_rate": EMPIRICAL_ACCEPTANCE_RATE,
-        "draft_acceptance": DRAFT_ACCEPTANCE,
-        "block_efficiency": EMPIRICAL_BLOCK_EFFICIENCY,
-        "speedup": SPEEDUP,
-        "mean_acceptance_length": EMPIRICAL_MEAN_ACCEPTANCE_LENGTH,
-        "acceptance_per_position": EMPIRICAL_ACCEPTANCE_PER_POSITION,
-        "quality": QUALITY,
-    },
-    "ends": {"quality_target": QUALITY_TARGET, "quality_draft": QUALITY_DRAFT},
-}
-ROLE, SWEEP_KEY, PARENT = "specray.role", "specray.sweep_key", "mlflow.parentRunId"
-DRAFT_KEY = "specray.draft_key"
-BEST, TRIAL_ID = "specray.best", "trial_id"
-MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param value
-NOTE = "mlflow.note.content"  # a run's or experiment's description, Markdown
-# the experiment kind MLflow 3's UI reads (`mlflow.experimentKind`, values in its JS: genai_development,
-# custom_model_development); 3.17's UI routes by its sidebar switch instead (`runs_page` says how to open)
-EXPERIMENT_KIND, MODEL_DEVELOPMENT = "mlflow.experimentKind", "custom_model_development"
-DATA_CONTEXT = "mlflow.data.context"  # training | evaluation | generation, shown beside a dataset's name
-# Saved runs views: the UI keeps them as experiment tags `mlflow.sharedViewState.<id>` holding
-# {name, createdAt, updatedAt, state} and opens one at runs?viewStateShareKey=<id> (not in MLflow's Python
-# API; the format is read from 3.17's UI code, where `state` is its runs-table state as JSON).
-SAVED_VIEW, VIEW_PARAM = "mlflow.sharedViewState.", "viewStateShareKey"
-DRAFT_DIR, MODEL_TYPE = "draft", "specray-draft"  # the HF folder inside a draft's logged model
-PYFUNC_LOADER = "specray.models.pyfunc"
-
-
-def metric_key(name: str) -> str:
-    """A metric name MLflow accepts: `acceptance_rate/tau_dec=0.6` becomes `acceptance_rate/tau_dec_0.6`."""
-    return name.replace("=", "_")
-
-
-@dataclass(frozen=True)
-class CellAxes:
-    """Which grid axes a sweep varies beyond τ_dec, hence name in its cells' metric keys."""
-
-    gamma: bool = False
-    epsilon: bool = False
-    function: bool = False
-
-    @classmethod
-    def of(cls, spec: SweepSpec) -> CellAxes:
-        e = spec.eval
-        return cls(len(e.gamma) > 1, len(e.lenience.epsilon) > 1, len(e.lenience.function) > 1)
-
-
-def cell_key(
-    metric: str,
-    test_set: str,
-    tau_dec: float,
-    gamma: int | None = None,
-    epsilon: float | None = None,
-    lenience: str | None = None,
-) -> str:
-    """`speedup_model/in_domain/tau_dec_0.6`, with `/gamma_4` appended when the sweep has several γ, and
-    `/eps_0.5` when it has several ε (`/lin_eps_0.5` when it has several lenience functions; a lossless
-    cell is `/eps_1` whatever the function)."""
-    key = f"{metric}/{test_set}/tau_dec_{tau_dec:g}"
-    key = key if gamma is None else f"{key}/gamma_{gamma}"
-    if epsilon is None:
-        return key
-    return f"{key}/{lenience}_eps_{epsilon:g}" if lenience and epsilon < 1.0 else f"{key}/eps_{epsilon:g}"
-
-
-def cell_metrics(
-    record: CellRecord, with_gamma: bool = False, axes: CellAxes | None = None
-) -> dict[str, float]:
-    """The metrics one evaluation record contributes to its draft's run (`axes`: as well as `with_gamma`,
-    which axes the metric names carry)."""
-    axes = axes or CellAxes(gamma=with_gamma)
-    names = CELL_METRICS[record.estimator]
-    gamma = record.gamma if (axes.gamma or with_gamma) and record.estimator != "ends" else None
-    epsilon = record.epsilon if (axes.epsilon or axes.function) and record.estimator != "ends" else None
-    lenience = record.lenience if axes.function else None
-    points: dict[str, float] = {}
-    for field, metric in names.items():
-        value = record.metrics.get(field)
-        key = cell_key(metric, record.test_set, record.tau_dec, gamma, epsilon, lenience)
-        # a list is one value per draft position (records saved before a field existed lack it)
-        named = (
-            {f"{key}/position_{k + 1}": v for k, v in enumerate(value)}
-            if isinstance(value, list)
-            else {key: value}
-        )
-        points |= {k: float(v) for k, v in named.items() if v is not None and math.isfinite(float(v))}
-    return points
 
 
 def sweep_key(spec: SweepSpec, with_tune: bool = False) -> str:
     """Identity of a sweep's work: every setting that changes a result, the grid or the report (with
     `with_tune`, the search too); not where it is tracked or how it runs (`specray.keys.spec_key`)."""
-    from specray.keys import spec_key
-
     return spec_key(spec, with_tune)
-
-
-def flatten(node: Any, prefix: str = "") -> dict[str, str]:
-    """`{"eval": {"gamma": 4}}` -> `{"eval.gamma": "4"}`; lists stay JSON."""
-    if isinstance(node, dict):
-        out: dict[str, str] = {}
-        for key, value in node.items():
-            out.update(flatten(value, f"{prefix}{key}."))
-        return out
-    text = json.dumps(node) if isinstance(node, list | bool) or node is None else str(node)
-    return {prefix.rstrip("."): text[:MAX_PARAM_LENGTH]}
 
 
 class Tracker:
@@ -212,7 +90,7 @@ class Tracker:
             return fn(*args, **kwargs)
         except (MlflowException, OSError) as e:  # OSError: an unwritable sqlite file, requests' own errors
             log.debug("MLflow call %s at %s failed", getattr(fn, "__name__", fn), self.uri, exc_info=True)
-            raise _tracking_error(self.uri, e) from e
+            raise tracking_error(self.uri, e) from e
 
     def _experiment(self, name: str) -> str:
         """The experiment, created (or, from before specray tagged it, tagged) as a model-development one."""
@@ -477,93 +355,11 @@ class Tracker:
 
 def open_tracker(uri: str, experiment: str) -> Tracker:
     """A Tracker, or a SpecError naming the URI when MLflow cannot be reached before any work starts."""
-    _probe_server(uri)
+    probe_server(uri)
     try:
         return Tracker(uri, experiment)
     except TrackingError as e:
         raise SpecError(f"tracking.uri: {e}") from None
-
-
-def _probe_server(uri: str, timeout_s: float = 10.0) -> None:
-    """One quick request to an MLflow server before any work starts. MLflow's own client retries a refused
-    connection for minutes (MLFLOW_HTTP_REQUEST_MAX_RETRIES, which rides out a short outage mid-run);
-    at start a server that is not there should be reported at once."""
-    if not uri.startswith(("http://", "https://")):
-        return
-    try:
-        requests.get(f"{uri.rstrip('/')}/health", timeout=timeout_s)  # any answer means a server is there
-    except requests.RequestException as e:
-        log.debug("MLflow server probe at %s failed", uri, exc_info=True)
-        reason = _connection_failure(e) or type(e).__name__
-        raise SpecError(
-            f"tracking.uri: no MLflow server answers at {uri} ({reason}); "
-            "start it (e.g. `mlflow server --host 127.0.0.1 --port PORT`) or use tracking.uri=sqlite:///mlflow.db"
-        ) from None
-
-
-def _tracking_error(uri: str, error: Exception) -> TrackingError:
-    """One line for the user naming the server and what went wrong; the raw error stays in the debug log."""
-    reason = _connection_failure(error)
-    if reason:
-        return TrackingError(f"MLflow at {uri} stopped answering ({reason})")
-    if isinstance(error, MlflowException):  # the server answered, and refused the call
-        return TrackingError(f"MLflow at {uri}: {error.message.splitlines()[0]}")
-    return TrackingError(f"MLflow at {uri} is unreachable ({error})")
-
-
-_HTTP_ERRORS = "HTTP error responses"
-_TOO_MANY_STATUS = re.compile(r"too many (\d{3}) error responses")  # urllib3's ResponseError keeps only this
-# (exception types in the cause chain, few words), most telling first. A dying server shows as any of the
-# connection errors: refused once it is gone, reset or closed with a request in flight, a broken pipe
-# mid-upload, an answer cut short when it dies while writing one. urllib3's NewConnectionError is one of
-# its TimeoutErrors, so timeouts are the socket's own.
-_FAILURE_TYPES: tuple[tuple[tuple[type[BaseException], ...], str], ...] = (
-    ((socket.gaierror,), "host name not found"),
-    ((TimeoutError, requests.Timeout, urllib3.exceptions.ReadTimeoutError), "timed out"),
-    ((ConnectionRefusedError,), "connection refused"),
-    ((http.client.RemoteDisconnected,), "connection closed"),  # a ConnectionResetError: test it first
-    ((ConnectionResetError,), "connection reset"),
-    ((ConnectionAbortedError, BrokenPipeError), "connection aborted"),
-    # the server went away between the answer's headers and the end of its body
-    ((http.client.IncompleteRead, urllib3.exceptions.IncompleteRead), "answer cut short"),
-    ((requests.exceptions.RetryError, urllib3.exceptions.ResponseError), _HTTP_ERRORS),
-    ((requests.ConnectionError, urllib3.exceptions.ProtocolError), "connection failed"),
-)
-# the same causes as urllib3 and the socket word them, for the one place MLflow keeps only the text: failed
-# artifact downloads, gathered into one message
-_FAILURE_TEXTS = (
-    (
-        re.compile(r"Failed to resolve|Name or service not known|Temporary failure in name resolution"),
-        "host name not found",
-    ),
-    (re.compile(r"Read timed out|connect timeout="), "timed out"),
-    (re.compile(r"Connection refused"), "connection refused"),
-    (re.compile(r"RemoteDisconnected|Remote end closed connection"), "connection closed"),
-    (re.compile(r"Connection reset by peer"), "connection reset"),
-    (re.compile(r"Broken pipe|ConnectionAbortedError"), "connection aborted"),
-    (re.compile(r"IncompleteRead"), "answer cut short"),
-    (_TOO_MANY_STATUS, _HTTP_ERRORS),
-)
-
-
-def _connection_failure(error: BaseException) -> str | None:
-    """Why a tracking server did not answer, in a few words (`connection reset`, `HTTP 503`), or None when
-    it did answer. Read from the exception types in the cause chain (MLflow wraps requests, which wraps
-    urllib3, which wraps the socket's error); from the text only where MLflow kept nothing else."""
-    for types, words in _FAILURE_TYPES:
-        cause = find_cause(error, types)
-        if cause is not None:
-            return _with_status(words, str(cause))
-    text = str(error)
-    return next(
-        (_with_status(words, text) for pattern, words in _FAILURE_TEXTS if pattern.search(text)), None
-    )
-
-
-def _with_status(words: str, text: str) -> str:
-    """`HTTP error responses` -> `HTTP 503` when urllib3's message names the status."""
-    status = _TOO_MANY_STATUS.search(text) if words == _HTTP_ERRORS else None
-    return f"HTTP {status.group(1)}" if status else words
 
 
 def _now_ms() -> int:
@@ -595,22 +391,12 @@ def _mlmodel_file(logged: Any, run_id: str, model: DraftModel, folder: Path) -> 
     return path
 
 
-def fetch_sweep_records(uri: str, run_id: str, destination: Path) -> dict[str, Any]:
-    """The plain records a sweep's parent run holds (cells, drafts, curves, lengths), from MLflow."""
-    client = MlflowClient(tracking_uri=uri)
-    try:
-        run = client.get_run(run_id)
-        folder = Path(client.download_artifacts(run_id, "records", str(destination)))
-    except MlflowException as e:
-        raise SpecError(f"run {run_id} at {uri}: {e.message.splitlines()[0]}") from None
-    if run.data.tags.get(ROLE) != "sweep":
-        raise SpecError(f"run {run_id} is not a specray sweep's parent run (tag {ROLE} is not 'sweep')")
-    records = {path.stem: json.loads(path.read_text()) for path in folder.glob("*.json")}
-    records["lengths"] = {
-        k: {float(t): v for t, v in by.items()} for k, by in records.get("lengths", {}).items()
-    }
-    records["name"] = run.data.params.get("name", run_id)
-    records["experiment"] = client.get_experiment(run.info.experiment_id).name
-    projected = run.data.params.get("eval.projected_cost_ratio", "null")
-    records["projected_cost_ratio"] = None if projected in ("null", "None") else float(projected)
-    return records
+def describe_sweep(tracker: Tracker, parent: str, spec: SweepSpec, drafts: int) -> SweepData:
+    """What the UI shows of a sweep before any work: the parent run's description and datasets, and the
+    drafts view. Returns the datasets, for the draft runs."""
+    data = sweep_data(spec)
+    tracker.describe_experiment(EXPERIMENT_NOTE)
+    tracker.set_tags(parent, {NOTE: sweep_note(spec, drafts)})
+    tracker.log_datasets(parent, data.everything())
+    tracker.save_runs_view(runs_view(spec))
+    return data

@@ -1,4 +1,4 @@
-"""What the MLflow UI shows about a sweep, built from the spec and the plan (the calls are in `tracking.py`):
+"""What the MLflow UI shows about a sweep, built from the spec and the plan (the calls are in `client.py`):
 the datasets each run used, with their content keys as digests; a finished draft as a model with its KD
 recipe; run names and descriptions a person reads; and the saved runs view with the columns a user compares.
 
@@ -9,25 +9,22 @@ a sweep lists them all; a draft's run its shard(s) and the test sets; the un-dis
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specray.names import BASELINE
+from specray.tracking.names import ACCEPTANCE_RATE, SPEEDUP_MODEL, cell_key
 
 if TYPE_CHECKING:
     from specray.config import SourceSpec, SweepSpec
     from specray.sweep.plan import DraftPlan
-    from specray.tracking import Tracker
 
 DRAFTS_VIEW = "specray-drafts"  # the saved runs view's id (stable: a re-run replaces it)
 EXPERIMENT_NOTE = (  # MLflow 3.17 shows its first line on every page of the experiment (GenAI ones too)
     "To compare the drafts: **Model training** (sidebar) → Runs → Views → **specray: drafts**. "
     "One parent run per sweep, one child run per draft; each draft's model is under **Models**."
 )
-_MODEL_NAME_FORBIDDEN = re.compile(r"[/:.%\"']")  # characters MLflow refuses in a logged model's name
 
 
 @dataclass(frozen=True)
@@ -61,21 +58,6 @@ class RunsView:
     name: str
     columns: tuple[str, ...]
     order_by: str
-
-
-def run_title(sweep: str, tags: Mapping[str, str]) -> str:
-    """A draft run's name for people: `tiny · online τ_kd=0.6`, `tiny · online mix 0.7:1,0.9:1`,
-    `tiny · non-distill` (from the draft tags `paradigm`, `tau_kd`, `mixture`)."""
-    paradigm = tags.get("paradigm", "none")
-    if paradigm == "none":
-        return f"{sweep} · {BASELINE}"
-    recipe = f"τ_kd={tags['tau_kd']}" if tags.get("tau_kd") else f"mix {tags.get('mixture', '')}"
-    return f"{sweep} · {paradigm} {recipe}"
-
-
-def model_name(sweep: str, draft: str) -> str:
-    """A logged model's name MLflow accepts: `tiny-online-tau_kd=0_6` (no `/ : . % " '`)."""
-    return _MODEL_NAME_FORBIDDEN.sub(lambda m: {"/": "-", ":": "x"}.get(m.group(), "_"), f"{sweep}-{draft}")
 
 
 # ---------------------------------------------------------------- datasets
@@ -176,8 +158,6 @@ def _grid(spec: SweepSpec) -> str:
 def runs_view(spec: SweepSpec) -> RunsView:
     """The drafts ranked by modelled speedup at the highest τ_dec ≤ 1 on the first test set, with the
     columns a user compares: speedup and acceptance per τ_dec, paradigm, τ_kd, the data and the model."""
-    from specray.tracking import ACCEPTANCE_RATE, SPEEDUP_MODEL, cell_key
-
     e = spec.eval
     test_set, gamma = e.test_sets[0], e.gamma[0] if len(e.gamma) > 1 else None
     in_range = [t for t in e.temperatures if t <= 1.0] or list(e.temperatures)
@@ -190,16 +170,3 @@ def runs_view(spec: SweepSpec) -> RunsView:
     columns += [metric(ACCEPTANCE_RATE, t) for t in e.temperatures]
     sort = metric(SPEEDUP_MODEL, max(in_range))
     return RunsView(DRAFTS_VIEW, "specray: drafts", tuple(columns), sort)
-
-
-def describe_sweep(tracker: Tracker, parent: str, spec: SweepSpec, drafts: int) -> SweepData:
-    """What the UI shows of a sweep before any work: the parent run's description and datasets, and the
-    drafts view. Returns the datasets, for the draft runs."""
-    from specray.tracking import NOTE
-
-    data = sweep_data(spec)
-    tracker.describe_experiment(EXPERIMENT_NOTE)
-    tracker.set_tags(parent, {NOTE: sweep_note(spec, drafts)})
-    tracker.log_datasets(parent, data.everything())
-    tracker.save_runs_view(runs_view(spec))
-    return data
