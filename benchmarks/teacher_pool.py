@@ -28,7 +28,7 @@ from specray.config import TeacherSpec, ZooSpec
 from specray.data.synthetic import synthetic_corpus
 from specray.data.templates import format_prompt
 from specray.models.zoo import build_zoo
-from specray.teacher.engines import GenerationRequest, GenerationResult
+from specray.teacher.generation import GenerationRequest, GenerationResult
 from specray.teacher.pool import make_teacher_pool
 
 TEMPERATURES = (0.0, 1.0)

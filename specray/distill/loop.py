@@ -69,8 +69,8 @@ from specray.distill.teacher_states import StaticStates, estimated_mb, kept_prom
 from specray.keys import curve_inputs
 from specray.models.loading import load_model, load_tokenizer
 from specray.ops.schedule import warmup_cosine
+from specray.sampling import eos_token_ids, sample_batch
 from specray.seeds import derive_seed
-from specray.teacher.engines import eos_token_ids, sample_batch
 
 __all__ = ["DistillInputs", "DistillResult", "draft_name", "prepare_inputs", "run_training", "train_draft"]
 

@@ -36,6 +36,7 @@ from specray.ops import (
     token_acceptance,
     warp,
 )
+from specray.sampling import sample_batch
 from specray.seeds import prompt_seed
 
 
@@ -128,8 +129,6 @@ def sample_continuations(
     were drawn from). The i-th prompt draws from its own generator seeded by (seed, i), created on the
     model's device, so the samples do not depend on the batch size; prompts are batched in order of
     length, so a batch pads little."""
-    from specray.teacher.engines import sample_batch
-
     device = target.device
     eos = {eos_token_id} if eos_token_id is not None else set()
     responses: list[list[int]] = [[] for _ in prompts]

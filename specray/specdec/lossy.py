@@ -29,9 +29,9 @@ import torch
 from transformers import PreTrainedModel
 
 from specray.ops import draft_stop_after_rejection, lenient_target, lenient_token_acceptance, sample, warp
+from specray.sampling import decode_lockstep
 from specray.seeds import prompt_seed
 from specray.specdec.analytic import Betas
-from specray.teacher.engines import decode_lockstep
 
 
 @dataclass

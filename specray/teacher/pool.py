@@ -8,7 +8,7 @@ dies) a fresh one replaces it and the batches it held go back on the queue, wher
 takes them (the one retry policy of every specray pool, `cluster/actors.py`). Exactly-once rows follow
 from three facts: every request sits in exactly one batch, the driver reads each batch's result once (a
 lost attempt's result is never read) and is the only writer of part files, and a re-run batch reproduces
-the same rows (per-request seeds, see `engines.py`). The last holds for vLLM only in its batch-invariant
+the same rows (per-request seeds, see `generation.py`). The last holds for vLLM only in its batch-invariant
 mode; without it each row still comes from exactly one attempt, but a re-run batch may sample other rows.
 Part files are written atomically as batches finish, so an interrupted run resumes with only the missing
 prompts; a τ's shard is compacted as soon as its last prompt arrives.
@@ -56,7 +56,8 @@ from specray.errors import DataError
 from specray.faults import Faults
 from specray.locks import producing
 from specray.progress import bar
-from specray.teacher.engines import GenerationRequest, GenerationResult, make_engine
+from specray.teacher.engines import make_engine
+from specray.teacher.generation import GenerationRequest, GenerationResult
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from typing import Any
 from specray.config import VllmSpec
 from specray.errors import ModelError
 from specray.seeds import request_seed
-from specray.teacher.engines import GenerationRequest, GenerationResult
+from specray.teacher.generation import GenerationRequest, GenerationResult
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from specray.distill.data import TrainRow, collate
 from specray.distill.losses import ResponseLoss
 from specray.distill.probe import AcceptanceProbe
 from specray.models.loading import load_model
-from specray.teacher.engines import sample_batch
+from specray.sampling import sample_batch
 
 TAU_KD, NEW_TOKENS, CHUNK = 1.0, 24, 32
 

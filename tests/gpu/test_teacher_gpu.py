@@ -4,7 +4,8 @@ of mixed τ in one batch, each drawing from its own CUDA generator."""
 from __future__ import annotations
 
 from specray.devices import Resources
-from specray.teacher.engines import GenerationRequest, TransformersEngine
+from specray.teacher.engines import TransformersEngine
+from specray.teacher.generation import GenerationRequest
 
 
 def test_a_teacher_engine_batch_on_cuda(pair_dirs) -> None:

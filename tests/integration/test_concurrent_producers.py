@@ -35,7 +35,7 @@ PRODUCE_SHARDS = """
     from pathlib import Path
     from specray.config import load_spec
     from specray.data.dataset import build_splits
-    from specray.teacher.engines import GenerationResult
+    from specray.teacher.generation import GenerationResult
     from specray.teacher.pool import generate_shards
 
     root, calls = Path(sys.argv[1]), Path(sys.argv[2])

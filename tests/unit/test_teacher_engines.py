@@ -11,15 +11,10 @@ import torch
 from specray.config import TeacherSpec
 from specray.data.synthetic import synthetic_corpus
 from specray.data.templates import format_prompt
+from specray.sampling import SHARED_PREFIX_MIN, left_pad, sample_batch
 from specray.seeds import request_seed
-from specray.teacher.engines import (
-    SHARED_PREFIX_MIN,
-    GenerationRequest,
-    TransformersEngine,
-    left_pad,
-    make_engine,
-    sample_batch,
-)
+from specray.teacher.engines import TransformersEngine, make_engine
+from specray.teacher.generation import GenerationRequest
 
 MAX_NEW = 10
 
@@ -183,7 +178,8 @@ def test_unknown_engine_lists_the_valid_ones(micro_zoo) -> None:
 def test_engines_and_shards_import_no_ray_or_vllm() -> None:
     # distillation reuses sample_batch and reads shards in plain processes; only teacher/pool touches Ray
     script = (
-        "import sys, specray.teacher.engines, specray.teacher.vllm_engine, specray.data.shards\n"
+        "import sys, specray.sampling, specray.teacher.engines, specray.teacher.vllm_engine\n"
+        "import specray.data.shards\n"
         "print(','.join(m for m in ('ray', 'vllm', 'mlflow') if m in sys.modules))\n"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)

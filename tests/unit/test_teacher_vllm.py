@@ -10,7 +10,8 @@ import pytest
 from specray.config import TeacherSpec, VllmSpec
 from specray.errors import ModelError
 from specray.seeds import request_seed
-from specray.teacher.engines import GenerationRequest, make_engine
+from specray.teacher.engines import make_engine
+from specray.teacher.generation import GenerationRequest
 from specray.teacher.vllm_engine import VllmEngine, llm_kwargs, require_vllm, to_result, to_sampling_kwargs
 from tests.conftest import REPO
 

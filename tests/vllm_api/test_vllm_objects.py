@@ -28,7 +28,7 @@ from vllm.utils.argparse_utils import FlexibleArgumentParser  # noqa: E402
 
 from specray.config import VllmSpec, vllm_accepts_temperature  # noqa: E402
 from specray.serving.engines import VLLM_VERSION, vllm_launch, vllm_speculative_config  # noqa: E402
-from specray.teacher.engines import GenerationRequest  # noqa: E402
+from specray.teacher.generation import GenerationRequest  # noqa: E402
 from specray.teacher.vllm_engine import llm_kwargs, to_sampling_kwargs  # noqa: E402
 
 
