@@ -18,6 +18,7 @@ from specray.report import figures, lossy, tables
 from specray.report.convergence import CONVERGENCE_NOTE, convergence_table, projected_heading
 from specray.report.serving import SERVER_NOTE, server_table
 from specray.report.speedup_units import UNITS_NOTE, speedup_heatmaps
+from specray.report.tables import markdown_table
 from specray.report.verdicts import Composition, all_verdicts, verdict_frame
 from specray.specdec.records import CostRatio
 
@@ -38,18 +39,6 @@ def cells_frame(
     )
     frame.loc[frame.draft == BASELINE, "paradigm"] = BASELINE
     return frame
-
-
-def _table(frame: pd.DataFrame, float_format: str = "{:.3f}") -> str:
-    if frame.empty:
-        return "_no data_\n"
-    header = "| " + " | ".join(str(c) for c in frame.columns) + " |"
-    rule = "|" + "---|" * len(frame.columns)
-    rows = [
-        "| " + " | ".join(float_format.format(v) if isinstance(v, float) else str(v) for v in row) + " |"
-        for row in frame.itertuples(index=False)
-    ]
-    return "\n".join([header, rule, *rows]) + "\n"
 
 
 def best_gamma(cells: pd.DataFrame, metric: str = "speedup_model") -> pd.DataFrame:
@@ -170,7 +159,7 @@ def build_report(
         sections += ["\n## speedup in the papers' units: measured where possible, modelled elsewhere\n"]
         sections += [UNITS_NOTE, *[f"![{p.stem}]({p.name})" for p in speedup_heatmaps(frame, out_dir)]]
     if several:
-        sections += ["\n## Best γ per draft and τ_dec\n", GAMMA_NOTE, _table(gamma_table(frame))]
+        sections += ["\n## Best γ per draft and τ_dec\n", GAMMA_NOTE, markdown_table(gamma_table(frame))]
     if projected_cost_ratio is not None and not frame.empty:
         sections += [f"\n## {projected_heading(projected_cost_ratio)}\n"]
         sections += [
@@ -183,19 +172,27 @@ def build_report(
     sections += ["\n## Fig. 3: peak speedup per τ_dec (offline vs online)\n", FIG3_NOTE]
     sections += [f"![{p.stem}]({p.name})" for p in figures.peak_speedup(at_best, out_dir)]
     peaks = peak_table(frame)
-    sections += ["", _table(peaks[peaks.tau_dec <= 1.0])]
+    sections += ["", markdown_table(peaks[peaks.tau_dec <= 1.0])]
     sections += _table2_section(at_best, peaks)
     sections += ["## Table 3: composition of τ_kd (from `specray tune`)\n", TABLE3_NOTE]
-    sections += [_table(tables.table3(composition)) if composition is not None else NO_TUNE]
+    sections += [markdown_table(tables.table3(composition)) if composition is not None else NO_TUNE]
     sections += _figure5_section(token_lengths or {}, lengths, out_dir)
     sections += _figure6_section(probe_curves, out_dir)
-    sections += ["\n## Convergence of the drafts\n", CONVERGENCE_NOTE, _table(convergence_table(curves))]
+    sections += [
+        "\n## Convergence of the drafts\n",
+        CONVERGENCE_NOTE,
+        markdown_table(convergence_table(curves)),
+    ]
     sections += lossy.section(everything, out_dir, cost_ratio.value if cost_ratio else None)
-    sections += ["\n## What servers report\n", SERVER_NOTE, _table(server_table(_lossless_records(cells)))]
+    sections += [
+        "\n## What servers report\n",
+        SERVER_NOTE,
+        markdown_table(server_table(_lossless_records(cells))),
+    ]
 
     sections += ["\n## Empirical vs analytic acceptance (on the same prompts)\n", AGREEMENT_NOTE]
     sections += [f"![{p.stem}]({p.name})" for p in figures.agreement(frame, out_dir)]
-    sections += ["", _table(figures.paired_estimates(frame).reset_index())]
+    sections += ["", markdown_table(figures.paired_estimates(frame).reset_index())]
     path = out_dir / "report.md"
     path.write_text("\n".join(sections) + "\n")
     return path
@@ -221,7 +218,11 @@ def _verdict_section(
     out_dir: Path,
 ) -> list[str]:
     """The verdict table, where the peaks lie, and Fig. 1. `cells` keeps the per-prompt lists."""
-    lines = ["## Verdicts\n", VERDICT_NOTE, _table(verdict_frame(all_verdicts(cells, curves, composition)))]
+    lines = [
+        "## Verdicts\n",
+        VERDICT_NOTE,
+        markdown_table(verdict_frame(all_verdicts(cells, curves, composition))),
+    ]
     lines += ["## Where the peaks are\n", *[f"- {line}" for line in findings(at_best)], ""]
     lines += ["## Fig. 1: speedup and acceptance vs τ_dec\n", FIG1_NOTE]
     return lines + [f"![{p.stem}]({p.name})" for p in figures.against_tau_dec(at_best, out_dir)]
@@ -238,8 +239,8 @@ def _table2_section(at_best: pd.DataFrame, peaks: pd.DataFrame) -> list[str]:
     """Table 2: speedup and acceptance at out-of-range τ_dec for every τ_kd, then the best per row."""
     lines = ["## Table 2: out-of-range τ_dec (> 1), every τ_kd\n", TABLE2_NOTE]
     for metric in ("speedup_model", "acceptance_rate"):
-        lines += [f"**{metric}**\n", _table(tables.table2(at_best, metric))]
-    return [*lines, "**best (τ_kd, γ) per row**\n", _table(peaks[peaks.tau_dec > 1.0])]
+        lines += [f"**{metric}**\n", markdown_table(tables.table2(at_best, metric))]
+    return [*lines, "**best (τ_kd, γ) per row**\n", markdown_table(peaks[peaks.tau_dec > 1.0])]
 
 
 def _figure5_section(

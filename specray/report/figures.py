@@ -44,7 +44,8 @@ def curve_frame(
     return pd.DataFrame(rows, columns=None if rows else list(CURVE_COLUMNS))
 
 
-def _save(fig: plt.Figure, path: Path) -> Path:
+def save_figure(fig: plt.Figure, path: Path) -> Path:
+    """Write `fig` to `path` as PNG and close it (pyplot keeps every open figure alive)."""
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -64,7 +65,7 @@ def heatmaps(cells: pd.DataFrame, metric: str, out_dir: Path) -> list[Path]:
         for ax, paradigm in zip(axes[0], paradigms, strict=False):
             _heatmap_panel(ax, rows, paradigm, metric)
         fig.suptitle(f"{metric} ({test_set} test)")
-        paths.append(_save(fig, out_dir / f"heatmap_{metric}_{test_set}.png"))
+        paths.append(save_figure(fig, out_dir / f"heatmap_{metric}_{test_set}.png"))
     return paths
 
 
@@ -110,7 +111,7 @@ def peak_speedup(cells: pd.DataFrame, out_dir: Path, metric: str = "speedup_mode
             relative.set_ylabel("online vs offline (%)")
             handles = [*handles, relative.get_lines()[0]]
         ax.legend(handles=handles, fontsize=7, loc="best", framealpha=0.8)
-        paths.append(_save(fig, out_dir / f"peak_{metric}_{test_set}.png"))
+        paths.append(save_figure(fig, out_dir / f"peak_{metric}_{test_set}.png"))
     return paths
 
 
@@ -143,7 +144,7 @@ def against_tau_dec(cells: pd.DataFrame, out_dir: Path, tau_kd: float = 0.2) -> 
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(f"speedup and acceptance vs decoding temperature ({test_set})")
-    return [_save(fig, out_dir / "fig1_against_tau_dec.png")]
+    return [save_figure(fig, out_dir / "fig1_against_tau_dec.png")]
 
 
 def kd_step_curves(curves: pd.DataFrame, out_dir: Path, tau_dec: float = 1.0) -> list[Path]:
@@ -166,7 +167,7 @@ def kd_step_curves(curves: pd.DataFrame, out_dir: Path, tau_dec: float = 1.0) ->
         ax.set_title(paradigm)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    return [_save(fig, out_dir / "fig6_kd_steps.png")]
+    return [save_figure(fig, out_dir / "fig6_kd_steps.png")]
 
 
 def acceptance_vs_steps(curves: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -185,7 +186,7 @@ def acceptance_vs_steps(curves: pd.DataFrame, out_dir: Path) -> list[Path]:
         ax.set_title(paradigm)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, ncol=2)
-    return [_save(fig, out_dir / "acceptance_vs_steps.png")]
+    return [save_figure(fig, out_dir / "acceptance_vs_steps.png")]
 
 
 def length_distribution(lengths: Mapping[str, Mapping[float, list[int]]], out_dir: Path) -> list[Path]:
@@ -199,7 +200,7 @@ def length_distribution(lengths: Mapping[str, Mapping[float, list[int]]], out_di
         ax.set_xlabel("τ_dec")
         ax.set_ylabel("response tokens")
         ax.set_title(f"target output length ({test_set})")
-    return [_save(fig, out_dir / "output_lengths.png")]
+    return [save_figure(fig, out_dir / "output_lengths.png")]
 
 
 def token_length_distribution(counts: dict[str, dict[int, int]], out_dir: Path) -> list[Path]:
@@ -221,7 +222,7 @@ def token_length_distribution(counts: dict[str, dict[int, int]], out_dir: Path) 
     ax.set_title("token lengths of the target's test outputs")
     ax.legend()
     ax.grid(alpha=0.3, axis="y")
-    return [_save(fig, out_dir / "fig5_token_lengths.png")]
+    return [save_figure(fig, out_dir / "fig5_token_lengths.png")]
 
 
 def agreement(cells: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -237,7 +238,7 @@ def agreement(cells: pd.DataFrame, out_dir: Path) -> list[Path]:
     ax.set_xlabel("analytic acceptance_rate, same prompts (±95%)")
     ax.set_ylabel("empirical acceptance_rate (±95%)")
     ax.set_title("estimator agreement")
-    return [_save(fig, out_dir / "analytic_vs_empirical.png")]
+    return [save_figure(fig, out_dir / "analytic_vs_empirical.png")]
 
 
 def paired_estimates(cells: pd.DataFrame) -> pd.DataFrame:

@@ -19,7 +19,8 @@ from pathlib import Path
 import pandas as pd
 
 from specray.names import BASELINE
-from specray.report.figures import _save, plt
+from specray.report.figures import plt, save_figure
+from specray.report.tables import markdown_table
 
 NOTE = (
     "Lossy speculative decoding (DistillSpec Algorithm A.1) accepts a draft token y with probability "
@@ -64,7 +65,7 @@ def curves(cells: pd.DataFrame, ends: pd.DataFrame, out_dir: Path) -> list[Path]
         for ax, function in zip(axes[0], functions, strict=True):
             _panel(ax, rows[rows.lenience.isin([function, "lossless"])], here, function)
         fig.suptitle(f"quality vs speedup, {test_set}, τ_dec = {tau:g}")
-        paths.append(_save(fig, out_dir / f"lossy_tradeoff_{test_set}_tau{tau:g}.png"))
+        paths.append(save_figure(fig, out_dir / f"lossy_tradeoff_{test_set}_tau{tau:g}.png"))
     return paths
 
 
@@ -147,10 +148,4 @@ def section(frame: pd.DataFrame, out_dir: Path, c: float | None = None) -> list[
     lines = ["\n## Lossy decoding: quality vs speedup\n", NOTE]
     lines += [f"- {line}" for line in verdict(cells, ends)] + [""]
     lines += [f"![{p.stem}]({p.name})" for p in curves(cells, ends, out_dir)]
-    return lines + ["", _markdown(table(cells, ends))]
-
-
-def _markdown(frame: pd.DataFrame) -> str:
-    from specray.report.build import _table  # at call time: build imports this module
-
-    return _table(frame)
+    return lines + ["", markdown_table(table(cells, ends))]

@@ -18,6 +18,19 @@ from specray.report.verdicts import Composition
 TABLE3_FILE, TUNE_CELLS_FILE = "table3.csv", "cells.json"
 
 
+def markdown_table(frame: pd.DataFrame, float_format: str = "{:.3f}") -> str:
+    """`frame` as a Markdown table (floats as `float_format`); `_no data_` when it is empty."""
+    if frame.empty:
+        return "_no data_\n"
+    header = "| " + " | ".join(str(c) for c in frame.columns) + " |"
+    rule = "|" + "---|" * len(frame.columns)
+    rows = [
+        "| " + " | ".join(float_format.format(v) if isinstance(v, float) else str(v) for v in row) + " |"
+        for row in frame.itertuples(index=False)
+    ]
+    return "\n".join([header, rule, *rows]) + "\n"
+
+
 def table2(cells: pd.DataFrame, metric: str = "speedup_model") -> pd.DataFrame:
     """Out-of-range τ_dec (> 1), analytic at each cell's best γ (`cells` holds one γ per cell): one row
     per (test set, paradigm, τ_dec), the un-distilled draft and one column per τ_kd, and the best τ_kd —
