@@ -15,7 +15,13 @@ from specray.config.base import (
     Temperature,
     unique_sorted,
 )
-from specray.kd_presets import DATA_PRESETS, DEFAULT_PRESET, DataSources, DataSourcesField, resolve_sources
+from specray.distill.presets import (
+    DATA_PRESETS,
+    DEFAULT_PRESET,
+    DataSources,
+    DataSourcesField,
+    resolve_sources,
+)
 
 # What vLLM's `SamplingParams` does with a temperature (vllm 0.33.0, `sampling_params.py`): τ > 2 is
 # rejected, and 0 < τ < 0.01 is silently raised to 0.01. A shard records the τ it asked for, so both are
@@ -101,7 +107,7 @@ class DistillSpec(Frozen):
     )
     data_sources: DataSourcesField = Field(
         default=DEFAULT_PRESET,
-        description="online batches: a preset of specray/kd_presets.py or {fixed: λ1, student: λ2}",
+        description="online batches: a preset of specray/distill/presets.py or {fixed: λ1, student: λ2}",
     )
     loss_temperature: float = Field(default=1.0, gt=0.0, le=MAX_TEMPERATURE)
     loss_averaging: Literal["token", "sequence"] = Field(
