@@ -17,7 +17,7 @@ import torch
 from scipy.stats import bootstrap
 from transformers import PreTrainedModel
 
-from specray.specdec.decoder import _crop, _prefill, _step
+from specray.specdec.decoder import crop_cache, forward_cached, prefill_cache
 from specray.specdec.records import CostRatio
 
 ROUND = 20  # step pairs per round
@@ -50,16 +50,16 @@ def ratio_interval(
 def _timed_pairs(target: PreTrainedModel, draft: PreTrainedModel, prompt: list[int], pairs: int):
     """`pairs` (draft, target) step times: one token after the cached prompt, caches cropped back."""
     device = next(target.parameters()).device
-    caches = {model: _prefill(model, prompt, device) for model in (draft, target)}
+    caches = {model: prefill_cache(model, prompt, device) for model in (draft, target)}
     lengths = {model: cache.get_seq_length() for model, cache in caches.items()}
     times: dict[PreTrainedModel, list[float]] = {draft: [], target: []}
     for _ in range(pairs):
         for model, cache in caches.items():
-            _crop(cache, lengths[model])
+            crop_cache(cache, lengths[model])
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             started = time.perf_counter()
-            _step(model, [prompt[-1]], cache, device)
+            forward_cached(model, [prompt[-1]], cache, device)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)  # time the kernels, not their launch
             times[model].append(time.perf_counter() - started)

@@ -86,14 +86,16 @@ class Decoded:
     stats: DecodeStats = field(default_factory=DecodeStats)
 
 
-def _crop(cache: DynamicCache, length: int) -> None:
+def crop_cache(cache: DynamicCache, length: int) -> None:
     """Drop cached positions beyond `length` (crop(-k) removes k tokens in transformers 4.x and 5.x)."""
     extra = cache.get_seq_length() - length
     if extra > 0:
         cache.crop(-extra)
 
 
-def _step(model: PreTrainedModel, tokens: list[int], cache: DynamicCache, device: torch.device) -> Tensor:
+def forward_cached(
+    model: PreTrainedModel, tokens: list[int], cache: DynamicCache, device: torch.device
+) -> Tensor:
     """Feed `tokens` after the cached prefix; returns their next-token logits [len(tokens), vocab].
 
     `device` is passed in: `model.device` walks the parameters on every call, an overhead per step."""
@@ -101,11 +103,11 @@ def _step(model: PreTrainedModel, tokens: list[int], cache: DynamicCache, device
     return model(input_ids=input_ids, past_key_values=cache, use_cache=True).logits[0]
 
 
-def _prefill(model: PreTrainedModel, prompt: list[int], device: torch.device) -> DynamicCache:
+def prefill_cache(model: PreTrainedModel, prompt: list[int], device: torch.device) -> DynamicCache:
     """Cache every prompt token but the last, which the first step feeds."""
     cache = DynamicCache()
     if len(prompt) > 1:
-        _step(model, prompt[:-1], cache, device)
+        forward_cached(model, prompt[:-1], cache, device)
     return cache
 
 
@@ -184,7 +186,7 @@ def speculative_decode(
         raise ValueError(f"epsilon must be in (0, 1], a lenience function below 1: {lenience}, {epsilon}")
     started = time.perf_counter()
     device = target.device
-    target_cache, draft_cache = _prefill(target, prompt, device), _prefill(draft, prompt, device)
+    target_cache, draft_cache = prefill_cache(target, prompt, device), prefill_cache(draft, prompt, device)
     out, stats = Decoded([]), DecodeStats()
     target_pending, draft_pending = [prompt[-1]], [prompt[-1]]
     done = False
@@ -193,14 +195,16 @@ def speculative_decode(
         block = min(gamma, max_new_tokens - len(out.tokens) - 1)
         proposals, q_rows = [], []
         for _ in range(block):
-            token, q = _pick(_step(draft, draft_pending, draft_cache, device)[-1], tau, generator)
+            token, q = _pick(forward_cached(draft, draft_pending, draft_cache, device)[-1], tau, generator)
             draft_pending = [token]
             proposals.append(token)
             q_rows.append(q)
             if token == eos_token_id:  # nothing after EOS is worth proposing or counting
                 break
         block = len(proposals)
-        target_logits = _step(target, target_pending + proposals, target_cache, device)  # [block + 1, vocab]
+        target_logits = forward_cached(
+            target, target_pending + proposals, target_cache, device
+        )  # [block + 1, vocab]
         n, next_token = _verify(proposals, q_rows, target_logits, tau, generator, lenience, epsilon)
         stats.drafted += block
         stats.tested += min(n + 1, block)
@@ -209,8 +213,8 @@ def speculative_decode(
         stats.count_step(n)
         # keep cache entries for the prompt, the accepted proposals and the token before them
         kept = len(prompt) + len(out.tokens) + n
-        _crop(target_cache, kept)
-        _crop(draft_cache, kept)
+        crop_cache(target_cache, kept)
+        crop_cache(draft_cache, kept)
         if n < block:
             draft_pending = [next_token]
         else:  # the draft never ran on its last proposal (or, with no proposals, on what was pending)
@@ -236,11 +240,11 @@ def autoregressive_decode(
     _check_settings(1, tau)
     started = time.perf_counter()
     device = target.device
-    cache = _prefill(target, prompt, device)
+    cache = prefill_cache(target, prompt, device)
     out, pending = Decoded([]), [prompt[-1]]
     done = False
     while not done:
-        token, _ = _pick(_step(target, pending, cache, device)[-1], tau, generator)
+        token, _ = _pick(forward_cached(target, pending, cache, device)[-1], tau, generator)
         pending = [token]
         out.stats.target_calls += 1
         done = _finish(out.tokens, [token], eos_token_id, max_new_tokens)
@@ -303,7 +307,7 @@ def measure_step_times(
     totals, which include the time other processes take from them, and a mean includes it alike.
     """
     cached, device = len(context) - gamma - 1, target.device
-    caches = {model: _prefill(model, context[: cached + 1], device) for model in (draft, target)}
+    caches = {model: prefill_cache(model, context[: cached + 1], device) for model in (draft, target)}
     times: dict[str, list[list[float]]] = {}  # name -> per round, one reading per clock
 
     def timed(name: str, run: Callable[[], object]) -> None:
@@ -312,15 +316,15 @@ def measure_step_times(
         times.setdefault(name, []).append([clock() - s for clock, s in zip(clocks, started, strict=True)])
 
     def step(model: PreTrainedModel, tokens: list[int]) -> Callable[[], object]:
-        _crop(caches[model], cached)
-        return lambda: _step(model, tokens, caches[model], device)
+        crop_cache(caches[model], cached)
+        return lambda: forward_cached(model, tokens, caches[model], device)
 
     for _ in range(warmup + steps):
         for position in range(gamma):
             timed(f"draft_{position}", step(draft, context[cached : cached + 1]))
         timed("target_verify", step(target, context[cached:]))
-        timed("draft_prefill", lambda: _prefill(draft, context[:prompt_length], device))
-        timed("target_prefill", lambda: _prefill(target, context[:prompt_length], device))
+        timed("draft_prefill", lambda: prefill_cache(draft, context[:prompt_length], device))
+        timed("target_prefill", lambda: prefill_cache(target, context[:prompt_length], device))
         timed("target_step", step(target, context[cached : cached + 1]))
     return tuple(_mean_step_times(times, gamma, warmup, i) for i in range(len(clocks)))
 
