@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from specray.errors import SpecError, describe_os_error
 
 
 def cache_dir() -> Path:
@@ -43,3 +46,14 @@ def write_text(path: Path, text: str) -> None:
 
 def write_json(path: Path, payload: Any, indent: int | None = 1) -> None:
     write_text(path, json.dumps(payload, indent=indent, sort_keys=True))
+
+
+def check_writable(folder: Path, what: str, fix: str) -> None:
+    """Create `folder` if needed and write (then remove) a probe file in it; a SpecError if that fails."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".specray-write-check-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise SpecError(f"{what}: cannot write to {folder} ({describe_os_error(e)}); {fix}") from None

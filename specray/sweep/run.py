@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
@@ -34,7 +32,7 @@ from specray.devices import device_kind
 from specray.distill.checkpoints import read_curves
 from specray.distill.convergence import convergence_metrics
 from specray.distill.curves import CurvePoint, curves_to_json
-from specray.files import cache_dir, write_json, write_text
+from specray.files import cache_dir, check_writable, write_json, write_text
 from specray.keys import cost_ratio_inputs, digest, model_id
 from specray.locks import output_folder
 from specray.models.loading import load_tokenizer, resolve_model_path
@@ -242,19 +240,6 @@ def preflight(spec: SweepSpec) -> None:
         check_model_dir(path)
     if len(tokenizers) == 2:
         check_same_vocabulary(tokenizers["target"], tokenizers["draft"], paths["target"], paths["draft"])
-
-
-def check_writable(folder: Path, what: str, fix: str) -> None:
-    """Create `folder` if needed and write (then remove) a probe file in it; a SpecError if that fails."""
-    from specray.errors import SpecError, describe_os_error
-
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=".specray-write-check-")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise SpecError(f"{what}: cannot write to {folder} ({describe_os_error(e)}); {fix}") from None
 
 
 # ---------------------------------------------------------------- distillation
