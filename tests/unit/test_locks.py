@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ def _python(script: str, *args: str) -> subprocess.Popen:
         [sys.executable, "-c", textwrap.dedent(script), *args],
         cwd=REPO,
         env=ENV,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -76,22 +78,27 @@ def test_producers_of_overlapping_entries_take_them_in_one_order(tmp_path: Path)
 
 def test_a_waiting_producer_says_what_it_waits_for(tmp_path: Path) -> None:
     entry = tmp_path / "shard"
+    # the holder keeps the entry until told on stdin, so the wait below happens however slow the machine
     holder = _python(
         """
-        import sys, time
+        import sys
         from pathlib import Path
         from specray.locks import producing
         with producing([Path(sys.argv[1])], "a teacher shard"):
             print("held", flush=True)
-            time.sleep(2)
+            sys.stdin.readline()
         """,
         str(entry),
     )
     assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
     notes: list[str] = []
-    with producing([entry], "a teacher shard", notes.append):
-        pass
-    holder.wait()
-    assert len(notes) >= 1 and f"pid {holder.pid} on " in notes[0]
-    assert f"is producing a teacher shard ({entry})" in notes[0]
-    wait_until(lambda: holder.poll() is not None, "the holder to end")
+    waiter = threading.Thread(target=lambda: producing([entry], "a teacher shard", notes.append).__enter__())
+    waiter.start()
+    wait_until(lambda: notes, "the second producer to say what it waits for")
+    assert holder.stdin is not None
+    holder.stdin.write("release\n")
+    holder.stdin.flush()
+    waiter.join(timeout=120)
+    assert not waiter.is_alive()  # it got the entry once the holder let go
+    assert f"pid {holder.pid} on " in notes[0] and f"is producing a teacher shard ({entry})" in notes[0]
+    holder.wait(timeout=120)
