@@ -52,13 +52,18 @@ def _holder(lock: IO[str]) -> str:
     return f"pid {info.get('pid')} on {info.get('host')} (since {started}: {info.get('command')})"
 
 
-def _write_holder(lock: IO[str]) -> None:
+def _write_holder(path: Path) -> None:
+    """Say who holds the lock. Written through its own short-lived handle: the lock itself is held on a
+    read-only one, because a file open for writing for a whole run would keep its filesystem from being
+    remounted read-only (and a run must then fail cleanly, as on any read-only folder)."""
     info = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
     info["command"] = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
-    lock.seek(0)
-    lock.truncate()
-    lock.write(json.dumps(info))
-    lock.flush()
+    path.write_text(json.dumps(info), encoding="utf-8")
+
+
+def _open_lock(path: Path) -> IO[str]:
+    path.touch(exist_ok=True)
+    return open(path, encoding="utf-8")  # flock needs no write access
 
 
 def _try_lock(lock: IO[str]) -> bool:
@@ -73,13 +78,13 @@ def _try_lock(lock: IO[str]) -> bool:
 def output_folder(folder: Path) -> Iterator[None]:
     """Hold `folder` for this run, or raise FolderInUse at once if a live process holds it."""
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / FOLDER_LOCK, "a+", encoding="utf-8") as lock:
+    with _open_lock(folder / FOLDER_LOCK) as lock:
         if not _try_lock(lock):
             raise FolderInUse(
                 f"{folder} is in use by {_holder(lock)}; wait for that run to end (or stop it), "
                 "or give this one another output_dir=PATH"
             )
-        _write_holder(lock)
+        _write_holder(folder / FOLDER_LOCK)
         try:
             yield
         finally:
@@ -100,9 +105,9 @@ def producing(entries: Sequence[Path], what: str, note: Callable[[str], None] = 
     with ExitStack() as stack:
         for entry in sorted(set(entries)):
             entry.parent.mkdir(parents=True, exist_ok=True)
-            lock = stack.enter_context(open(entry_lock_path(entry), "a+", encoding="utf-8"))
+            lock = stack.enter_context(_open_lock(entry_lock_path(entry)))
             _wait_for(lock, f"{what} ({entry})", note)
-            _write_holder(lock)
+            _write_holder(entry_lock_path(entry))
             stack.callback(fcntl.flock, lock.fileno(), fcntl.LOCK_UN)
         yield
 
