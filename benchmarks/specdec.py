@@ -38,10 +38,11 @@ from specray.models.loading import load_model, load_tokenizer
 from specray.models.zoo import build_zoo
 from specray.specdec.analytic import AnalyticEstimator, Continuations, sample_continuations
 from specray.specdec.cells import encode_test_prompts
-from specray.specdec.cost import measure_cost_ratio
+from specray.specdec.cost import measure_step_costs
 from specray.specdec.empirical import run_empirical
 from specray.specdec.evaluator import EvalJob, EvalSettings, Evaluator
 from specray.specdec.hf_compare import Comparison
+from specray.specdec.records import StepCosts
 
 TARGET_HALF_WIDTH = 0.01
 
@@ -85,7 +86,7 @@ def analytic_vs_empirical(
     tau: float,
     n_empirical: int,
     max_new_tokens: int,
-    c: float,
+    costs: StepCosts,
 ) -> None:
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     started = time.perf_counter()
@@ -99,7 +100,7 @@ def analytic_vs_empirical(
     AnalyticEstimator(target, cached, pad)  # for reference: continuations read back from the disk cache
     forced_pass = time.perf_counter() - started
     started = time.perf_counter()
-    analytic = asdict(estimator.evaluate(draft, 4, c))
+    analytic = asdict(estimator.evaluate(draft, 4, costs))
     draft_pass = time.perf_counter() - started
     started = time.perf_counter()
     empirical = asdict(
@@ -143,7 +144,9 @@ def grid_seconds_per_cell(
     zoo, prompts: list[list[int]], n_drafts: int, taus: list[float], max_new_tokens: int
 ) -> None:
     """22 drafts (perturbed copies of the zoo draft, as distillation would produce) × 6 τ_dec."""
-    settings = EvalSettings(repeats=1, max_new_tokens=max_new_tokens, empirical_prompts=1, cost_ratio=0.3)
+    settings = EvalSettings(
+        repeats=1, max_new_tokens=max_new_tokens, empirical_prompts=1, step_costs=StepCosts.fixed(0.3)
+    )
     tokenizer = load_tokenizer(str(zoo.draft))
     with tempfile.TemporaryDirectory() as tmp:
         # a fresh continuations cache: the target really samples once per τ_dec
@@ -225,11 +228,11 @@ def main() -> None:
     print(f"machine: {machine}, torch {torch.__version__}, {torch.get_num_threads()} threads; zoo {zoo.root}")
     print(f"load average (1, 5, 15 min) at the start: {os.getloadavg()}")
     # quick: a few step pairs, whatever their interval (the full run measures to ±2%)
-    cost = measure_cost_ratio(target, draft, prompts[0], max_pairs=40 if args.quick else 2000)
-    print(f"c (draft step / target step, measured): {cost.describe()}")
+    cost = measure_step_costs(target, draft, prompts[:4], max_rounds=2 if args.quick else 200)
+    print(f"step costs (measured): {cost.describe()}")
     n, tokens = (4, 8) if args.quick else (32, 48)
     if "estimators" in args.parts:
-        analytic_vs_empirical(target, draft, tokenizer, prompts, 1.0, n // 2, tokens, cost.value)
+        analytic_vs_empirical(target, draft, tokenizer, prompts, 1.0, n // 2, tokens, cost)
     if "grid" in args.parts:
         if args.quick:
             grid_seconds_per_cell(zoo, prompts[:4], 3, [0.0, 1.0], tokens)

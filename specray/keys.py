@@ -9,7 +9,7 @@ Roles of a field:
   shard          the teacher's responses (through the shard key, `data/shards.py`)
   draft          every distilled draft's weights;  draft:online  only online drafts'
   cell           every evaluation cell;  cell:empirical / cell:analytic  one estimator's cells only
-  cost_ratio     the measured draft/target step-time ratio c (analytic cells depend on c's value)
+  cost_ratio     the measured step costs T_t(B, k), T_d(B) (analytic cells depend on their values)
   curves         the acceptance-vs-KD-step curves recorded while training (not the weights)
   grid           which drafts and cells exist, not what any of them holds
   tune           the `specray tune` search only;  report  the report only
@@ -36,11 +36,13 @@ if TYPE_CHECKING:
 KEY_FORMAT = 1  # bump when a key's recipe changes, so nothing stored under the old recipe is reused
 # bump when an analytic cell record's metrics change: a record saved by older code lacks them and is
 # recomputed
-CELL_RECORD_FORMAT = 4
+CELL_RECORD_FORMAT = 5
 # the same for empirical cells' records only, so a change to them leaves analytic keys and caches valid
-EMPIRICAL_RECORD_FORMAT = 5
+EMPIRICAL_RECORD_FORMAT = 6
 # the same for analytic cells at ε < 1 only (`specdec/lossy.py`), so lossless cells' keys stay valid
 LOSSY_ANALYTIC_FORMAT = 2
+# bump when the step costs' measurement changes what it times
+STEP_COSTS_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,10 @@ FIELDS: dict[str, Direct | Via] = {
     "distill.mixtures": _direct("grid"),
     "distill.seed": _direct("draft"),
     "eval.temperatures": _direct("grid", "curves"),
-    "eval.gamma": _direct("grid"),  # each cell's own γ is one of its coordinates, hence in its key
+    # each cell's own γ is one of its coordinates, hence in its key; the step costs time each γ's pass
+    "eval.gamma": _direct("grid", "cost_ratio"),
+    "eval.batch_sizes": _direct("cost_ratio"),  # the B the costs are timed at (modelled cells: via them)
+    "eval.empirical_batch_sizes": _direct("grid"),  # each empirical cell's own B is in its key
     "eval.repeats": _direct("cell:empirical"),
     "eval.max_new_tokens": _direct("cell", "curves"),
     "eval.estimators": _direct("grid"),
@@ -152,7 +157,7 @@ FIELDS: dict[str, Direct | Via] = {
     "eval.lenience.function": _direct("grid"),
     "eval.lenience.epsilon": _direct("grid"),
     "eval.quality_ends": _direct("grid"),  # whether the models-alone records exist, not what they hold
-    "eval.draft_cost_ratio": _via("the value of c", "cell:analytic"),
+    "eval.draft_cost_ratio": _via("the step costs' values", "cell:analytic"),
     "eval.projected_cost_ratio": _direct("report"),
     "eval.drafts_per_pass": NONE,  # how many drafts share a target pass: the numbers are the same
     "eval.replicas": NONE,
@@ -292,13 +297,15 @@ def curve_inputs(spec: SweepSpec) -> dict[str, Any]:
 
 
 def cost_ratio_inputs(spec: SweepSpec) -> dict[str, Any]:
-    """What the measured c depends on: the pair's architectures, dtype, device and threads."""
-    return {
+    """What the measured step costs depend on: the pair's architectures, dtype, device and threads, and
+    which γ and B are timed."""
+    return direct_inputs(spec, "cost_ratio") | {
         "target": model_id(spec.models.target, spec.models),
         "student": model_id(spec.models.draft, spec.models),
         "models.target.dtype": spec.models.target.dtype,
         "device": device_kind(spec.eval.num_gpus),
         "threads": max(1, int(spec.eval.num_cpus)),
+        "format": STEP_COSTS_FORMAT,
     }
 
 
@@ -310,11 +317,13 @@ def cell_key_inputs(
     tau_dec: float,
     estimator: str,
     gamma: int,
-    cost_ratio: float | None,
+    step_costs: str | None,
     lenience: tuple[str | None, float] = (None, 1.0),
+    batch_size: int = 1,
 ) -> dict[str, Any]:
-    """What one evaluation cell's record depends on (`cost_ratio`: c's value, analytic cells only;
-    `lenience`: the cell's (function, ε), keyed only when ε < 1: a lossless cell's key is unchanged)."""
+    """What one evaluation cell's record depends on (`step_costs`: a digest of the costs' values,
+    analytic cells only; `lenience`: the cell's (function, ε), keyed only when ε < 1, and `batch_size`
+    (empirical), keyed only above 1: a lossless batch-1 cell's key is unchanged)."""
     inputs = direct_inputs(spec, "cell", f"cell:{estimator}")
     inputs |= {
         "draft": draft_key,
@@ -333,9 +342,11 @@ def cell_key_inputs(
         if estimator == "analytic":
             inputs["lossy_format"] = LOSSY_ANALYTIC_FORMAT
     if estimator == "analytic":
-        inputs["c"] = None if cost_ratio is None else float(f"{cost_ratio:.6g}")
+        inputs["step_costs"] = step_costs
     else:
         inputs["threads"] = max(1, int(spec.eval.num_cpus))
+    if batch_size != 1:
+        inputs["batch_size"] = int(batch_size)
     return inputs
 
 

@@ -103,8 +103,8 @@ def evaluate(
     jobs = plan_jobs(e, [DraftRef(name, path) for name, path in named.items()])
     with ray_session(spec.ray), user_errors(), LazyEvalPool(spec, target_path, prompts) as lazy:
         pool = lazy.get()  # the sweep's eval pool: the same cached target samples, the same quality metrics
-        if pool.cost_ratio is None:  # one c for every draft: they share the student's architecture
-            typer.echo(pool.measure_cost_ratio(draft_path).describe())
+        if pool.step_costs is None:  # one timing for every draft: they share the student's architecture
+            typer.echo(pool.measure_step_costs(draft_path, list(e.batch_sizes), list(e.gamma)).describe())
         records = pool.run(passes(jobs, e.drafts_per_pass))
     _print_eval_table([record.flat() for record in records])
     if output:

@@ -37,7 +37,7 @@ def run(
     typer.echo(
         f"sweep {spec.name}: {len(outcome.records)} cells; MLflow run {outcome.parent_run_id} ({state})"
     )
-    typer.echo(f"  {outcome.cost_ratio.describe()}")
+    typer.echo(f"  {outcome.step_costs.describe()}")
     for stage, figures in outcome.stages.items():
         typer.echo(
             f"  {stage:15s} {figures['seconds']:8.1f}s   peak memory in use {figures['peak_gib']:.2f} GiB"
@@ -67,7 +67,7 @@ def report(
     from specray.distill.curves import curves_from_json
     from specray.report.build import build_report
     from specray.report.tables import load_composition
-    from specray.specdec.records import CostRatio
+    from specray.specdec.records import StepCosts
     from specray.tracking.fetch import fetch_sweep_records
 
     with user_errors(), tempfile.TemporaryDirectory() as tmp:
@@ -76,8 +76,8 @@ def report(
     title = f"specray sweep: {records['name']} (MLflow run {run_id})"
     curves = {name: curves_from_json(points) for name, points in records["curves"].items()}
     parts = (records["cells"], records["drafts"], curves, records["lengths"])
-    cost = CostRatio.from_json(records["cost_ratio"]) if records.get("cost_ratio") else None
-    extra = {"cost_ratio": cost, "projected_cost_ratio": records["projected_cost_ratio"]}
+    cost = StepCosts.from_json(records["step_costs"]) if records.get("step_costs") else None
+    extra = {"step_costs": cost, "projected_cost_ratio": records["projected_cost_ratio"]}
     extra |= {"token_lengths": records.get("token_lengths")}
     if tune is not None:
         with user_errors():

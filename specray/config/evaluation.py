@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from specray.config.base import (
     Divergence,
@@ -83,7 +83,21 @@ class EvalSpec(Frozen):
         description="also decode each model alone at every empirical τ_dec: target-only and draft-only "
         "quality, the two ends of the quality-speedup trade-off (DistillSpec Fig. 5b)",
     )
-    draft_cost_ratio: float | None = Field(default=None, ge=0.0, description="c; None = measure it")
+    batch_sizes: list[Annotated[int, Field(ge=1, le=1024)]] = Field(
+        default=[1],
+        min_length=1,
+        description="B: batch sizes the speedup is modelled at (step costs timed at each); one or a list",
+    )
+    empirical_batch_sizes: list[Annotated[int, Field(ge=1, le=1024)]] = Field(
+        default=[1],
+        min_length=1,
+        description="B of the empirical cells: 1 decodes one prompt at a time, B > 1 the batched decoder",
+    )
+    draft_cost_ratio: float | None = Field(
+        default=None,
+        ge=0.0,
+        description="c; None = measure the step costs (a fixed c models verification as one target step)",
+    )
     projected_cost_ratio: float | None = Field(
         default=None, gt=0.0, description="also report speedup_model at this c (e.g. a target pair's)"
     )
@@ -100,15 +114,30 @@ class EvalSpec(Frozen):
     def _sorted_unique(cls, v: list[float]) -> list[float]:
         return unique_sorted(v, "temperatures")
 
-    @field_validator("gamma", mode="before")
+    @field_validator("gamma", "batch_sizes", "empirical_batch_sizes", mode="before")
     @classmethod
     def _one_or_many(cls, v: Any) -> Any:
-        return v if isinstance(v, list | tuple) else [v]  # one γ; a wrong scalar is then named as one
+        return v if isinstance(v, list | tuple) else [v]  # one value; a wrong scalar is then named as one
 
-    @field_validator("gamma")
+    @field_validator("gamma", "batch_sizes", "empirical_batch_sizes")
     @classmethod
-    def _gammas_sorted_unique(cls, v: list[int]) -> list[int]:
-        return unique_sorted(v, "gamma")
+    def _sorted_unique_ints(cls, v: list[int], info: ValidationInfo) -> list[int]:
+        return unique_sorted(v, str(info.field_name))
+
+    @model_validator(mode="after")
+    def _batches_fit(self) -> EvalSpec:
+        too_big = [b for b in self.empirical_batch_sizes if b > self.empirical_prompts]
+        if too_big and "empirical" in self.estimators:
+            raise ValueError(
+                f"empirical_batch_sizes {too_big} exceed empirical_prompts ({self.empirical_prompts}): a "
+                "batch of B rows decodes B different prompts; raise empirical_prompts or lower the B"
+            )
+        if self.draft_cost_ratio is not None and self.batch_sizes != [1]:
+            raise ValueError(
+                f"draft_cost_ratio (a fixed c) says nothing about batching, but batch_sizes is "
+                f"{self.batch_sizes}: leave draft_cost_ratio unset so the step costs are measured at each B"
+            )
+        return self
 
 
 class TuneSpec(Frozen):

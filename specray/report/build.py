@@ -14,13 +14,13 @@ import pandas as pd
 
 from specray.distill.curves import CurvePoint
 from specray.names import BASELINE
-from specray.report import figures, lossy, tables
+from specray.report import batching, figures, lossy, tables
 from specray.report.convergence import CONVERGENCE_NOTE, convergence_table, projected_heading
 from specray.report.serving import SERVER_NOTE, server_table
 from specray.report.speedup_units import UNITS_NOTE, speedup_heatmaps
 from specray.report.tables import markdown_table
 from specray.report.verdicts import Composition, all_verdicts, verdict_frame
-from specray.specdec.records import CostRatio
+from specray.specdec.records import StepCosts
 
 
 def cells_frame(
@@ -88,9 +88,10 @@ def peak_table(cells: pd.DataFrame, metric: str = "speedup_model") -> pd.DataFra
 
 
 def projected(cells: pd.DataFrame, cost_ratio: float) -> pd.DataFrame:
-    """Analytic cells with `speedup_projected`: the measured block efficiency at a given cost ratio."""
-    analytic = best_gamma(cells, "block_efficiency_simulated").copy()
-    analytic["speedup_projected"] = analytic.block_efficiency_simulated / (cost_ratio * analytic.gamma + 1)
+    """Analytic cells with `speedup_projected`: the exact expected tokens per step at a given cost ratio
+    in the papers' model, E / (c·γ + 1) (verification as one target step, no prefill)."""
+    analytic = best_gamma(cells, "block_efficiency_sampled").copy()
+    analytic["speedup_projected"] = analytic.block_efficiency_sampled / (cost_ratio * analytic.gamma + 1)
     return analytic
 
 
@@ -130,7 +131,7 @@ def build_report(
     lengths: Mapping[str, Mapping[float, list[int]]],
     out_dir: Path,
     title: str = "specray sweep",
-    cost_ratio: CostRatio | None = None,
+    step_costs: StepCosts | None = None,
     projected_cost_ratio: float | None = None,
     token_lengths: Mapping[str, Mapping[Any, Mapping[Any, int]]] | None = None,
     composition: Composition | None = None,
@@ -146,7 +147,11 @@ def build_report(
     at_best = (
         pd.concat([best_gamma(frame), frame[frame.estimator != "analytic"]]) if not frame.empty else frame
     )
-    cost_line = f"{cost_ratio.describe()}; every analytic cell uses it" if cost_ratio else "c: not recorded"
+    cost_line = (
+        f"Step costs: {step_costs.describe()}; every analytic cell's speedup_model uses them"
+        if step_costs
+        else "step costs: not recorded"
+    )
     sections = [f"# {title}\n", f"{cost_line}\n"]
     with_lists = lossless(cells_frame(cells, drafts, keep_lists=True))
     sections += _verdict_section(with_lists, probe_curves, composition, at_best, out_dir)
@@ -163,7 +168,8 @@ def build_report(
     if projected_cost_ratio is not None and not frame.empty:
         sections += [f"\n## {projected_heading(projected_cost_ratio)}\n"]
         sections += [
-            "Each cell's measured block efficiency at the given draft/target cost ratio (at its best γ).\n"
+            "Each cell's expected tokens per step (`block_efficiency_sampled`) in the papers' model at the "
+            "given draft/target cost ratio: E / (c·γ + 1), verification as one target step (at its best γ).\n"
         ]
         sections += [
             f"![{p.stem}]({p.name})"
@@ -183,7 +189,8 @@ def build_report(
         CONVERGENCE_NOTE,
         markdown_table(convergence_table(curves)),
     ]
-    sections += lossy.section(everything, out_dir, cost_ratio.value if cost_ratio else None)
+    sections += lossy.section(everything, out_dir, step_costs)
+    sections += batching.section(frame, step_costs, out_dir)
     sections += [
         "\n## What servers report\n",
         SERVER_NOTE,

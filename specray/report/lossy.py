@@ -1,8 +1,9 @@
 """The lossy-decoding section of the report: quality–speedup trade-off curves (DistillSpec Fig. 5b).
 
 Each empirical cell at (draft, test set, τ_dec, lenience function, ε) is one point: its speedup and the task
-quality of what it decoded (`specray/quality.py`). The speedup is the cost model's, block efficiency /
-(c·γ + 1), with the block efficiency the lossy decoder actually achieved and the sweep's measured c: it
+quality of what it decoded (`specray/quality.py`). The speedup is the cost model's (`StepCosts.speedup`)
+from the block efficiency, drafts per step and tokens per decode the lossy decoder actually had, at the
+sweep's measured step costs: it
 depends on the decodes alone, where the wall-time ratio (kept in the table) also moves with whatever else
 the machine runs. Per lenience function, each draft's points
 form a curve from ε = 1 (lossless: the target's quality) towards small ε (towards the draft's own quality);
@@ -15,18 +16,20 @@ target quality's 95% half-width, since with few test prompts small quality losse
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from specray.names import BASELINE
 from specray.report.figures import plt, save_figure
 from specray.report.tables import markdown_table
+from specray.specdec.records import StepCosts
 
 NOTE = (
     "Lossy speculative decoding (DistillSpec Algorithm A.1) accepts a draft token y with probability "
     "min(1, f(p(y), ε) / q(y)), f ∈ {lin: p/ε, sq: p/ε², exp: p^ε}; ε = 1 is lossless. Each point is one "
-    "empirical cell: its speedup (block efficiency of its decodes / (c·γ + 1); the wall-time ratio "
-    "`speedup_wall` is in the table) and the task quality of its "
+    "empirical cell: its speedup (the cost model's, from its decodes' block efficiency; the wall-time "
+    "ratio `speedup_wall` is in the table) and the task quality of its "
     "decoded outputs (exact match for one-answer tasks, else ROUGE-L), per lenience function; the dashed "
     "lines are the target alone and the un-distilled draft alone on the same prompts and seeds. "
     "At τ_dec = 0 lenience changes nothing (greedy verification has no ratio to relax), so only τ_dec > 0 "
@@ -34,18 +37,33 @@ NOTE = (
 )
 
 
-def lossy_cells(frame: pd.DataFrame, c: float | None) -> pd.DataFrame:
+def lossy_cells(frame: pd.DataFrame, costs: StepCosts | None) -> pd.DataFrame:
     """Empirical cells with a quality score, their lenience function filled in (lossless: 'lossless'), and
-    `speedup` the cost model's at c from their block efficiency (`speedup_wall`: the measured ratio; it
-    stays `speedup` when c is unknown)."""
+    `speedup` the cost model's from their counts (`speedup_wall`: the measured ratio; it stays `speedup`
+    when the costs are unknown)."""
     if frame.empty or "quality" not in frame or "epsilon" not in frame:
         return pd.DataFrame()
     rows = frame[(frame.estimator == "empirical") & frame.quality.notna()].copy()
     rows["lenience"] = rows.lenience.fillna("lossless") if "lenience" in rows else "lossless"
     rows["speedup_wall"] = rows.speedup
-    if c is not None:
-        rows["speedup"] = rows.block_efficiency / (c * rows.gamma + 1)
+    if costs is not None:
+        b = costs.batch_sizes[0]
+        rows["speedup"] = [
+            costs.speedup(
+                r.block_efficiency,
+                int(r.gamma),
+                b,
+                _or_none(r, "drafted_per_step"),
+                _or_none(r, "tokens_per_decode"),
+            )
+            for r in rows.itertuples()
+        ]
     return rows
+
+
+def _or_none(row: Any, name: str) -> float | None:
+    value = getattr(row, name, None)
+    return None if value is None or pd.isna(value) else float(value)
 
 
 def ends_frame(frame: pd.DataFrame) -> pd.DataFrame:
@@ -139,10 +157,10 @@ def _point(row: pd.Series) -> str:
     return f"({row.lenience}, ε={row.epsilon:g})" if row.epsilon < 1.0 else "(lossless)"
 
 
-def section(frame: pd.DataFrame, out_dir: Path, c: float | None = None) -> list[str]:
+def section(frame: pd.DataFrame, out_dir: Path, costs: StepCosts | None = None) -> list[str]:
     """The report's Markdown lines for lossy decoding; empty when the sweep has no quality-scored cells.
-    `c`: the sweep's cost ratio (without it the speedups are the measured wall-time ratios)."""
-    cells, ends = lossy_cells(frame, c), ends_frame(frame)
+    `costs`: the sweep's step costs (without them the speedups are the measured wall-time ratios)."""
+    cells, ends = lossy_cells(frame, costs), ends_frame(frame)
     if cells.empty or (cells.epsilon == 1.0).all():
         return []
     lines = ["\n## Lossy decoding: quality vs speedup\n", NOTE]

@@ -2,9 +2,10 @@
 and the verdict rule. Pure: frames in, frozen dataclasses out.
 
 Every analytic cell carries per-prompt sums (`per_prompt_tokens`, `per_prompt_beta_sum`,
-`per_prompt_target_calls`), so any statistic of the modelled speedup can be recomputed on any resample of
-the prompts: over prompt set P, block efficiency τ_b = Σ_P tokens / Σ_P target_calls and
-`speedup_model` = τ_b / (c·γ + 1) (`specray.ops.speedup_model`), α = Σ_P beta_sum / Σ_P tokens. Every draft
+`per_prompt_target_calls`, `per_prompt_drafted`) and its cost terms, so any statistic of the modelled
+speedup can be recomputed on any resample of the prompts: over prompt set P, block efficiency
+τ_b = Σ_P tokens / Σ_P target_calls, `speedup_model` = `CostTerms.speedup` of the per-prompt means
+(`specray.specdec.records`), α = Σ_P beta_sum / Σ_P tokens. Every draft
 is evaluated on the same prompts of a test set, so one resample of prompt indices is applied to all of them
 (paired): the drafts are compared on the same prompts, and the prompts' own spread is not counted twice.
 Two test sets hold different prompts, so they are resampled independently.
@@ -29,6 +30,7 @@ import pandas as pd
 from scipy.stats import bootstrap
 
 from specray.names import BASELINE
+from specray.specdec.records import CostTerms
 
 REPRODUCED, NOT_REPRODUCED = "reproduced", "not reproduced"
 INCONCLUSIVE, NOT_TESTABLE = "inconclusive", "not testable on this sweep"
@@ -100,13 +102,14 @@ def paired_interval(
 @dataclass(frozen=True)
 class PromptCells:
     """One test set's analytic cells (each at its best γ) with per-prompt sums: row i of `cells` has
-    tokens[i], beta_sum[i], target_calls[i] (each [prompts]); `scale` [cells] = 1 / (c·γ + 1)."""
+    tokens[i], beta_sum[i], target_calls[i], drafted[i] (each [prompts]) and its cost terms terms[i]."""
 
     cells: pd.DataFrame  # draft, paradigm, tau_kd, tau_dec, gamma (positional rows)
     tokens: np.ndarray  # [cells, prompts]
     beta_sum: np.ndarray  # [cells, prompts]
     target_calls: np.ndarray  # [cells, prompts]
-    scale: np.ndarray  # [cells]
+    drafted: np.ndarray  # [cells, prompts]
+    terms: list[CostTerms]  # [cells]
 
     def row(self, draft: str, tau_dec: float) -> int | None:
         hit = np.flatnonzero((self.cells.draft == draft).to_numpy() & np.isclose(self.cells.tau_dec, tau_dec))
@@ -121,8 +124,9 @@ class PromptCells:
 
     def speedup(self, row: int, index: np.ndarray) -> np.ndarray:
         """speedup_model of cell `row` on prompts `index` [resamples, prompts] -> [resamples]."""
-        tokens = self.tokens[row][index].sum(-1)
-        return tokens / self.target_calls[row][index].sum(-1) * self.scale[row]
+        means = (x[row][index].mean(-1) for x in (self.tokens, self.target_calls, self.drafted))
+        tokens, calls, drafted = means
+        return self.terms[row].speedup(tokens, calls, drafted, 1.0)
 
     def acceptance(self, row: int, index: np.ndarray) -> np.ndarray:
         return self.beta_sum[row][index].sum(-1) / self.tokens[row][index].sum(-1)
@@ -140,11 +144,24 @@ def prompt_cells(cells: pd.DataFrame) -> dict[str, PromptCells]:
         if best.per_prompt_tokens.map(len).nunique() != 1:
             continue  # cells scored on different prompts cannot be paired
         tokens, beta_sum, target_calls = (np.array(best[name].tolist(), dtype=float) for name in PER_PROMPT)
-        c = best.c.astype(float).fillna(0.0).to_numpy()
-        out[str(test_set)] = PromptCells(
-            best, tokens, beta_sum, target_calls, 1.0 / (c * best.gamma.to_numpy() + 1.0)
-        )
+        terms, drafted = _terms(best, target_calls)
+        out[str(test_set)] = PromptCells(best, tokens, beta_sum, target_calls, drafted, terms)
     return out
+
+
+def _terms(best: pd.DataFrame, target_calls: np.ndarray) -> tuple[list[CostTerms], np.ndarray]:
+    """Each cell's cost terms and per-prompt drafts; cells recorded before they existed (a report rebuilt
+    from an old run) get the papers' model at their c: γ drafts per call, verification one target step."""
+    if "cost_terms" in best and "per_prompt_drafted" in best and best.cost_terms.map(_is_dict).all():
+        drafted = np.array(best.per_prompt_drafted.tolist(), dtype=float)
+        return [CostTerms(**t) for t in best.cost_terms], drafted
+    c = best.c.astype(float).fillna(0.0).to_numpy()
+    gammas = best.gamma.to_numpy()
+    return [CostTerms(1.0, float(x)) for x in c], target_calls * gammas[:, None]
+
+
+def _is_dict(value: object) -> bool:
+    return isinstance(value, dict)
 
 
 def _is_list(value: object) -> bool:

@@ -75,7 +75,7 @@ def run_export(
     if test_set not in results.spec.eval.test_sets:
         raise SpecError(f"--test-set {test_set!r}: the sweep evaluated {results.spec.eval.test_sets}")
     edges = parse_edges(bands) if bands else None
-    routes = plan_routes(results.cells, results.cost, test_set, edges, min_speedup)
+    routes = plan_routes(results.cells, test_set, edges, min_speedup)
     outcome = ExportOutcome(to, results, export_plan(results, routes, to, test_set), routes)
     shutil.rmtree(to / ".source", ignore_errors=True)  # downloaded records and drafts, now copied
     if register_drafts:

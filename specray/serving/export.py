@@ -105,7 +105,7 @@ def routing_plan(
             "test_set": test_set,
         },
         "target": target_info(results),
-        "cost_ratio": asdict(results.cost),
+        "step_costs": results.cost.to_json(),
         "rule": {
             "bands": "[low, high); default: one band per measured τ_dec, edges at the midpoints",
             "choice": "highest speedup for the band (its smallest over the band's τ_dec); measured where the "

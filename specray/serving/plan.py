@@ -8,10 +8,9 @@ upper edge; a band is [low, high), so a temperature on an edge belongs to the ba
 
 Choice, per band. The candidates are every (draft, γ) of the sweep on one test set (in-domain by default).
 A candidate's speedup at a τ_dec is *measured* (the empirical cell's wall-time ratio and its 95% interval,
-decodes as clusters) when the sweep timed it, else *modelled*: τ_b / (c·γ + 1) with τ_b the analytic cell's
-`block_efficiency_sampled` (the expected tokens per step along the sampled tokens' own acceptance, exact
-where the report's `block_efficiency_simulated` from β overstates it at τ > 0: ops/blocks.py), its 95%
-interval from τ_b's (sequences as clusters) and c's, combined in relative terms. A band is judged on
+decodes as clusters) when the sweep timed it, else *modelled*: the analytic cell's `speedup_model` at the
+batch size (`records.StepCosts.speedup`, from the exact expected tokens and drafts per step and the measured
+step costs) and its 95% interval. A band is judged on
 measured speedups when the sweep timed some candidate at every τ_dec of the band — then only such
 candidates compete — and on modelled ones otherwise; the plan says which. A candidate's speedup for the
 band is its smallest over the band's τ_dec (the band's *binding* τ_dec, where its expected metrics are
@@ -28,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from specray.errors import SpecError
-from specray.specdec.records import CellRecord, CostRatio
+from specray.specdec.records import CellRecord
 
 Basis = Literal["measured", "modelled"]
 # the expected metrics a route states, from the analytic cell at its binding τ_dec (else the empirical one)
@@ -165,48 +164,50 @@ class CellIndex:
     """One test set's cells by (draft key, γ, τ_dec, estimator)."""
 
     def __init__(self, cells: Iterable[CellRecord], test_set: str):
-        self.cells: dict[tuple[str, int, float, str], CellRecord] = {
-            (c.draft_key, c.gamma, float(c.tau_dec), c.estimator): c for c in cells if c.test_set == test_set
+        self.cells: dict[tuple[str, int, float, str, int], CellRecord] = {
+            (c.draft_key, c.gamma, float(c.tau_dec), c.estimator, c.batch_size): c
+            for c in cells
+            if c.test_set == test_set
         }
         if not self.cells:
             raise SpecError(f"the sweep has no cells on test set {test_set!r}")
         self.names = {c.draft_key: c.draft for c in self.cells.values()}
 
     def pairs(self) -> list[tuple[str, int]]:
-        return sorted({(key, gamma) for key, gamma, _, _ in self.cells})
+        return sorted({(key, gamma) for key, gamma, *_ in self.cells})
 
-    def get(self, key: str, gamma: int, tau: float, estimator: str) -> CellRecord | None:
-        return self.cells.get((key, gamma, float(tau), estimator))
+    def get(self, key: str, gamma: int, tau: float, estimator: str, batch_size: int = 1) -> CellRecord | None:
+        return self.cells.get((key, gamma, float(tau), estimator, batch_size))
 
 
 def speedup_at(
-    index: CellIndex, key: str, gamma: int, tau: float, basis: Basis, cost: CostRatio
+    index: CellIndex, key: str, gamma: int, tau: float, basis: Basis, batch_size: int = 1
 ) -> Speedup | None:
     """The candidate's speedup at one τ_dec on one basis, with its 95% half-width (None: no such cell)."""
     if basis == "measured":
-        cell = index.get(key, gamma, tau, "empirical")
+        cell = index.get(key, gamma, tau, "empirical", batch_size)
         if cell is None:
             return None
         return Speedup(cell.metrics["speedup"], cell.metrics.get("speedup_ci95", math.nan), basis, tau)
     cell = index.get(key, gamma, tau, "analytic")
     if cell is None:
         return None
-    if "block_efficiency_sampled" not in cell.metrics:
+    by_batch = cell.metrics.get("speedup_model_by_batch")
+    if by_batch is None:
         raise SpecError(
-            f"cell {cell.key} ({cell.draft}, τ_dec={tau:g}, γ={gamma}) has no block_efficiency_sampled: it "
+            f"cell {cell.key} ({cell.draft}, τ_dec={tau:g}, γ={gamma}) has no speedup_model_by_batch: it "
             "was recorded by an older specray; run the sweep again (`specray run`) to recompute its cells"
         )
-    tau_b = cell.metrics["block_efficiency_sampled"]
-    value = tau_b / (cost.value * gamma + 1)  # speedup_model, with the block efficiency that is exact
-    relative_b = cell.metrics.get("block_efficiency_sampled_ci95", math.nan) / tau_b
-    relative_c = gamma * cost.ci95 / (cost.value * gamma + 1)  # d log(cγ + 1) = γ dc / (cγ + 1)
-    return Speedup(value, value * math.hypot(relative_b, relative_c), basis, tau)
+    if str(batch_size) not in by_batch:
+        raise SpecError(f"the sweep modelled batch sizes {sorted(map(int, by_batch))}, not {batch_size}")
+    ci = cell.metrics["speedup_model_by_batch_ci95"][str(batch_size)]
+    return Speedup(by_batch[str(batch_size)], ci, basis, tau)
 
 
 def _candidate(
-    index: CellIndex, key: str, gamma: int, band: Band, basis: Basis, cost: CostRatio
+    index: CellIndex, key: str, gamma: int, band: Band, basis: Basis, batch_size: int = 1
 ) -> Candidate | None:
-    speeds = [speedup_at(index, key, gamma, tau, basis, cost) for tau in band.tau_decs]
+    speeds = [speedup_at(index, key, gamma, tau, basis, batch_size) for tau in band.tau_decs]
     present = [s for s in speeds if s is not None]
     if len(present) < len(speeds):
         return None
@@ -225,12 +226,15 @@ def _candidate(
     return Candidate(index.names[key], key, gamma, binding, cells, expected)
 
 
-def route_band(index: CellIndex, band: Band, cost: CostRatio, min_speedup: float = 1.0) -> Route:
-    """The band's decision (module docstring)."""
-    timed = all(any(k[2] == tau and k[3] == "empirical" for k in index.cells) for tau in band.tau_decs)
+def route_band(index: CellIndex, band: Band, min_speedup: float = 1.0, batch_size: int = 1) -> Route:
+    """The band's decision at one batch size (module docstring)."""
+    timed = all(
+        any(k[2] == tau and k[3] == "empirical" and k[4] == batch_size for k in index.cells)
+        for tau in band.tau_decs
+    )
     basis: Basis = "measured" if timed else "modelled"
     candidates = [
-        c for key, gamma in index.pairs() if (c := _candidate(index, key, gamma, band, basis, cost))
+        c for key, gamma in index.pairs() if (c := _candidate(index, key, gamma, band, basis, batch_size))
     ]
     ranked = sorted(candidates, key=lambda c: (-c.speedup.value, c.gamma, c.draft))
     winners = [c for c in ranked if c.speedup.low > min_speedup]
@@ -239,13 +243,13 @@ def route_band(index: CellIndex, band: Band, cost: CostRatio, min_speedup: float
 
 def plan_routes(
     cells: Iterable[CellRecord],
-    cost: CostRatio,
     test_set: str = "in_domain",
     edges: Sequence[float] | None = None,
     min_speedup: float = 1.0,
+    batch_size: int = 1,
 ) -> list[Route]:
-    """Every band's route, from the sweep's current cells."""
+    """Every band's route at one batch size, from the sweep's current cells."""
     index = CellIndex(cells, test_set)
-    taus = {tau for _, _, tau, _ in index.cells}
+    taus = {tau for _, _, tau, *_ in index.cells}
     bands = grid_bands(taus) if edges is None else given_bands(edges, taus)
-    return [route_band(index, band, cost, min_speedup) for band in bands]
+    return [route_band(index, band, min_speedup, batch_size) for band in bands]

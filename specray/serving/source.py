@@ -4,7 +4,7 @@ From an output folder (`outputs/<sweep>`): the spec is the folder's `spec.yaml` 
 the current cells are exactly those whose keys the spec gives today (`sweep.plan`, `specdec.cells`) —
 records of earlier settings in `cells/` are never used — and every one must be there (else the sweep is not
 finished). From an MLflow parent run id: the run's `spec.yaml` and the records it logged when it finished
-(`records/cells.json`, `records/cost_ratio.json`: the cells of that run's spec), and each draft's weights
+(`records/cells.json`, `records/step_costs.json`: the cells of that run's spec), and each draft's weights
 from its child run's `draft` artifact.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 from specray.config import SweepSpec, load_spec
 from specray.errors import SpecError
 from specray.names import BASELINE
-from specray.specdec.records import CellRecord, CostRatio
+from specray.specdec.records import CellRecord, StepCosts
 
 
 class DraftDirs(Mapping[str, Path]):
@@ -52,7 +52,7 @@ class SweepResults:
 
     spec: SweepSpec
     cells: list[CellRecord]
-    cost: CostRatio
+    cost: StepCosts
     draft_dirs: Mapping[str, Path]
     source: str  # the folder or `mlflow:<run id>`
     parent_run_id: str | None = None
@@ -79,11 +79,11 @@ def read_folder(folder: Path) -> SweepResults:
         raise SpecError(f"{folder}: no {SPEC_FILE}; run `specray run` on its sweep once more to write it")
     spec = load_spec(folder / SPEC_FILE)
     work = plan_sweep(spec)
-    if work.cost_ratio is None or work.drafts_todo:
+    if work.step_costs is None or work.drafts_todo:
         raise SpecError(f"{folder}: the sweep is not finished ({'; '.join(work.lines())}); finish it first")
     baseline = baseline_plan(spec, resolve_model_path(spec.models.draft, spec.models.zoo))
     drafts = [baseline, *work.drafts]
-    keyed = (spec, prompts_fingerprints(spec), work.cost_ratio.value)
+    keyed = (spec, prompts_fingerprints(spec), work.step_costs.fingerprint())
     jobs = plan_jobs(spec.eval, [plan.ref for plan in drafts], keyed)
     saved = read_cells(folder / "cells")
     missing = [job.label for job in jobs if job.key not in saved]
@@ -92,7 +92,7 @@ def read_folder(folder: Path) -> SweepResults:
             f"{folder}: {len(missing)} cells of the current settings are missing (e.g. {missing[0]})"
         )
     dirs = {plan.key: Path(plan.output_dir) for plan in drafts}
-    return SweepResults(spec, [saved[job.key] for job in jobs], work.cost_ratio, dirs, str(folder))
+    return SweepResults(spec, [saved[job.key] for job in jobs], work.step_costs, dirs, str(folder))
 
 
 def cell_from_flat(row: dict[str, Any]) -> CellRecord:
@@ -109,9 +109,10 @@ def read_run(run_id: str, tracking_uri: str, work: Path) -> SweepResults:
     from specray.tracking.fetch import fetch_sweep_records
 
     records = fetch_sweep_records(tracking_uri, run_id, work / "records")
-    if "cost_ratio" not in records or "cells" not in records:
+    if "step_costs" not in records or "cells" not in records:
         raise SpecError(
-            f"run {run_id} holds no records/cells.json or cost_ratio.json: the sweep did not finish"
+            f"run {run_id} holds no records/cells.json or step_costs.json: the sweep did not finish, or "
+            "an older specray ran it (run the sweep again to record its step costs)"
         )
     tracker = open_tracker(tracking_uri, records["experiment"])
     spec_path = tracker.download(run_id, "spec.yaml", work)
@@ -125,7 +126,7 @@ def read_run(run_id: str, tracking_uri: str, work: Path) -> SweepResults:
         return tracker.download_draft(run_id, key, work / "drafts" / key)
 
     dirs = DraftDirs((c.draft_key for c in cells), fetch)
-    cost = CostRatio.from_json(records["cost_ratio"])
+    cost = StepCosts.from_json(records["step_costs"])
     return SweepResults(spec, cells, cost, dirs, f"mlflow:{run_id}", run_id)
 
 

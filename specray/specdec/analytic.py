@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 
 import torch
@@ -32,12 +32,13 @@ from specray.ops import (
     lenient_target,
     lenient_token_acceptance,
     sampled_token_acceptance,
-    speedup_model,
     token_acceptance,
     warp,
 )
+from specray.ops.blocks import BlockCounts
 from specray.sampling import sample_batch
 from specray.seeds import prompt_seed
+from specray.specdec.records import StepCosts
 
 
 @dataclass(frozen=True)
@@ -88,23 +89,33 @@ class AnalyticResult:
     acceptance_rate_ci95: float  # half-width, sequences as clusters
     acceptance_rate_per_sequence: float  # mean over sequences of each one's mean β (DistillSpec's per input)
     beta_per_position: list[float]  # mean β at response position t (over sequences that reach t)
-    block_efficiency: float  # i.i.d. formula (1 − α^{γ+1}) / (1 − α)
-    block_efficiency_simulated: float  # exact expectation over the per-position β of each sequence
-    speedup_model: float  # block_efficiency_simulated / (c·γ + 1)
+    block_efficiency: float  # i.i.d. formula (1 − α^{γ+1}) / (1 − α), from α (β-based)
+    block_efficiency_simulated: float  # expectation over each sequence's per-position β (β-based)
+    # the modelled speedup (`records.StepCosts.speedup`: whole decodes, prefills in) from the exact
+    # expected counts below, at the smallest batch size of the costs, and at every batch size
+    speedup_model: float
+    speedup_model_ci95: float
+    speedup_model_by_batch: dict[str, float]  # str(B) -> speedup_model at B
+    speedup_model_by_batch_ci95: dict[str, float]
+    cost_terms: dict[str, float]  # `records.CostTerms` at the smallest batch size (for resampling prompts)
     tokens: int
     # the same acceptance on exactly the empirical cells' prompts, for a fair agreement check
     empirical_prompts_acceptance_rate: float
     empirical_prompts_acceptance_rate_ci95: float
     # per test prompt, in order (0 for an empty response): what a paired bootstrap over prompts resamples —
-    # α = Σ beta_sum / Σ tokens and block efficiency = Σ tokens / Σ target_calls for any subset of prompts
+    # α = Σ beta_sum / Σ tokens, block efficiency = Σ tokens / Σ target_calls and the speedup
+    # (`CostTerms.speedup` of the sums) for any subset of prompts; calls and drafts expected exactly
     per_prompt_tokens: list[int]
     per_prompt_beta_sum: list[float]
     per_prompt_target_calls: list[float]
+    per_prompt_drafted: list[float]
     # what servers report, expected under the decoders' rules along the sampled tokens' own acceptance
     # (`specray.ops.blocks`: exact, where block_efficiency_simulated's β is not); intervals: sequences as
     # clusters
-    block_efficiency_sampled: float  # expected tokens / verification steps
+    block_efficiency_sampled: float  # expected tokens / verification steps: the E of every speedup
     block_efficiency_sampled_ci95: float
+    drafted_per_step: float  # expected draft tokens proposed per verification step (≤ γ)
+    tokens_per_decode: float  # mean new tokens of a decode
     mean_acceptance_length: float  # 1 + accepted / verification steps (vLLM's definition)
     mean_acceptance_length_ci95: float
     mean_acceptance_length_hf: float  # in HF's counting (see draft_acceptance_hf)
@@ -326,16 +337,20 @@ class AnalyticEstimator:
         self,
         draft: PreTrainedModel,
         gamma: int,
-        c: float,
+        costs: StepCosts,
         subset: int | None = None,
         max_new_tokens: int | None = None,
     ) -> AnalyticResult:
         (betas,) = self.betas([draft])
-        return analytic_result(betas, gamma, c, subset, max_new_tokens)
+        return analytic_result(betas, gamma, costs, subset, max_new_tokens)
 
 
 def analytic_result(
-    betas: Betas, gamma: int, c: float, subset: int | None = None, max_new_tokens: int | None = None
+    betas: Betas,
+    gamma: int,
+    costs: StepCosts,
+    subset: int | None = None,
+    max_new_tokens: int | None = None,
 ) -> AnalyticResult:
     """Acceptance, block efficiency and modelled speedup at one γ from a draft's β (every γ from one β);
     `max_new_tokens` is the decoders' length limit the continuations were sampled with."""
@@ -352,6 +367,9 @@ def analytic_result(
     simulated = float(lengths.sum()) / total_calls if total_calls > 0 else math.nan
     head = betas.subset(subset if subset is not None else len(mask))
     head_tokens = head.mask.sum()
+    eos_stop = betas.eos_stop.double() if betas.eos_stop is not None else None
+    counts = expected_block_counts(_along(betas), lengths, gamma, max_new_tokens, eos_stop)
+    server = _server_metrics(counts, lengths, reached, gamma)
     return AnalyticResult(
         acceptance_rate=alpha,
         acceptance_rate_ci95=ratio_ci95(beta.sum(dim=1)[reached], lengths[reached].double()),
@@ -359,7 +377,7 @@ def analytic_result(
         beta_per_position=per_position,
         block_efficiency=float(expected_block_efficiency(min(alpha, 1.0), gamma)) if tokens else math.nan,
         block_efficiency_simulated=simulated,
-        speedup_model=float(speedup_model(simulated, c, gamma)),
+        **_speedups(costs, server, gamma),
         tokens=tokens,
         empirical_prompts_acceptance_rate=float(head.beta.double().sum() / head_tokens)
         if head_tokens
@@ -367,15 +385,31 @@ def analytic_result(
         empirical_prompts_acceptance_rate_ci95=_head_ci(head),
         per_prompt_tokens=lengths.tolist(),
         per_prompt_beta_sum=beta.sum(dim=1).tolist(),
-        per_prompt_target_calls=calls.tolist(),
-        **_server_metrics(
-            _along(betas)[reached],
-            lengths[reached],
-            gamma,
-            max_new_tokens,
-            betas.eos_stop[reached].double() if betas.eos_stop is not None else None,
-        ),
+        per_prompt_target_calls=(counts.steps * reached).tolist(),
+        per_prompt_drafted=(counts.drafted * reached).tolist(),
+        **server,
     )
+
+
+def _speedups(costs: StepCosts, server: dict, gamma: int) -> dict:
+    """speedup_model with its interval at every batch size of `costs` (from the exact expected counts)."""
+    e, d, length = (server[k] for k in ("block_efficiency_sampled", "drafted_per_step", "tokens_per_decode"))
+    e_ci = server["block_efficiency_sampled_ci95"]
+    e_ci = e_ci if math.isfinite(e_ci) else 0.0  # one sequence: no interval for E, the costs' still holds
+    by_batch, by_batch_ci = {}, {}
+    for b in costs.batch_sizes:
+        by_batch[str(b)] = costs.speedup(e, gamma, b, d, length) if math.isfinite(e) else math.nan
+        by_batch_ci[str(b)] = (
+            costs.speedup_ci95(e, e_ci, gamma, b, d, length) if math.isfinite(e) else math.nan
+        )
+    first = str(costs.batch_sizes[0])
+    return {
+        "speedup_model": by_batch[first],
+        "speedup_model_ci95": by_batch_ci[first],
+        "speedup_model_by_batch": by_batch,
+        "speedup_model_by_batch_ci95": by_batch_ci,
+        "cost_terms": asdict(costs.terms(gamma, costs.batch_sizes[0])),
+    }
 
 
 def _along(betas: Betas) -> Tensor:
@@ -384,17 +418,19 @@ def _along(betas: Betas) -> Tensor:
     return chosen.double() * betas.mask
 
 
-def _server_metrics(
-    beta: Tensor, lengths: Tensor, gamma: int, max_new_tokens: int | None, eos_stop: Tensor | None
-) -> dict:
-    """The expected server-side counts of the sequences, pooled (ratios of sums, as servers pool them)."""
-    counts = expected_block_counts(beta, lengths, gamma, max_new_tokens, eos_stop)
+def _server_metrics(counts: BlockCounts, lengths: Tensor, reached: Tensor, gamma: int) -> dict:
+    """The expected server-side counts of the sequences that have a response, pooled (ratios of sums, as
+    servers pool them)."""
+    counts = BlockCounts(*(x[reached] for x in counts))
+    lengths = lengths[reached]
     steps, drafted, accepted = (float(x.sum()) for x in (counts.steps, counts.drafted, counts.accepted))
     if not steps:
         return dict.fromkeys(
             ("block_efficiency_sampled", "block_efficiency_sampled_ci95", "mean_acceptance_length"),
             math.nan,
         ) | {
+            "drafted_per_step": math.nan,
+            "tokens_per_decode": math.nan,
             "mean_acceptance_length_ci95": math.nan,
             "draft_acceptance": math.nan,
             "draft_acceptance_ci95": math.nan,
@@ -405,6 +441,8 @@ def _server_metrics(
     return {
         "block_efficiency_sampled": float(lengths.sum()) / steps,
         "block_efficiency_sampled_ci95": ratio_ci95(lengths.double(), counts.steps),
+        "drafted_per_step": drafted / steps,
+        "tokens_per_decode": float(lengths.double().mean()),
         "mean_acceptance_length": 1.0 + accepted / steps,
         "mean_acceptance_length_ci95": ratio_ci95(counts.accepted, counts.steps),
         "mean_acceptance_length_hf": 1.0 + (accepted - float(counts.eos_steps.sum())) / steps,

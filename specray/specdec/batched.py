@@ -28,7 +28,7 @@ from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 
 from specray.ops import sample, verify_block, verify_greedy, warp
-from specray.specdec.decoder import Decoded
+from specray.specdec.decoder import Decoded, StepClock, finish, pick
 
 PAD_ID = 0  # what a masked slot feeds; its value never matters
 
@@ -74,14 +74,6 @@ class _Cache:
         self.valid = self.valid[rows]
 
 
-def _pick(logits: Tensor, tau: float, generator: torch.Generator | None) -> tuple[int, Tensor | None]:
-    """One token from next-token logits [vocab] and the probabilities it was drawn from (None at τ = 0)."""
-    if tau == 0.0:
-        return int(logits.argmax()), None
-    probs = warp(logits, tau)
-    return int(sample(probs, generator)), probs
-
-
 @dataclass
 class _Row:
     index: int  # the prompt's position in the caller's list
@@ -112,9 +104,12 @@ def batched_speculative_decode(
     max_new_tokens: int,
     eos_token_id: int | None,
     generators: Sequence[torch.Generator | None] | None = None,
+    max_steps: int | None = None,
 ) -> list[Decoded]:
     """Decode every prompt with speculative sampling, B rows at a time; row r samples from `generators[r]`
-    (its output is then the target's distribution at τ, whatever the other rows). Counts per row."""
+    (its output is then the target's distribution at τ, whatever the other rows). Counts per row; the
+    phase times (`DecodeStats.draft_seconds`, `target_seconds`) are the batch's, in every row's stats.
+    `max_steps` stops after that many verification steps (the cost model times steps this way)."""
     if gamma < 1 or not tau >= 0.0 or any(len(p) == 0 for p in prompts):
         raise ValueError(f"need gamma >= 1, tau >= 0 and non-empty prompts (gamma={gamma}, tau={tau})")
     started = time.perf_counter()
@@ -122,13 +117,20 @@ def batched_speculative_decode(
     rows = [_Row(i, gens[i], target_pending=[p[-1]], draft_pending=[p[-1]]) for i, p in enumerate(prompts)]
     target_cache, draft_cache = _prefill(target, prompts), _prefill(draft, prompts)
     finished: list[_Row] = []
-    while rows:
-        _draft_block(draft_cache, rows, tau, gamma, max_new_tokens, eos_token_id)
+    clock, phases, steps = StepClock(), _Phases(), 0
+    while rows and steps != max_steps:
+        steps += 1
+        clock.start()
+        phases.draft_forwards += _draft_block(draft_cache, rows, tau, gamma, max_new_tokens, eos_token_id)
+        phases.draft_seconds += clock.lap()
         logits = target_cache.feed([r.target_pending + r.proposals for r in rows])  # [rows, width, vocab]
         done = [
             _verify_row(r, i, logits, target_cache, draft_cache, tau, eos_token_id, max_new_tokens)
             for i, r in enumerate(rows)
         ]
+        phases.target_seconds += clock.lap()
+        if steps == max_steps:
+            done = [True] * len(rows)
         if any(done):
             live = torch.tensor([i for i, d in enumerate(done) if not d], device=logits.device)
             finished += [r for r, d in zip(rows, done, strict=True) if d]
@@ -136,34 +138,54 @@ def batched_speculative_decode(
             if rows:
                 target_cache.keep_rows(live)
                 draft_cache.keep_rows(live)
+    return _close(finished, started, phases)
+
+
+@dataclass
+class _Phases:
+    """Where a batched decode's time went (the batch's, not a row's share)."""
+
+    draft_seconds: float = 0.0
+    draft_forwards: int = 0
+    target_seconds: float = 0.0
+
+
+def _close(finished: list[_Row], started: float, phases: _Phases) -> list[Decoded]:
+    """The rows' outputs in the caller's order, each with the batch's wall time and phase times."""
     seconds = time.perf_counter() - started
     for row in finished:
-        row.out.stats.emitted, row.out.stats.seconds = len(row.out.tokens), seconds
+        stats = row.out.stats
+        stats.emitted, stats.seconds = len(row.out.tokens), seconds
+        stats.draft_seconds, stats.draft_forwards = phases.draft_seconds, phases.draft_forwards
+        stats.target_seconds = phases.target_seconds
     return [row.out for row in sorted(finished, key=lambda r: r.index)]
 
 
 def _draft_block(
     cache: _Cache, rows: list[_Row], tau: float, gamma: int, max_new_tokens: int, eos: int | None
-) -> None:
+) -> int:
     """Up to γ draft steps for every row (fewer near its length limit or after it proposes EOS); a row that
-    has stopped drafting feeds a masked slot while the others go on."""
+    has stopped drafting feeds a masked slot while the others go on. Returns the draft's forward passes."""
     for row in rows:
         row.proposals, row.q_rows = [], []
         row.drafting = max_new_tokens - len(row.out.tokens) - 1 > 0
+    forwards = 0
     for _ in range(gamma):
         if not any(row.drafting for row in rows):
             break
+        forwards += 1
         feeds = [row.draft_pending if row.drafting else [] for row in rows]  # [] feeds a masked slot
         logits = cache.feed(feeds)[:, -1]  # [rows, vocab]
         for i, row in enumerate(rows):
             if not feeds[i]:
                 continue
-            token, q = _pick(logits[i], tau, row.generator)
+            token, q = pick(logits[i], tau, row.generator)
             row.proposals.append(token)
             row.q_rows.append(q)
             row.draft_pending = [token]
             limit = max_new_tokens - len(row.out.tokens) - 1  # the block's last token is the target's
             row.drafting = token != eos and len(row.proposals) < limit
+    return forwards
 
 
 def _verify_row(
@@ -201,15 +223,7 @@ def _verify_row(
     else:  # every proposal accepted: the draft never ran on its last one
         row.draft_pending = [row.proposals[-1], next_token]
     row.target_pending = [next_token]
-    return _finish(row.out.tokens, row.proposals[:n] + [next_token], eos, max_new_tokens)
-
-
-def _finish(tokens: list[int], new: list[int], eos: int | None, max_new_tokens: int) -> bool:
-    for token in new:
-        tokens.append(token)
-        if token == eos or len(tokens) >= max_new_tokens:
-            return True
-    return False
+    return finish(row.out.tokens, row.proposals[:n] + [next_token], eos, max_new_tokens)
 
 
 @torch.inference_mode()
@@ -217,30 +231,35 @@ def batched_autoregressive_decode(
     target: PreTrainedModel,
     prompts: Sequence[list[int]],
     tau: float,
-    max_new_tokens: int,
+    max_new_tokens: int | Sequence[int],
     eos_token_id: int | None,
     generators: Sequence[torch.Generator | None] | None = None,
+    max_steps: int | None = None,
 ) -> list[Decoded]:
     """Target-only decoding of B prompts together, with the same caches and stopping rules: the baseline
-    a batched speculative decode is timed against."""
+    a batched speculative decode is timed against (`max_new_tokens` per row: the lengths it decoded)."""
+    limits = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
     started = time.perf_counter()
     gens = list(generators) if generators is not None else [None] * len(prompts)
     rows = [_Row(i, gens[i], target_pending=[p[-1]]) for i, p in enumerate(prompts)]
     cache, finished = _prefill(target, prompts), []
-    while rows:
+    clock, phases, steps = StepClock(), _Phases(), 0
+    while rows and steps != max_steps:
+        steps += 1
+        clock.start()
         logits = cache.feed([r.target_pending for r in rows])[:, -1]  # [rows, vocab]
         done = []
         for i, row in enumerate(rows):
-            token, _ = _pick(logits[i], tau, row.generator)
+            token, _ = pick(logits[i], tau, row.generator)
             row.target_pending = [token]
             row.out.stats.target_calls += 1
-            done.append(_finish(row.out.tokens, [token], eos_token_id, max_new_tokens))
+            done.append(finish(row.out.tokens, [token], eos_token_id, limits[row.index]))
+        phases.target_seconds += clock.lap()
+        if steps == max_steps:
+            done = [True] * len(rows)
         if any(done):
             finished += [r for r, d in zip(rows, done, strict=True) if d]
             rows = [r for r, d in zip(rows, done, strict=True) if not d]
             if rows:
                 cache.keep_rows(torch.tensor([i for i, d in enumerate(done) if not d], device=logits.device))
-    seconds = time.perf_counter() - started
-    for row in finished:
-        row.out.stats.emitted, row.out.stats.seconds = len(row.out.tokens), seconds
-    return [row.out for row in sorted(finished, key=lambda r: r.index)]
+    return _close(finished, started, phases)

@@ -15,7 +15,7 @@ from specray.data.splits import fingerprint
 from specray.data.templates import encode_prompts
 from specray.keys import cell_key_inputs, digest, model_id
 from specray.models.loading import check_same_vocabulary, load_tokenizer
-from specray.specdec.records import EvalJob, EvalSettings
+from specray.specdec.records import EvalJob, EvalSettings, StepCosts
 
 TEST_SPLITS = {"in_domain": "in_domain_test", "out_of_domain": "out_of_domain_test"}
 
@@ -30,14 +30,24 @@ class DraftRef:
     tau_kd: float | None = None
 
 
-def eval_settings(spec: EvalSpec, cost_ratio: float | None = None) -> EvalSettings:
+def eval_settings(spec: EvalSpec, step_costs: StepCosts | None = None) -> EvalSettings:
+    """The evaluators' settings; the step costs are the given ones, else the spec's fixed c, else None
+    (to be measured)."""
+    if step_costs is None and spec.draft_cost_ratio is not None:
+        step_costs = fixed_step_costs(spec)
     return EvalSettings(
         repeats=spec.repeats,
         max_new_tokens=spec.max_new_tokens,
         empirical_prompts=spec.empirical_prompts,
         seed=spec.seed,
-        cost_ratio=cost_ratio if cost_ratio is not None else spec.draft_cost_ratio,
+        step_costs=step_costs,
     )
+
+
+def fixed_step_costs(spec: EvalSpec) -> StepCosts:
+    """The papers' model at the spec's `draft_cost_ratio` (a config validator keeps its B at 1)."""
+    assert spec.draft_cost_ratio is not None
+    return StepCosts.fixed(spec.draft_cost_ratio, spec.batch_sizes, spec.gamma)
 
 
 def encode_test_prompts(spec: SweepSpec, tokenizer: PreTrainedTokenizerBase) -> dict[str, list[list[int]]]:
@@ -70,7 +80,7 @@ def prompts_fingerprints(spec: SweepSpec) -> dict[str, str]:
 def plan_jobs(
     spec: EvalSpec,
     drafts: Sequence[DraftRef],
-    keyed: tuple[SweepSpec, Mapping[str, str], float | None] | None = None,
+    keyed: tuple[SweepSpec, Mapping[str, str], str | None] | None = None,
 ) -> list[EvalJob]:
     """Every cell: analytic at every τ_dec, empirical at `empirical_temperatures`, per draft, test set, γ
     and lenience point (`LenienceSpec.points`: lossless, then every (function, ε < 1) at τ_dec > 0).
@@ -78,8 +88,9 @@ def plan_jobs(
     With `empirical_drafts: diagonal`, empirical cells go only to drafts whose single τ_kd equals that τ_dec
     and to drafts without one (the un-distilled draft, mixtures). With `quality_ends`, each draft with an
     empirical cell at a τ_dec also gets one `ends` record there (the target and the draft decoding alone).
-    `keyed` = (the sweep spec, the prompts' fingerprints, c) gives every job its content key; without it
-    jobs carry none (nothing is cached).
+    Empirical cells are planned at every B of `empirical_batch_sizes`. `keyed` = (the sweep spec, the
+    prompts' fingerprints, the step costs' fingerprint) gives every job its content key; without it jobs
+    carry none (nothing is cached).
     """
     jobs = []
     for draft in drafts:
@@ -96,9 +107,10 @@ def plan_jobs(
             for tau in spec.empirical_temperatures:
                 if spec.empirical_drafts == "all" or draft.tau_kd in (None, tau):
                     jobs += [
-                        _job(draft, tau, test_set, "empirical", g, keyed, point)
+                        _job(draft, tau, test_set, "empirical", g, keyed, point, b)
                         for point in spec.lenience.points(tau)
                         for g in spec.gamma
+                        for b in spec.empirical_batch_sizes
                     ]
                     jobs += [_job(draft, tau, test_set, "ends", 0, keyed)] if spec.quality_ends else []
     return jobs
@@ -112,14 +124,18 @@ def _job(
     gamma: int,
     keyed,
     lenience: tuple[str | None, float] = (None, 1.0),
+    batch_size: int = 1,
 ) -> EvalJob:
     coordinates = (draft.name, draft.path, tau, test_set, estimator, gamma, draft.key)
+    rest = {"lenience": lenience[0], "epsilon": lenience[1], "batch_size": batch_size}
     if keyed is None:
-        return EvalJob(*coordinates, lenience=lenience[0], epsilon=lenience[1])
-    spec, fingerprints, c = keyed
+        return EvalJob(*coordinates, **rest)  # type: ignore[arg-type]
+    spec, fingerprints, costs = keyed
     prompts = fingerprints[test_set]
-    inputs = cell_key_inputs(spec, draft.key, prompts, test_set, tau, estimator, gamma, c, lenience)
-    return EvalJob(*coordinates, digest(inputs), inputs, lenience=lenience[0], epsilon=lenience[1])
+    inputs = cell_key_inputs(
+        spec, draft.key, prompts, test_set, tau, estimator, gamma, costs, lenience, batch_size
+    )
+    return EvalJob(*coordinates, digest(inputs), inputs, **rest)  # type: ignore[arg-type]
 
 
 def passes(jobs: Sequence[EvalJob], drafts_per_pass: int) -> list[tuple[EvalJob, ...]]:

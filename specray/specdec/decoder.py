@@ -45,6 +45,11 @@ class DecodeStats:
     target_calls: int = 0  # target forward passes after the prompt
     emitted: int = 0  # new tokens in the output
     seconds: float = 0.0
+    # where the time of the steps went (prefills excluded): the draft's forward passes and picks, and the
+    # target's passes with their verification (or, decoding alone, its picks); the cost model's terms
+    draft_seconds: float = 0.0
+    draft_forwards: int = 0
+    target_seconds: float = 0.0
     # per draft position k: steps that accepted at least k + 1 tokens (vLLM's per-position counts)
     accepted_per_position: list[int] = field(default_factory=list)
 
@@ -65,7 +70,17 @@ class DecodeStats:
             counts[k] += 1
 
     def astuple(self) -> tuple:
-        return (self.drafted, self.tested, self.accepted, self.target_calls, self.emitted, self.seconds)
+        return (
+            self.drafted,
+            self.tested,
+            self.accepted,
+            self.target_calls,
+            self.emitted,
+            self.seconds,
+            self.draft_seconds,
+            self.draft_forwards,
+            self.target_seconds,
+        )
 
     @property
     def acceptance_rate(self) -> float:
@@ -111,7 +126,7 @@ def prefill_cache(model: PreTrainedModel, prompt: list[int], device: torch.devic
     return cache
 
 
-def _pick(logits: Tensor, tau: float, generator: torch.Generator | None) -> tuple[int, Tensor | None]:
+def pick(logits: Tensor, tau: float, generator: torch.Generator | None) -> tuple[int, Tensor | None]:
     """One token from next-token logits [vocab], and the probabilities it was drawn from.
 
     At τ = 0 the argmax, with no probabilities: sampling the one-hot warp would return the same token
@@ -141,20 +156,36 @@ def _verify(
     if not proposals:
         return 0, int(sample(p[0], generator))
     draft_tokens = torch.tensor(proposals, device=p.device)
-    q = torch.stack(cast(list[Tensor], q_rows))  # τ > 0: `_pick` kept every proposal's probabilities
+    q = torch.stack(cast(list[Tensor], q_rows))  # τ > 0: `pick` kept every proposal's probabilities
     if epsilon == 1.0:
         return verify_block(draft_tokens, q, p, generator)
     assert lenience is not None, "a lossy decode (ε < 1) needs a lenience function"
     return verify_block_lenient(draft_tokens, q, p, lenience, epsilon, generator)
 
 
-def _finish(tokens: list[int], new: list[int], eos_token_id: int | None, max_new_tokens: int) -> bool:
+def finish(tokens: list[int], new: list[int], eos_token_id: int | None, max_new_tokens: int) -> bool:
     """Append `new` to `tokens`, cutting at EOS or the length limit; True when decoding is over."""
     for token in new:
         tokens.append(token)
         if token == eos_token_id or len(tokens) >= max_new_tokens:
             return True
     return False
+
+
+class StepClock:
+    """Laps of a decode's phases. Reading a token id already waits for the device, so on CUDA a lap
+    ends after its kernels without a synchronize of its own."""
+
+    def __init__(self) -> None:
+        self.last = time.perf_counter()
+
+    def start(self) -> None:
+        self.last = time.perf_counter()
+
+    def lap(self) -> float:
+        now = time.perf_counter()
+        seconds, self.last = now - self.last, now
+        return seconds
 
 
 def _check_settings(gamma: int, tau: float) -> None:
@@ -176,9 +207,11 @@ def speculative_decode(
     generator: torch.Generator | None = None,
     lenience: str | None = None,
     epsilon: float = 1.0,
+    max_steps: int | None = None,
 ) -> Decoded:
     """Decode one prompt with speculative sampling; the output is distributed as the target's at τ when
     ε = 1 (lossless), and drifts towards the draft's as ε falls (`lenience`: lin, sq or exp; ε < 1).
+    `max_steps` stops after that many verification steps (the cost model times steps this way).
 
     Both models and `generator` must be on one device."""
     _check_settings(gamma, tau)
@@ -190,22 +223,27 @@ def speculative_decode(
     out, stats = Decoded([]), DecodeStats()
     target_pending, draft_pending = [prompt[-1]], [prompt[-1]]
     done = False
-    while not done:
+    clock = StepClock()
+    while not done and stats.target_calls != max_steps:
         # never draft past the limit: the block's last token always comes from the target
         block = min(gamma, max_new_tokens - len(out.tokens) - 1)
         proposals, q_rows = [], []
+        clock.start()
         for _ in range(block):
-            token, q = _pick(forward_cached(draft, draft_pending, draft_cache, device)[-1], tau, generator)
+            token, q = pick(forward_cached(draft, draft_pending, draft_cache, device)[-1], tau, generator)
             draft_pending = [token]
             proposals.append(token)
             q_rows.append(q)
             if token == eos_token_id:  # nothing after EOS is worth proposing or counting
                 break
+        stats.draft_seconds += clock.lap()
         block = len(proposals)
+        stats.draft_forwards += block
         target_logits = forward_cached(
             target, target_pending + proposals, target_cache, device
         )  # [block + 1, vocab]
         n, next_token = _verify(proposals, q_rows, target_logits, tau, generator, lenience, epsilon)
+        stats.target_seconds += clock.lap()
         stats.drafted += block
         stats.tested += min(n + 1, block)
         stats.accepted += n
@@ -220,7 +258,7 @@ def speculative_decode(
         else:  # the draft never ran on its last proposal (or, with no proposals, on what was pending)
             draft_pending = (proposals[-1:] if block else draft_pending) + [next_token]
         target_pending = [next_token]
-        done = _finish(out.tokens, proposals[:n] + [next_token], eos_token_id, max_new_tokens)
+        done = finish(out.tokens, proposals[:n] + [next_token], eos_token_id, max_new_tokens)
     stats.emitted = len(out.tokens)
     stats.seconds = time.perf_counter() - started
     out.stats = stats
@@ -235,6 +273,7 @@ def autoregressive_decode(
     max_new_tokens: int,
     eos_token_id: int | None,
     generator: torch.Generator | None = None,
+    max_steps: int | None = None,
 ) -> Decoded:
     """Target-only decoding with the same KV cache handling and stopping rules: the speedup baseline."""
     _check_settings(1, tau)
@@ -243,11 +282,14 @@ def autoregressive_decode(
     cache = prefill_cache(target, prompt, device)
     out, pending = Decoded([]), [prompt[-1]]
     done = False
-    while not done:
-        token, _ = _pick(forward_cached(target, pending, cache, device)[-1], tau, generator)
+    clock = StepClock()
+    while not done and out.stats.target_calls != max_steps:
+        clock.start()
+        token, _ = pick(forward_cached(target, pending, cache, device)[-1], tau, generator)
+        out.stats.target_seconds += clock.lap()
         pending = [token]
         out.stats.target_calls += 1
-        done = _finish(out.tokens, [token], eos_token_id, max_new_tokens)
+        done = finish(out.tokens, [token], eos_token_id, max_new_tokens)
     out.stats.emitted = len(out.tokens)
     out.stats.seconds = time.perf_counter() - started
     return out

@@ -2,7 +2,10 @@
 
 Each prompt is decoded R times (the paper uses R = 5) with speculative decoding at batch size 1, and the
 target-only baseline decodes the same prompt with the same seed to the same length, so both do the same
-amount of work; `speedup` is the ratio of their total wall times, measured after a warm-up. With a
+amount of work; `speedup` is the ratio of their total wall times, measured after a warm-up. At a batch size
+B > 1 the prompts are decoded B at a time by the batched decoders (`batched.py`), each row with its own
+seed, and the baseline decodes the same batch with each row cut at the length its speculative decode
+reached; the clusters of the intervals are then the batches. With a
 lenience function and ε < 1 the speculative side decodes lossily (DistillSpec Algorithm A.1); its outputs
 are kept (`outputs`) so their task quality can be scored (`specray/quality.py`).
 """
@@ -16,6 +19,7 @@ from transformers import PreTrainedModel
 
 from specray.seeds import decode_seed
 from specray.specdec.analytic import ratio_ci95
+from specray.specdec.batched import batched_autoregressive_decode, batched_speculative_decode
 from specray.specdec.decoder import DecodeStats, autoregressive_decode, speculative_decode
 
 
@@ -36,6 +40,14 @@ class EmpiricalResult:
     draft_acceptance_ci95: float
     acceptance_per_position: list[float]  # steps accepting ≥ k+1 tokens / steps, k < γ
     speedup_ci95: float
+    # what the cost model reads (`records.StepCosts.speedup`), and where the time went: seconds per draft
+    # step, per verification pass and per target-only step (the decoders' phase clocks, prefills excluded)
+    drafted_per_step: float
+    tokens_per_decode: float
+    draft_step_seconds: float
+    verify_seconds: float
+    target_step_seconds: float
+    batch_size: int = 1
     # the speculative decodes' new tokens, per prompt then repeat (for quality; not a metric)
     outputs: list[list[list[int]]] = field(default_factory=list, repr=False)
 
@@ -58,8 +70,15 @@ def run_empirical(
     seed: int = 0,
     lenience: str | None = None,
     epsilon: float = 1.0,
+    batch_size: int = 1,
 ) -> EmpiricalResult:
     """Decode every prompt `repeats` times both ways; counts are pooled, times summed."""
+    if batch_size > 1:
+        if epsilon < 1.0:
+            raise ValueError("lossy decoding (ε < 1) runs at batch size 1 only")
+        return _run_batched(
+            target, draft, prompts, tau, gamma, max_new_tokens, eos_token_id, repeats, seed, batch_size
+        )
     # warm-up: first calls pay for allocator growth and kernel selection
     speculative_decode(
         target,
@@ -75,6 +94,7 @@ def run_empirical(
     autoregressive_decode(target, prompts[0], tau, min(8, max_new_tokens), eos_token_id)
     total, baseline_seconds, per_decode = DecodeStats(), 0.0, []
     per_decode_extra: list[tuple[int, float, float, int]] = []
+    alone = DecodeStats()
     outputs: list[list[list[int]]] = [[] for _ in prompts]
     for i, prompt in enumerate(prompts):
         for r in range(repeats):
@@ -97,31 +117,123 @@ def run_empirical(
             generator = _seed(seed, i, r, target.device)
             baseline = autoregressive_decode(target, prompt, tau, stats.emitted, None, generator)
             baseline_seconds += baseline.stats.seconds
+            alone = alone + baseline.stats
             total = total + stats
             per_decode.append((stats.accepted, stats.tested))
             per_decode_extra.append(
                 (stats.drafted, baseline.stats.seconds, stats.seconds, stats.target_calls)
             )
-    counts = torch.tensor(per_decode, dtype=torch.float64)
-    # [decodes, 4]: drafted, target-only seconds, speculative seconds, verification steps
-    extra = torch.tensor(per_decode_extra, dtype=torch.float64)
+    steps = (total.target_calls, alone.target_calls)
+    return _result(total, alone, per_decode, per_decode_extra, gamma, len(per_decode), outputs, steps)
+
+
+def _result(
+    total: DecodeStats,
+    alone: DecodeStats,
+    per_cluster: list[tuple[int, int]],
+    per_cluster_extra: list[tuple[int, float, float, int]],
+    gamma: int,
+    decodes: int,
+    outputs: list[list[list[int]]],
+    steps: tuple[int, int],
+    batch_size: int = 1,
+) -> EmpiricalResult:
+    """Pooled counts and summed times; intervals with each cluster (a decode, or a batch) independent.
+    `steps`: the forward passes of the speculative and target-only sides (a batch's step is one pass)."""
+    counts = torch.tensor(per_cluster, dtype=torch.float64)  # [clusters, 2]: accepted, tested
+    # [clusters, 4]: drafted, target-only seconds, speculative seconds, verification steps
+    extra = torch.tensor(per_cluster_extra, dtype=torch.float64)
     return EmpiricalResult(
         acceptance_rate=total.acceptance_rate,
         acceptance_rate_ci95=ratio_ci95(counts[:, 0], counts[:, 1]),
         draft_acceptance=total.draft_acceptance,
         block_efficiency=total.block_efficiency,
-        speedup=baseline_seconds / total.seconds,
+        speedup=alone.seconds / total.seconds,
         speculative_seconds=total.seconds,
-        target_only_seconds=baseline_seconds,
-        decodes=len(per_decode),
+        target_only_seconds=alone.seconds,
+        decodes=decodes,
         tokens=total.emitted,
         mean_acceptance_length=1.0 + total.accepted / total.target_calls,
         mean_acceptance_length_ci95=ratio_ci95(counts[:, 0], extra[:, 3]),
         draft_acceptance_ci95=ratio_ci95(counts[:, 0], extra[:, 0]),
         acceptance_per_position=_per_position(total, gamma),
         speedup_ci95=ratio_ci95(extra[:, 1], extra[:, 2]),
+        drafted_per_step=total.drafted / total.target_calls,
+        tokens_per_decode=total.emitted / decodes,
+        draft_step_seconds=total.draft_seconds / max(total.draft_forwards, 1),
+        verify_seconds=total.target_seconds / steps[0],
+        target_step_seconds=alone.target_seconds / max(steps[1], 1),
+        batch_size=batch_size,
         outputs=outputs,
     )
+
+
+def _run_batched(
+    target: PreTrainedModel,
+    draft: PreTrainedModel,
+    prompts: list[list[int]],
+    tau: float,
+    gamma: int,
+    max_new_tokens: int,
+    eos_token_id: int | None,
+    repeats: int,
+    seed: int,
+    batch_size: int,
+) -> EmpiricalResult:
+    """`run_empirical` at B > 1: the prompts B at a time (the last batch may be smaller), each row with
+    the seed its prompt and repeat have at batch size 1. A batch's phase times are counted once."""
+    batches = [list(range(i, min(i + batch_size, len(prompts)))) for i in range(0, len(prompts), batch_size)]
+    device = target.device
+    warm = [prompts[i] for i in batches[0]]
+    batched_speculative_decode(target, draft, warm, tau, gamma, min(8, max_new_tokens), eos_token_id)
+    batched_autoregressive_decode(target, warm, tau, min(8, max_new_tokens), eos_token_id)
+    total, alone, steps = DecodeStats(), DecodeStats(), [0, 0]
+    per_batch: list[tuple[int, int]] = []
+    per_batch_extra: list[tuple[int, float, float, int]] = []
+    outputs: list[list[list[int]]] = [[] for _ in prompts]
+    for r in range(repeats):
+        for rows in batches:
+            chosen = [prompts[i] for i in rows]
+            spec = batched_speculative_decode(
+                target,
+                draft,
+                chosen,
+                tau,
+                gamma,
+                max_new_tokens,
+                eos_token_id,
+                [_seed(seed, i, r, device) for i in rows],
+            )
+            lengths = [len(decoded.tokens) for decoded in spec]
+            base = batched_autoregressive_decode(
+                target, chosen, tau, lengths, None, [_seed(seed, i, r, device) for i in rows]
+            )
+            for i, decoded in zip(rows, spec, strict=True):
+                outputs[i].append(decoded.tokens)
+            batch = _batch_stats([d.stats for d in spec])
+            baseline = _batch_stats([d.stats for d in base])
+            total, alone = total + batch, alone + baseline
+            steps[0] += max(d.stats.target_calls for d in spec)
+            steps[1] += max(d.stats.target_calls for d in base)
+            per_batch.append((batch.accepted, batch.tested))
+            per_batch_extra.append((batch.drafted, baseline.seconds, batch.seconds, batch.target_calls))
+    decodes = repeats * len(prompts)
+    return _result(
+        total, alone, per_batch, per_batch_extra, gamma, decodes, outputs, (steps[0], steps[1]), batch_size
+    )
+
+
+def _batch_stats(rows: list[DecodeStats]) -> DecodeStats:
+    """One batch's counts: the rows' summed, its times once (every row carries the batch's)."""
+    pooled = sum(rows, DecodeStats())
+    first = rows[0]
+    pooled.seconds, pooled.draft_seconds, pooled.target_seconds = (
+        first.seconds,
+        first.draft_seconds,
+        first.target_seconds,
+    )
+    pooled.draft_forwards = first.draft_forwards
+    return pooled
 
 
 def decode_alone(

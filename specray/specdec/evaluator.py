@@ -35,10 +35,10 @@ from specray.specdec.analytic import (
     analytic_result,
     sample_continuations,
 )
-from specray.specdec.cost import measure_cost_ratio
+from specray.specdec.cost import measure_step_costs
 from specray.specdec.empirical import EmpiricalResult, decode_alone, run_empirical
 from specray.specdec.lossy import lossy_betas
-from specray.specdec.records import CellRecord, CostRatio, EvalJob, EvalSettings
+from specray.specdec.records import CellRecord, EvalJob, EvalSettings, StepCosts
 
 __all__ = ["CellRecord", "EvalJob", "EvalSettings", "Evaluator", "continuations_file"]
 
@@ -110,9 +110,9 @@ class Evaluator:
         return self._analytic(jobs)
 
     def _analytic(self, jobs: Sequence[EvalJob]) -> list[CellRecord]:
-        c = self.settings.cost_ratio
-        if c is None:
-            raise ValueError("analytic cells need the cost ratio c: measure it first (measure_cost_ratio)")
+        costs = self.settings.step_costs
+        if costs is None:
+            raise ValueError("analytic cells need the step costs: measure them first (measure_step_costs)")
         started = time.perf_counter()
         paths = list(dict.fromkeys(job.draft_path for job in jobs))  # each draft once, in order
         drafts = [self._load_draft(path) for path in paths]
@@ -148,12 +148,13 @@ class Evaluator:
                 )
         seconds = (time.perf_counter() - started) / len(jobs)  # the pass's time, shared by its cells
         subset, limit = self.settings.empirical_prompts, self.settings.max_new_tokens
+        c = costs.cost_ratio(costs.batch_sizes[0])
         return [
             CellRecord.of(
                 job,
                 c,
                 seconds,
-                asdict(analytic_result(betas[_betas_key(job)], job.gamma, c, subset, limit)),
+                asdict(analytic_result(betas[_betas_key(job)], job.gamma, costs, subset, limit)),
             )
             for job in jobs
         ]
@@ -176,6 +177,7 @@ class Evaluator:
             s.seed,
             job.lenience,
             job.epsilon,
+            job.batch_size,
         )
         metrics = asdict(result)
         metrics |= self._quality(job.test_set, metrics.pop("outputs"), "quality")
@@ -207,10 +209,13 @@ class Evaluator:
         check_same_vocabulary(self.tokenizer, load_tokenizer(path), self.target_path, path)
         return load_model(path, self.dtype, self.trust_remote_code, self.device)
 
-    def measure_cost_ratio(self, draft_path: str) -> CostRatio:
-        """c of this draft against the target, on this evaluator's device (see `specdec/cost.py`)."""
-        prompt = next(iter(self.prompts.values()))[0]
-        return measure_cost_ratio(self.target, self._load_draft(draft_path), prompt)
+    def measure_step_costs(
+        self, draft_path: str, batch_sizes: Sequence[int] = (1,), gammas: Sequence[int] = (4,)
+    ) -> StepCosts:
+        """The step costs of this draft's architecture against the target, on this evaluator's device, on
+        the first test set's prompts (see `specdec/cost.py`)."""
+        prompts = next(iter(self.prompts.values()))[: max(batch_sizes)]
+        return measure_step_costs(self.target, self._load_draft(draft_path), prompts, batch_sizes, gammas)
 
     @torch.no_grad()
     def continuations(self, test_set: str, tau: float) -> Continuations:

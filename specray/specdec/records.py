@@ -9,7 +9,10 @@ as JSON under its key before its metrics go to MLflow, and read back unchanged (
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -32,11 +35,13 @@ class EvalJob:
     key_inputs: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
     lenience: str | None = None  # the lenience function; None when lossless (ε = 1)
     epsilon: float = 1.0
+    batch_size: int = 1  # rows decoded together (empirical cells; analytic ones model every B at once)
 
     @property
     def label(self) -> str:
         """Readable coordinates, for logs and errors."""
         label = f"{self.draft}|{self.test_set}|tau_dec={self.tau_dec:g}|{self.estimator}|gamma={self.gamma}"
+        label = label if self.batch_size == 1 else f"{label}|B={self.batch_size}"
         return label if self.epsilon == 1.0 else f"{label}|{self.lenience} eps={self.epsilon:g}"
 
 
@@ -46,37 +51,217 @@ class EvalSettings:
     max_new_tokens: int
     empirical_prompts: int
     seed: int = 0
-    cost_ratio: float | None = None  # c, used by every analytic cell (measured once, or the spec's)
-    batch_size: int = 16
+    step_costs: StepCosts | None = None  # what every analytic cell's speedup is modelled from
+    batch_size: int = 16  # sequences per teacher-forced pass of the analytic estimator
 
 
 @dataclass(frozen=True)
-class CostRatio:
-    """c = latency of one draft step / one target step, with the 95% interval of the measurement."""
+class Timing:
+    """Mean seconds of one kind of decoding step, with the half-width of its 95% interval."""
 
-    value: float
-    ci95: float  # half-width; 0 when fixed by the spec
-    steps: int  # timed step pairs (0 when fixed)
+    seconds: float
+    ci95: float
+
+    @property
+    def relative(self) -> float:
+        return self.ci95 / self.seconds if self.seconds > 0 else math.inf
+
+
+@dataclass(frozen=True)
+class CostTerms:
+    """What a decode at one (γ, B) costs, in seconds: a target-only step T_t(B, 1), each drafted token
+    (its draft step T_d(B) and its share of the verification pass, which is linear in its length between
+    the timed k = 1 and k = γ + 1), and each model's prefill P_t(B), P_d(B):
+
+        speedup = (tokens·T_t(B,1) + decodes·P_t) / (steps·T_t(B,1) + drafted·t_token + decodes·(P_t + P_d))
+        t_token = T_d(B) + (T_t(B, γ+1) − T_t(B, 1)) / γ
+
+    for decodes that emitted `tokens` in `steps` verification steps with `drafted` draft tokens (sums or
+    means per decode; numpy arrays too). `decodes` 0 is the steady state of a server's decode phase, per
+    step. With T_t(B, γ+1) = T_t(B, 1), drafted = γ·steps and no prefill it is the papers' τ_b / (c·γ + 1).
+    """
+
+    target_step: float
+    per_drafted_token: float
+    prefill_target: float = 0.0
+    prefill_draft: float = 0.0
+
+    def speedup(self, tokens: Any, steps: Any, drafted: Any, decodes: Any = 0) -> Any:
+        spent = steps * self.target_step + drafted * self.per_drafted_token
+        prefill = decodes * self.prefill_target
+        return (tokens * self.target_step + prefill) / (spent + prefill + decodes * self.prefill_draft)
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """What decoding costs, per batch size B: the target's pass over k new tokens per row, T_t(B, k)
+    (k = 1: a target-only step; k = γ + 1: a verification pass), the draft's one-token step T_d(B), and each
+    model's prefill of B prompts, P_t(B) and P_d(B).
+
+    Each time is spent as the decoders spend it (a step's forward pass with its sampling or verification;
+    a prefill with the decode's setup), on prompts of `context_length` tokens on average, over `steps`
+    steps per timed decode. `source` "fixed" is the spec's `eval.draft_cost_ratio`: T_t = 1 for every k,
+    T_d = c and no prefill (verification costs one target step: the papers' model).
+    """
+
+    target: dict[int, dict[int, Timing]]  # B -> k -> T_t(B, k)
+    draft: dict[int, Timing]  # B -> T_d(B)
     source: Literal["measured", "fixed"]
+    prefill_target: dict[int, Timing] = field(default_factory=dict)  # B -> P_t(B); none: 0
+    prefill_draft: dict[int, Timing] = field(default_factory=dict)  # B -> P_d(B); none: 0
+    context_length: int = 0
+    steps: int = 0  # steps per timed decode
+    rounds: int = 0  # timed decodes per (B, γ), interleaved
     device: str = "cpu"
     key: str = ""
 
+    @classmethod
+    def fixed(cls, c: float, batch_sizes: Sequence[int] = (1,), gammas: Sequence[int] = (4,)) -> StepCosts:
+        """The papers' model at a given c: T_t(B, k) = 1 for every k, T_d(B) = c, no prefill."""
+        one, ks = Timing(1.0, 0.0), [1, *(g + 1 for g in gammas)]
+        return cls(
+            {b: dict.fromkeys(ks, one) for b in batch_sizes},
+            dict.fromkeys(batch_sizes, Timing(c, 0.0)),
+            "fixed",
+        )
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        return sorted(self.draft)
+
+    @property
+    def gammas(self) -> list[int]:
+        return sorted(k - 1 for k in self.target[self.batch_sizes[0]] if k > 1)
+
+    def cost_ratio(self, batch_size: int = 1) -> float:
+        """c = T_d(B) / T_t(B, 1)."""
+        return self.draft[batch_size].seconds / self.target[batch_size][1].seconds
+
+    def verify_cost(self, gamma: int, batch_size: int = 1) -> float:
+        """T_t(B, γ + 1) / T_t(B, 1): a verification pass in target steps."""
+        by_k = self.target[batch_size]
+        return by_k[gamma + 1].seconds / by_k[1].seconds
+
+    def covers(self, gammas: Sequence[int], batch_sizes: Sequence[int]) -> bool:
+        """Whether every (γ, B) a grid needs was timed."""
+        return all(b in self.draft and all(g + 1 in self.target[b] for g in gammas) for b in batch_sizes)
+
+    def terms(self, gamma: int, batch_size: int = 1) -> CostTerms:
+        """The costs a decode at (γ, B) is made of (`CostTerms`)."""
+        return _terms({name: t.seconds for name, t in self._timings(batch_size, gamma).items()}, gamma)
+
+    def speedup(
+        self,
+        tokens_per_step: float,
+        gamma: int,
+        batch_size: int = 1,
+        drafted_per_step: float | None = None,
+        tokens_per_decode: float | None = None,
+    ) -> float:
+        """The modelled speedup at (γ, B) from the expected tokens E and drafted tokens d (γ when not
+        given) per verification step: of whole decodes (prefills in) given the mean new tokens per decode
+        L, else of the decode phase, per step (`CostTerms`)."""
+        terms = self.terms(gamma, batch_size)
+        return _speedup(terms, tokens_per_step, gamma, drafted_per_step, tokens_per_decode)
+
+    def speedup_ci95(
+        self,
+        tokens_per_step: float,
+        tokens_per_step_ci95: float,
+        gamma: int,
+        batch_size: int = 1,
+        drafted_per_step: float | None = None,
+        tokens_per_decode: float | None = None,
+    ) -> float:
+        """Half-width of `speedup`'s 95% interval: E's and every timing's, independent, combined to first
+        order (each moved by its half-width, the changes added in quadrature)."""
+        timings = self._timings(batch_size, gamma)
+        base = {name: t.seconds for name, t in timings.items()}
+        rest = (gamma, drafted_per_step, tokens_per_decode)
+        value = _speedup(_terms(base, gamma), tokens_per_step, *rest)
+        moved = [_speedup(_terms(base, gamma), tokens_per_step + tokens_per_step_ci95, *rest) - value]
+        for name, timing in timings.items():
+            shifted = base | {name: timing.seconds + timing.ci95}
+            moved.append(_speedup(_terms(shifted, gamma), tokens_per_step, *rest) - value)
+        return math.sqrt(sum(m * m for m in moved)) if all(map(math.isfinite, moved)) else math.nan
+
+    def _timings(self, b: int, gamma: int) -> dict[str, Timing]:
+        """The timings one (γ, B) reads; a fixed c's verification pass is one target step at any γ."""
+        if b not in self.draft or (gamma + 1 not in self.target[b] and self.source != "fixed"):
+            raise ValueError(
+                f"the step costs were timed at γ {self.gammas} and B {self.batch_sizes}, not at γ {gamma}, "
+                f"B {b}: time them again with this grid (a changed eval.gamma or eval.batch_sizes does)"
+            )
+        zero, by_k = Timing(0.0, 0.0), self.target[b]
+        return {
+            f"target_{gamma + 1}": by_k.get(gamma + 1, by_k[1]),
+            "draft": self.draft[b],
+            "prefill_target": self.prefill_target.get(b, zero),
+            "prefill_draft": self.prefill_draft.get(b, zero),
+        } | {f"target_{k}": t for k, t in self.target[b].items()}
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        payload = asdict(self)
+        payload["target"] = {
+            str(b): {str(k): asdict(t) for k, t in ks.items()} for b, ks in self.target.items()
+        }
+        for name in _BY_BATCH:
+            payload[name] = {str(b): asdict(t) for b, t in getattr(self, name).items()}
+        return payload
 
     @classmethod
-    def from_json(cls, payload: Mapping[str, Any]) -> CostRatio:
-        """Read `to_json`'s object (cost_ratio.json, a sweep's MLflow records)."""
-        return cls(**payload)
+    def from_json(cls, payload: Mapping[str, Any]) -> StepCosts:
+        """Read `to_json`'s object (step_costs.json)."""
+        rest = {k: v for k, v in payload.items() if k != "target" and k not in _BY_BATCH}
+        target = {int(b): {int(k): Timing(**t) for k, t in ks.items()} for b, ks in payload["target"].items()}
+        by_batch = {
+            name: {int(b): Timing(**t) for b, t in payload.get(name, {}).items()} for name in _BY_BATCH
+        }
+        return cls(
+            target,
+            by_batch["draft"],
+            prefill_target=by_batch["prefill_target"],
+            prefill_draft=by_batch["prefill_draft"],
+            **rest,
+        )
+
+    def fingerprint(self) -> str:
+        """A digest of the measured values (what analytic cells are keyed by), not of where they are kept."""
+        payload = {k: v for k, v in self.to_json().items() if k != "key"}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:20]
 
     def describe(self) -> str:
-        """How c was obtained, in one line: the CLI's, the sweep log's and the report header's."""
+        """How the costs were obtained, in one line: the CLI's, the sweep log's and the report header's."""
+        c = self.cost_ratio(self.batch_sizes[0])
         if self.source == "fixed":
-            return f"c = {self.value:.4g} (fixed by eval.draft_cost_ratio)"
+            return f"c = {c:.4g} (fixed by eval.draft_cost_ratio; verification costs one target step)"
+        b, gamma = self.batch_sizes[0], self.gammas[-1]
+        t1 = self.target[b][1]
         return (
-            f"c = {self.value:.4f} ± {self.ci95:.4f} (95%, {self.steps} interleaved step pairs on "
-            f"{self.device}; ±{100 * self.ci95 / self.value:.1f}%)"
+            f"T_t({b},1) = {1e3 * t1.seconds:.3g} ms ± {100 * t1.relative:.1f}%, c = T_d/T_t = {c:.3f}, "
+            f"a γ = {gamma} verification pass = {self.verify_cost(gamma, b):.2f} target steps (95%; "
+            f"{self.rounds} interleaved rounds of {self.steps} steps on {self.device}, prompts of "
+            f"{self.context_length} tokens, B = {', '.join(map(str, self.batch_sizes))})"
         )
+
+
+_BY_BATCH = ("draft", "prefill_target", "prefill_draft")
+
+
+def _terms(seconds: Mapping[str, float], gamma: int) -> CostTerms:
+    step = seconds["target_1"]
+    per_token = seconds["draft"] + (seconds[f"target_{gamma + 1}"] - step) / gamma
+    return CostTerms(step, per_token, seconds["prefill_target"], seconds["prefill_draft"])
+
+
+def _speedup(
+    terms: CostTerms, tokens_per_step: float, gamma: int, drafted: float | None, length: float | None
+) -> float:
+    drafted_per_step = float(gamma) if drafted is None else drafted
+    if length is None:
+        return float(terms.speedup(tokens_per_step, 1.0, drafted_per_step))
+    steps = length / tokens_per_step
+    return float(terms.speedup(length, steps, steps * drafted_per_step, 1.0))
 
 
 @dataclass(frozen=True)
@@ -96,6 +281,7 @@ class CellRecord:
     key_inputs: dict[str, Any] = field(default_factory=dict)
     lenience: str | None = None  # records saved before lenience existed are lossless
     epsilon: float = 1.0
+    batch_size: int = 1
 
     @classmethod
     def of(cls, job: EvalJob, c: float | None, seconds: float, metrics: Mapping[str, Any]) -> CellRecord:
@@ -113,6 +299,7 @@ class CellRecord:
             dict(job.key_inputs),
             job.lenience,
             job.epsilon,
+            job.batch_size,
         )
 
     def to_json(self) -> dict[str, Any]:

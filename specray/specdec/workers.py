@@ -24,7 +24,7 @@ from specray.devices import Resources
 from specray.faults import Faults
 from specray.progress import bar
 from specray.specdec.evaluator import Evaluator
-from specray.specdec.records import CellRecord, CostRatio, EvalJob, EvalSettings
+from specray.specdec.records import CellRecord, EvalJob, EvalSettings, StepCosts
 
 if TYPE_CHECKING:
     from specray.config import SweepSpec
@@ -60,18 +60,18 @@ class EvalWorker:
         assert self.evaluator is not None
         return {"pid": os.getpid(), "device": self.evaluator.device}
 
-    def evaluate(self, jobs: Pass, cost_ratio: float | None) -> list[CellRecord]:
+    def evaluate(self, jobs: Pass, step_costs: StepCosts | None) -> list[CellRecord]:
         evaluator = self.evaluator
         assert evaluator is not None, "evaluate before a successful ready()"
-        evaluator.settings = replace(evaluator.settings, cost_ratio=cost_ratio)
+        evaluator.settings = replace(evaluator.settings, step_costs=step_costs)
         records = evaluator.evaluate(jobs)
         self.cells += 1
         self.faults.check("eval.cell", self.cells)  # fault injection (specray/faults.py)
         return records
 
-    def measure_cost_ratio(self, draft_path: str) -> CostRatio:
-        assert self.evaluator is not None, "measure_cost_ratio before a successful ready()"
-        return self.evaluator.measure_cost_ratio(draft_path)
+    def measure_step_costs(self, draft_path: str, batch_sizes: list[int], gammas: list[int]) -> StepCosts:
+        assert self.evaluator is not None, "measure_step_costs before a successful ready()"
+        return self.evaluator.measure_step_costs(draft_path, batch_sizes, gammas)
 
     def close(self) -> None:
         self.evaluator = None
@@ -128,22 +128,23 @@ class EvalPool:
         args = (target_path, prompts, settings, self.resources, Faults.from_env(), model_kwargs)
         options = [self.resources.ray_options()] * replicas
         self.replicas = Replicas(ray.remote(EvalWorker), args, options, "eval", 1, max_retries)
-        self.cost_ratio = settings.cost_ratio
+        self.step_costs = settings.step_costs
 
     @property
     def actors(self) -> list[ray.actor.ActorHandle]:
         return self.replicas.actors
 
-    def measure_cost_ratio(self, draft_path: str) -> CostRatio:
-        """c on an actor that is up (where the cells run); every later analytic cell uses it."""
-        measured: list[CostRatio] = []
+    def measure_step_costs(self, draft_path: str, batch_sizes: list[int], gammas: list[int]) -> StepCosts:
+        """The step costs on an actor that is up (where the cells run); every later analytic cell uses
+        them."""
+        measured: list[StepCosts] = []
         self.replicas.run(
             [draft_path],
-            lambda actor, path: actor.measure_cost_ratio.remote(path),
-            lambda _, ratio: measured.append(ratio),
-            describe=lambda path: f"measuring c against {path}",
+            lambda actor, path: actor.measure_step_costs.remote(path, batch_sizes, gammas),
+            lambda _, costs: measured.append(costs),
+            describe=lambda path: f"timing decoding steps against {path}",
         )
-        self.cost_ratio = measured[0].value
+        self.step_costs = measured[0]
         return measured[0]
 
     def run(
@@ -167,7 +168,7 @@ class EvalPool:
 
             self.replicas.run(
                 passes,
-                lambda actor, unit: actor.evaluate.remote(unit, self.cost_ratio),
+                lambda actor, unit: actor.evaluate.remote(unit, self.step_costs),
                 arrived,
                 describe=lambda unit: f"eval pass {unit[0].label} (+{len(unit) - 1} cells)",
             )

@@ -26,12 +26,12 @@ from specray.distill.checkpoints import (
 from specray.distill.inputs import draft_folder_name, draft_name
 from specray.keys import cost_ratio_inputs, curve_inputs, describe_change, digest, draft_key_inputs
 from specray.names import BASELINE
-from specray.specdec.cells import DraftRef
-from specray.specdec.records import CellRecord, CostRatio, EvalJob
+from specray.specdec.cells import DraftRef, fixed_step_costs
+from specray.specdec.records import CellRecord, EvalJob, StepCosts
 
 log = logging.getLogger(__name__)
 
-COST_RATIO_FILE = "cost_ratio.json"
+STEP_COSTS_FILE = "step_costs.json"
 UNREADABLE = "unreadable (truncated or corrupt)"  # a saved file that does not parse
 SPEC_FILE = "spec.yaml"  # the resolved spec of the sweep's last run, in its output folder
 
@@ -194,23 +194,24 @@ def _closest_change(candidates: Sequence[CellRecord], inputs: Mapping[str, Any])
     return describe_change(closest, inputs)
 
 
-def cost_ratio_stage(spec: SweepSpec, out: Path) -> tuple[StagePlan, CostRatio | None]:
-    """c: fixed by the spec, reused when measured under the same key in this sweep, or to measure."""
-    stage = StagePlan("cost ratio c")
+def step_costs_stage(spec: SweepSpec, out: Path) -> tuple[StagePlan, StepCosts | None]:
+    """The step costs: fixed by the spec's c, reused when measured under the same key in this sweep, or
+    to measure."""
+    stage = StagePlan("step costs")
     if spec.eval.draft_cost_ratio is not None:
-        stage.note = f"fixed at {spec.eval.draft_cost_ratio:g} (eval.draft_cost_ratio)"
-        return stage, CostRatio(spec.eval.draft_cost_ratio, 0.0, 0, "fixed")
-    saved, key = read_cost_ratio(out), digest(cost_ratio_inputs(spec))
+        stage.note = f"c fixed at {spec.eval.draft_cost_ratio:g} (eval.draft_cost_ratio)"
+        return stage, fixed_step_costs(spec.eval)
+    saved, key = read_step_costs(out), digest(cost_ratio_inputs(spec))
     if saved is not None and saved.key == key:
         stage.reused, stage.note = 1, saved.describe()
         return stage, saved
     stage.todo = 1
     stage.reasons[
-        "new" if saved is None else "the target, draft architecture, device or threads changed"
+        "new" if saved is None else "the target, draft architecture, device, threads, γ or B changed"
     ] += 1
     return stage, None
 
 
-def read_cost_ratio(out: Path) -> CostRatio | None:
-    path = out / COST_RATIO_FILE
-    return CostRatio.from_json(json.loads(path.read_text())) if path.exists() else None
+def read_step_costs(out: Path) -> StepCosts | None:
+    path = out / STEP_COSTS_FILE
+    return StepCosts.from_json(json.loads(path.read_text())) if path.exists() else None

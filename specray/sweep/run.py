@@ -18,7 +18,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from queue import SimpleQueue
 from typing import Any
@@ -46,19 +46,19 @@ from specray.specdec.cells import (
     prompts_fingerprints,
 )
 from specray.specdec.evaluator import continuations_file, default_continuations_dir
-from specray.specdec.records import CellRecord, CostRatio, EvalJob
+from specray.specdec.records import CellRecord, EvalJob, StepCosts
 from specray.specdec.workers import EvalPool, make_eval_pool
 from specray.sweep.plan import (
-    COST_RATIO_FILE,
     SPEC_FILE,
+    STEP_COSTS_FILE,
     DraftPlan,
     StagePlan,
     baseline_plan,
     cell_stage,
-    cost_ratio_stage,
     draft_stage,
     plan_drafts,
     read_cells,
+    step_costs_stage,
     sweep_dir,
 )
 from specray.sweep.progress import SweepDisplay
@@ -75,7 +75,7 @@ class SweepOutcome:
     resumed: bool
     report: Path
     records: list[CellRecord]
-    cost_ratio: CostRatio
+    step_costs: StepCosts
     plan: list[StagePlan]
     stages: dict[str, dict[str, float]] = field(default_factory=dict)  # seconds and peak memory per stage
     runs_page: str = ""  # the MLflow UI's runs table of the sweep, in the drafts view
@@ -88,7 +88,7 @@ class SweepWork:
     stages: list[StagePlan]
     drafts: list[DraftPlan]  # every distilled draft of the sweep
     drafts_todo: list[DraftPlan]
-    cost_ratio: CostRatio | None  # None: to be measured
+    step_costs: StepCosts | None  # None: to be measured
 
     def lines(self) -> list[str]:
         return [stage.line() for stage in self.stages]
@@ -109,16 +109,16 @@ def plan_sweep(spec: SweepSpec) -> SweepWork:
         shards.reasons["not generated yet"] += shards.todo
     drafts = plan_drafts(spec)
     draft_plan, drafts_todo = draft_stage(spec, drafts)
-    cost_plan, cost = cost_ratio_stage(spec, out)
+    cost_plan, cost = step_costs_stage(spec, out)
     jobs = _cell_jobs(spec, [baseline_plan(spec, ""), *drafts], cost)
     cells_plan, _ = cell_stage(jobs, read_cells(out / "cells"), out / "cells")
     if cost is None and cells_plan.todo:
-        cells_plan.note = "analytic cells are keyed by c, which is measured first"
+        cells_plan.note = "analytic cells are keyed by the step costs, which are measured first"
     return SweepWork([shards, draft_plan, cost_plan, cells_plan], drafts, drafts_todo, cost)
 
 
-def _cell_jobs(spec: SweepSpec, drafts: list[DraftPlan], cost: CostRatio | None) -> list[EvalJob]:
-    keyed = (spec, prompts_fingerprints(spec), None if cost is None else cost.value)
+def _cell_jobs(spec: SweepSpec, drafts: list[DraftPlan], cost: StepCosts | None) -> list[EvalJob]:
+    keyed = (spec, prompts_fingerprints(spec), None if cost is None else cost.fingerprint())
     return plan_jobs(spec.eval, [plan.ref for plan in drafts], keyed)
 
 
@@ -169,8 +169,8 @@ def _run_sweep(
         everything = [baseline, *work.drafts]
         pool = LazyEvalPool(spec, target_path, prompts)
         with pool:
-            with display.stage("cost ratio", 1, "measurement"):
-                cost = work.cost_ratio or save_cost_ratio(spec, pool.get(), draft_path, out)
+            with display.stage("step costs", 1, "measurement"):
+                cost = work.step_costs or save_step_costs(spec, pool.get(), draft_path, out)
                 display.advance()
             jobs = _cell_jobs(spec, everything, cost)
             with display.stage("eval", len(jobs), "cell"):
@@ -364,25 +364,32 @@ def finish_draft(
 # ---------------------------------------------------------------- evaluation
 
 
-def save_cost_ratio(spec: SweepSpec, pool: EvalPool, draft_path: str, out: Path) -> CostRatio:
-    """c, timed once on an eval actor with the un-distilled draft, saved with the sweep under its key."""
-    log.info("measuring the cost ratio c on an eval actor")
-    measured = pool.measure_cost_ratio(draft_path)
-    cost = CostRatio(**(asdict(measured) | {"key": digest(cost_ratio_inputs(spec))}))
-    write_json(out / COST_RATIO_FILE, cost.to_json())
+def save_step_costs(spec: SweepSpec, pool: EvalPool, draft_path: str, out: Path) -> StepCosts:
+    """The step costs, timed once on an eval actor with the un-distilled draft at every γ and B of the
+    grid, saved with the sweep under their key."""
+    e = spec.eval
+    log.info("timing decoding steps on an eval actor (γ %s, B %s)", e.gamma, e.batch_sizes)
+    measured = pool.measure_step_costs(draft_path, list(e.batch_sizes), list(e.gamma))
+    cost = replace(measured, key=digest(cost_ratio_inputs(spec)))
+    write_json(out / STEP_COSTS_FILE, cost.to_json())
     log.info("%s", cost.describe())
     return cost
 
 
-def _cost_metrics(cost: CostRatio) -> dict[str, float]:
-    return {"cost_ratio": cost.value, "cost_ratio_ci95": cost.ci95}
+def _cost_metrics(cost: StepCosts) -> dict[str, float]:
+    """The step costs as parent-run metrics: c, and every timing in milliseconds."""
+    metrics = {"cost_ratio": cost.cost_ratio(cost.batch_sizes[0])}
+    for b in cost.batch_sizes:
+        metrics[f"step_ms/draft/batch_{b}"] = 1e3 * cost.draft[b].seconds
+        metrics |= {f"step_ms/target/batch_{b}/k_{k}": 1e3 * t.seconds for k, t in cost.target[b].items()}
+    return metrics
 
 
 def _evaluate_all(
     spec: SweepSpec,
     jobs: list[EvalJob],
     pool: LazyEvalPool,
-    cost: CostRatio,
+    cost: StepCosts,
     tracker: Tracker,
     runs: dict[str, str],
     display: SweepDisplay,
@@ -410,7 +417,7 @@ def _evaluate_all(
 
     if todo:
         evaluators = pool.get()
-        evaluators.cost_ratio = cost.value
+        evaluators.step_costs = cost
         evaluators.run(passes(todo, spec.eval.drafts_per_pass), on_result=on_result, show_progress=False)
     return [saved[job.key] for job in jobs]
 
@@ -457,7 +464,7 @@ def token_characters(
 # ---------------------------------------------------------------- report
 
 
-def _report(spec, tracker, parent, records, drafts, curves, outputs, cost: CostRatio, out: Path) -> Path:
+def _report(spec, tracker, parent, records, drafts, curves, outputs, cost: StepCosts, out: Path) -> Path:
     """Write the report locally, then give MLflow the report and the plain records it was built from.
     `outputs`: (token lengths of the target's test outputs, their characters-per-token counts)."""
     cells = [record.flat() for record in records]
@@ -469,14 +476,14 @@ def _report(spec, tracker, parent, records, drafts, curves, outputs, cost: CostR
         lengths,
         out / "report",
         title=f"specray sweep: {spec.name}",
-        cost_ratio=cost,
+        step_costs=cost,
         projected_cost_ratio=spec.eval.projected_cost_ratio,
         token_lengths=characters,
     )
     json_lengths = {test_set: {str(t): v for t, v in by_tau.items()} for test_set, by_tau in lengths.items()}
     json_curves = {name: curves_to_json(points) for name, points in curves.items()}
     inputs = {"cells": cells, "drafts": drafts, "curves": json_curves, "lengths": json_lengths}
-    inputs["cost_ratio"] = cost.to_json()
+    inputs["step_costs"] = cost.to_json()
     inputs["token_lengths"] = {
         test_set: {str(t): {str(k): n for k, n in c.items()} for t, c in by.items()}
         for test_set, by in characters.items()

@@ -34,11 +34,14 @@ EMPIRICAL_ACCEPTANCE_PER_POSITION = "empirical_acceptance_per_position"
 # task quality of decoded outputs (specray/quality.py: exact match or ROUGE-L per test set), and the two
 # ends: the target and the draft decoding alone
 QUALITY, QUALITY_TARGET, QUALITY_DRAFT = "quality", "quality_target_only", "quality_draft_only"
-# record field -> metric name, per estimator (analytic block efficiency: the per-position simulation)
+BLOCK_EFFICIENCY_BETA = "block_efficiency_beta"  # from β: overstates at τ > 0, kept for the papers' figures
+# record field -> metric name, per estimator (analytic block efficiency: the exact expected tokens per step
+# along the sampled tokens, the E of every speedup; its β-based simulation is named as such)
 CELL_METRICS = {
     "analytic": {
         "acceptance_rate": ACCEPTANCE_RATE,
-        "block_efficiency_simulated": BLOCK_EFFICIENCY,
+        "block_efficiency_sampled": BLOCK_EFFICIENCY,
+        "block_efficiency_simulated": BLOCK_EFFICIENCY_BETA,
         "speedup_model": SPEEDUP_MODEL,
         "mean_acceptance_length": MEAN_ACCEPTANCE_LENGTH,
         "draft_acceptance": DRAFT_ACCEPTANCE_MODEL,
@@ -84,11 +87,17 @@ class CellAxes:
     gamma: bool = False
     epsilon: bool = False
     function: bool = False
+    batch: bool = False  # several empirical batch sizes (modelled ones: named whenever there are several)
 
     @classmethod
     def of(cls, spec: SweepSpec) -> CellAxes:
         e = spec.eval
-        return cls(len(e.gamma) > 1, len(e.lenience.epsilon) > 1, len(e.lenience.function) > 1)
+        several = (
+            len(e.lenience.epsilon) > 1,
+            len(e.lenience.function) > 1,
+            len(e.empirical_batch_sizes) > 1,
+        )
+        return cls(len(e.gamma) > 1, *several)
 
 
 def cell_key(
@@ -120,9 +129,14 @@ def cell_metrics(
     epsilon = record.epsilon if (axes.epsilon or axes.function) and record.estimator != "ends" else None
     lenience = record.lenience if axes.function else None
     points: dict[str, float] = {}
+    by_batch = record.metrics.get("speedup_model_by_batch")
+    if isinstance(by_batch, dict) and len(by_batch) > 1:  # `speedup_model/.../batch_<B>` at every B
+        key = cell_key(SPEEDUP_MODEL, record.test_set, record.tau_dec, gamma, epsilon, lenience)
+        points |= {f"{key}/batch_{b}": float(v) for b, v in by_batch.items() if math.isfinite(float(v))}
+    batch = f"/batch_{record.batch_size}" if axes.batch and record.estimator == "empirical" else ""
     for field, metric in names.items():
         value = record.metrics.get(field)
-        key = cell_key(metric, record.test_set, record.tau_dec, gamma, epsilon, lenience)
+        key = cell_key(metric, record.test_set, record.tau_dec, gamma, epsilon, lenience) + batch
         # a list is one value per draft position (records saved before a field existed lack it)
         named = (
             {f"{key}/position_{k + 1}": v for k, v in enumerate(value)}

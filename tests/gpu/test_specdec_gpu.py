@@ -14,6 +14,7 @@ from specray.ops import warp
 from specray.specdec.analytic import AnalyticEstimator, Continuations, sample_continuations
 from specray.specdec.decoder import autoregressive_decode, speculative_decode
 from specray.specdec.evaluator import EvalJob, EvalSettings, Evaluator
+from specray.specdec.records import StepCosts
 
 GAMMA, LENGTH = 2, 3  # one block of γ proposals plus the target's own token, as in the CPU test
 
@@ -119,7 +120,9 @@ def test_the_eval_actor_path_runs_on_the_gpu_its_resources_give(pair_dirs, promp
     target loaded there, analytic and empirical cells, and c measured on that GPU."""
     device = Resources(1.0, 1.0).enter()
     assert device == torch.device("cuda:0")
-    settings = EvalSettings(repeats=1, max_new_tokens=16, empirical_prompts=2, cost_ratio=0.1)
+    settings = EvalSettings(
+        repeats=1, max_new_tokens=16, empirical_prompts=2, step_costs=StepCosts.fixed(0.1)
+    )
     evaluator = Evaluator(
         str(pair_dirs.target), {"in_domain": prompts}, settings, "float32", device=str(device),
         continuations_dir=tmp_path,
@@ -134,6 +137,6 @@ def test_the_eval_actor_path_runs_on_the_gpu_its_resources_give(pair_dirs, promp
         [EvalJob("draft", str(pair_dirs.draft), 1.0, "in_domain", "empirical", 3)]
     )
     assert 0.0 <= empirical.metrics["acceptance_rate"] <= 1.0 and empirical.metrics["speedup"] > 0
-    cost = evaluator.measure_cost_ratio(str(pair_dirs.draft))
-    assert cost.device == "cuda" and cost.value > 0.0
+    cost = evaluator.measure_step_costs(str(pair_dirs.draft), [1, 4], [4])
+    assert cost.device == "cuda" and cost.cost_ratio() > 0.0 and cost.verify_cost(4, 4) > 0.0
     print(f"\nGPU eval: {draft_cell.metrics['acceptance_rate']=:.4f}, c = {cost.describe()}")

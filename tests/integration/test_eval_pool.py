@@ -17,12 +17,13 @@ from specray.models.loading import load_tokenizer
 from specray.models.zoo import build_zoo
 from specray.specdec.cells import encode_test_prompts, passes
 from specray.specdec.evaluator import EvalJob, EvalSettings, Evaluator
+from specray.specdec.records import StepCosts
 from specray.specdec.workers import EvalPool
 from tests.conftest import REPO, micro_zoo_spec
 from tests.waiting import CLI_TIMEOUT_S, wait_until
 
 pytestmark = pytest.mark.integration
-SETTINGS = EvalSettings(repeats=1, max_new_tokens=10, empirical_prompts=2, cost_ratio=0.2)
+SETTINGS = EvalSettings(repeats=1, max_new_tokens=10, empirical_prompts=2, step_costs=StepCosts.fixed(0.2))
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +115,9 @@ def test_analytic_acceptance_lies_in_the_empirical_interval(tiny_zoo, tau: float
     0.0371); a bias as large as the 95% half-width's double still fails."""
     spec = load_spec(REPO / "sweeps" / "tiny.yaml")
     prompts = {"in_domain": encode_test_prompts(spec, load_tokenizer(str(tiny_zoo.target)))["in_domain"][:32]}
-    settings = EvalSettings(repeats=3, max_new_tokens=48, empirical_prompts=32, cost_ratio=0.3, seed=1)
+    settings = EvalSettings(
+        repeats=3, max_new_tokens=48, empirical_prompts=32, step_costs=StepCosts.fixed(0.3), seed=1
+    )
     evaluator = Evaluator(str(tiny_zoo.target), prompts, settings)
     (analytic,) = evaluator.evaluate([EvalJob("draft", str(tiny_zoo.draft), tau, "in_domain", "analytic", 4)])
     (empirical,) = evaluator.evaluate(

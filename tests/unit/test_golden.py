@@ -55,6 +55,7 @@ from specray.models.loading import load_model, load_tokenizer
 from specray.models.zoo import Zoo, build_zoo
 from specray.ops import DIVERGENCES
 from specray.specdec.analytic import AnalyticEstimator, sample_continuations
+from specray.specdec.records import StepCosts
 from tests.conftest import micro_zoo_spec
 from tests.unit.test_distill_loop import make_shards
 
@@ -116,19 +117,33 @@ LOSSES = {
     "jsd tau=2": 0.004358371719717979,
     "tvd tau=2": 0.07029390335083008,
 }
+ANALYTIC_FIELDS = (
+    "acceptance_rate",
+    "block_efficiency",
+    "block_efficiency_simulated",
+    "block_efficiency_sampled",
+    "drafted_per_step",
+    "speedup_model",
+)
 ANALYTIC = {
     "tau_dec=0 acceptance_rate": 0.9,
     "tau_dec=0 block_efficiency": 3.4390000000000005,
     "tau_dec=0 block_efficiency_simulated": 2.5,
-    "tau_dec=0 speedup_model": 1.923076923076923,
+    "tau_dec=0 block_efficiency_sampled": 2.5,
+    "tau_dec=0 drafted_per_step": 2.5,
+    "tau_dec=0 speedup_model": 2.0,
     "tau_dec=0.6 acceptance_rate": 0.6913229681943592,
     "tau_dec=0.6 block_efficiency": 2.4996526353417656,
     "tau_dec=0.6 block_efficiency_simulated": 2.2336147580209595,
-    "tau_dec=0.6 speedup_model": 1.7181651984776611,
+    "tau_dec=0.6 block_efficiency_sampled": 2.3087328330400383,
+    "tau_dec=0.6 drafted_per_step": 2.7765801960875667,
+    "tau_dec=0.6 speedup_model": 1.8070037503048089,
     "tau_dec=1 acceptance_rate": 0.8063563924086722,
     "tau_dec=1 block_efficiency": 2.980868523172266,
     "tau_dec=1 block_efficiency_simulated": 2.6217428294891936,
-    "tau_dec=1 speedup_model": 2.0167252534532256,
+    "tau_dec=1 block_efficiency_sampled": 2.505590823948474,
+    "tau_dec=1 drafted_per_step": 2.766964292331882,
+    "tau_dec=1 speedup_model": 1.9625580259932165,
 }
 
 # ---------------------------------------------------------------- the fixed setup
@@ -288,7 +303,7 @@ def test_the_analytic_acceptance_of_the_zoo_pair_reproduces_its_pinned_value(zoo
             target, prompts, tau, 10, tokenizer.eos_token_id, seed=13, pad_token_id=tokenizer.pad_token_id
         )
         estimator = AnalyticEstimator(target, continuations, tokenizer.pad_token_id)
-        result = estimator.evaluate(draft, gamma=3, c=0.1)
-        for name in ("acceptance_rate", "block_efficiency", "block_efficiency_simulated", "speedup_model"):
+        result = estimator.evaluate(draft, gamma=3, costs=StepCosts.fixed(0.1, gammas=[3]))
+        for name in ANALYTIC_FIELDS:
             values[f"tau_dec={tau:g} {name}"] = getattr(result, name)
     assert_golden("ANALYTIC", values, ANALYTIC)

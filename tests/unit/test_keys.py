@@ -91,7 +91,7 @@ def _candidates(value: Any) -> list[Any]:
         return [0.3, 2, 64, 4096, "x", "127.0.0.1:6379", ["word_problem"]]
     if isinstance(value, list):
         lists = [value[:-1], [*value, 0.5], [*value, 7], [*value, "out_of_domain"], ["word_problem"]]
-        lists += [["arithmetic"], ["online"], ["rkl", "tvd"], ["exp"]]
+        lists += [["arithmetic"], ["online"], ["rkl", "tvd"], ["exp"], [*value, 2]]
         return lists + [[{"weights": {"0.0": 1.0, "1.0": 1.0}}]]
     if isinstance(value, dict):
         return [{**value, "x": "y"}]

@@ -8,12 +8,12 @@ from pydantic import ValidationError
 
 from specray.config import EvalSpec, LenienceSpec, load_spec
 from specray.data.examples import Example
-from specray.keys import cell_key_inputs
+from specray.keys import CELL_RECORD_FORMAT, cell_key_inputs
 from specray.models.loading import load_tokenizer
 from specray.specdec.cells import DraftRef, plan_jobs, prompts_fingerprints
 from specray.specdec.evaluator import EvalJob, EvalSettings, Evaluator
 from specray.specdec.lossy import lossy_betas
-from specray.specdec.records import CellRecord
+from specray.specdec.records import CellRecord, StepCosts
 from specray.tracking.names import CellAxes, cell_metrics
 from tests.conftest import REPO
 
@@ -77,7 +77,8 @@ def test_a_lossless_cell_keeps_its_key_and_lossy_cells_get_their_own() -> None:
     assert len(set(lossy.values())) == len(lossy)
     # unchanged analytic recipe: the same inputs as before lenience existed
     inputs = cell_key_inputs(SMOKE, "DRAFT", fingerprints["in_domain"], "in_domain", 1.0, "analytic", 3, 0.1)
-    assert inputs["record_format"] == 4 and not any(k.startswith("eval.lenience") for k in inputs)
+    assert inputs["record_format"] == CELL_RECORD_FORMAT
+    assert not any(k.startswith("eval.lenience") for k in inputs)
     assert "lossy_format" not in inputs
     # a lossy analytic cell names how its β_ε was made (along the lossy decoder's output, format 2), so
     # records of the earlier recipe (along the target's continuations) are not served under the new one
@@ -150,7 +151,9 @@ def test_a_lossy_cell_decodes_towards_the_draft(scored, micro_zoo) -> None:
 def test_an_analytic_pass_scores_lossy_points_along_their_own_decoder_output(scored, micro_zoo) -> None:
     """Lossless and lossy analytic cells in one pass: the lossless β comes from the target's continuations,
     each lossy (point, γ) from `lossy_betas` along that decoder's output, with nothing shared between them."""
-    settings = EvalSettings(repeats=1, max_new_tokens=12, empirical_prompts=10, seed=3, cost_ratio=0.1)
+    settings = EvalSettings(
+        repeats=1, max_new_tokens=12, empirical_prompts=10, seed=3, step_costs=StepCosts.fixed(0.1)
+    )
     evaluator = Evaluator(str(micro_zoo.target), scored.prompts, settings)
     draft = str(micro_zoo.draft)
     jobs = [

@@ -11,9 +11,7 @@ import pytest
 from specray.errors import SpecError
 from specray.serving.plan import Band, given_bands, grid_bands, plan_routes
 from specray.serving.router import Route, Router
-from specray.specdec.records import CellRecord, CostRatio
-
-COST = CostRatio(0.1, 0.0, 0, "fixed")
+from specray.specdec.records import CellRecord, StepCosts
 
 
 def cell(draft: str, tau: float, gamma: int, estimator: str, **metrics: float) -> CellRecord:
@@ -24,11 +22,19 @@ def cell(draft: str, tau: float, gamma: int, estimator: str, **metrics: float) -
 
 
 def analytic(draft: str, tau: float, gamma: int, block_efficiency: float, ci95: float = 0.01) -> CellRecord:
-    return cell(
+    """An analytic cell whose speedup is the papers' model at c = 0.1: block efficiency / (0.1·γ + 1)."""
+    costs = StepCosts.fixed(0.1, gammas=[gamma])
+    speedup = costs.speedup(block_efficiency, gamma)
+    speedup_ci = costs.speedup_ci95(block_efficiency, ci95, gamma)
+    record = cell(
         draft, tau, gamma, "analytic",
         block_efficiency_sampled=block_efficiency, block_efficiency_sampled_ci95=ci95, acceptance_rate=0.5,
-        draft_acceptance_hf=0.4, mean_acceptance_length=block_efficiency,
+        draft_acceptance_hf=0.4, mean_acceptance_length=block_efficiency, speedup_model=speedup,
     )  # fmt: skip
+    record.metrics.update(
+        {"speedup_model_by_batch": {"1": speedup}, "speedup_model_by_batch_ci95": {"1": speedup_ci}}
+    )
+    return record
 
 
 def test_grid_bands_split_at_midpoints_from_zero() -> None:
@@ -88,7 +94,7 @@ def test_the_fastest_draft_whose_interval_clears_one_wins() -> None:
         analytic("steady", 0.6, 4, block_efficiency=1.8, ci95=0.05),  # 1.29 ± 0.04
         analytic("steady", 0.6, 2, block_efficiency=1.3, ci95=0.05),  # 1.08 ± 0.04
     ]
-    (route,) = plan_routes(cells, COST)
+    (route,) = plan_routes(cells)
     assert route.basis == "modelled"
     assert (route.choice.draft, route.choice.gamma) == ("steady", 4)
     assert route.choice.speedup.value == pytest.approx(1.8 / 1.4)
@@ -97,11 +103,11 @@ def test_the_fastest_draft_whose_interval_clears_one_wins() -> None:
 
 def test_no_speculation_when_every_lower_end_is_at_most_one() -> None:
     cells = [analytic("slow", 1.0, 4, block_efficiency=1.5, ci95=0.2), analytic("slower", 1.0, 2, 1.1)]
-    (route,) = plan_routes(cells, COST)
+    (route,) = plan_routes(cells)
     assert route.choice is None
     assert route.best.draft == "slow"  # 1.5 / 1.4 = 1.07, but ± 0.14 reaches below 1
     assert "no speculation" in route.reason and "lower end 0.929 ≤ 1" in route.reason
-    (lenient,) = plan_routes(cells, COST, min_speedup=0.5)
+    (lenient,) = plan_routes(cells, min_speedup=0.5)
     assert lenient.choice.draft == "slow"
 
 
@@ -111,7 +117,7 @@ def test_measured_speedups_decide_where_the_sweep_timed_the_band() -> None:
         analytic("timed", 0.6, 4, block_efficiency=2.0),
         cell("timed", 0.6, 4, "empirical", speedup=1.3, speedup_ci95=0.1),
     ]
-    (route,) = plan_routes(cells, COST)
+    (route,) = plan_routes(cells)
     assert route.basis == "measured"
     assert route.choice.draft == "timed" and route.choice.speedup.value == 1.3
     assert route.choice.expected["estimator"] == "analytic"  # acceptance from the analytic cell beside it
@@ -124,8 +130,8 @@ def test_a_band_of_several_measurements_is_judged_at_its_worst() -> None:
         analytic("peaky", 0.2, 4, 2.6),
         analytic("peaky", 0.4, 4, 1.6),
     ]
-    (route,) = plan_routes(cells, COST, edges=[0])
+    (route,) = plan_routes(cells, edges=[0])
     assert route.choice.draft == "even"
-    assert plan_routes(cells, COST, edges=[0, 0.3])[0].choice.draft == "peaky"
-    (worst,) = [r for r in plan_routes(cells, COST, edges=[0]) if r.choice]
+    assert plan_routes(cells, edges=[0, 0.3])[0].choice.draft == "peaky"
+    (worst,) = [r for r in plan_routes(cells, edges=[0]) if r.choice]
     assert worst.choice.speedup.tau_dec in (0.2, 0.4)

@@ -12,9 +12,10 @@ from specray.specdec import evaluator as evaluator_module
 from specray.specdec.analytic import AnalyticEstimator, Continuations, ratio_ci95, sample_continuations
 from specray.specdec.cells import DraftRef, check_drafts, passes, plan_jobs
 from specray.specdec.evaluator import EvalJob, EvalSettings, Evaluator
+from specray.specdec.records import StepCosts
 from tests.conftest import micro_zoo_spec
 
-SETTINGS = EvalSettings(repeats=2, max_new_tokens=12, empirical_prompts=3, cost_ratio=0.1)
+SETTINGS = EvalSettings(repeats=2, max_new_tokens=12, empirical_prompts=3, step_costs=StepCosts.fixed(0.1))
 GAMMA = 3
 
 
@@ -60,7 +61,10 @@ def test_greedy_beta_is_zero_or_one_and_records_are_complete(evaluator, micro_zo
     keys += ["empirical_prompts_acceptance_rate", "empirical_prompts_acceptance_rate_ci95"]
     assert set(keys) <= set(row)
     assert 0.0 <= row["acceptance_rate"] <= 1.0
-    assert row["speedup_model"] == pytest.approx(row["block_efficiency_simulated"] / (0.1 * GAMMA + 1))
+    # a fixed c: the papers' model on the exact E, with the drafts each step actually proposes
+    drafted = row["drafted_per_step"]
+    assert 0.0 < drafted <= GAMMA
+    assert row["speedup_model"] == pytest.approx(row["block_efficiency_sampled"] / (0.1 * drafted + 1))
 
 
 def test_one_pass_gives_every_gamma_from_the_same_beta(evaluator, micro_zoo) -> None:
@@ -215,4 +219,5 @@ def test_per_prompt_counts_rebuild_the_pooled_metrics(evaluator, micro_zoo) -> N
     tokens, calls = sum(m["per_prompt_tokens"]), sum(m["per_prompt_target_calls"])
     assert len(m["per_prompt_tokens"]) == len(evaluator.prompts["in_domain"])
     assert sum(m["per_prompt_beta_sum"]) / tokens == pytest.approx(m["acceptance_rate"], abs=1e-9)
-    assert tokens / calls == pytest.approx(m["block_efficiency_simulated"], abs=1e-9)
+    assert tokens / calls == pytest.approx(m["block_efficiency_sampled"], abs=1e-9)
+    assert sum(m["per_prompt_drafted"]) / calls == pytest.approx(m["drafted_per_step"], abs=1e-9)

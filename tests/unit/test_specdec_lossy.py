@@ -15,6 +15,7 @@ from specray.specdec.analytic import LOSSLESS, AnalyticEstimator, analytic_resul
 from specray.specdec.decoder import speculative_decode
 from specray.specdec.empirical import run_empirical
 from specray.specdec.lossy import lossy_betas
+from specray.specdec.records import StepCosts
 from tests.unit.test_specdec_decoder import PROMPT, VOCAB, chi_square_p, exact_distribution, tiny_llama
 
 FUNCTIONS = ("lin", "sq", "exp")
@@ -138,9 +139,9 @@ def test_analytic_lossy_acceptance_lies_inside_the_empirical_interval(pair, leni
     continuations = sample_continuations(target, prompts, 1.0, 1, None, seed=7)
     estimator = AnalyticEstimator(target, continuations, pad_id=0)
     (by_point,) = estimator.lenient_betas([draft], [(lenience, epsilon), LOSSLESS])
-    analytic = analytic_result(by_point[(lenience, epsilon)], 1, 0.1).acceptance_rate
+    analytic = analytic_result(by_point[(lenience, epsilon)], 1, StepCosts.fixed(0.1)).acceptance_rate
     assert abs(analytic - rate) < ci95, (analytic, rate, ci95)
-    lossless = analytic_result(by_point[LOSSLESS], 1, 0.1).acceptance_rate
+    lossless = analytic_result(by_point[LOSSLESS], 1, StepCosts.fixed(0.1)).acceptance_rate
     assert analytic - lossless > 2 * ci95  # the interval tells ε < 1 from ε = 1
 
 
@@ -155,12 +156,12 @@ def test_analytic_lossy_acceptance_over_whole_decodes_lies_inside_the_empirical_
     empirical = run_empirical(target, draft, prompts, 1.0, 3, 16, None, 30, 0, "lin", 0.5)
     rate, ci95 = empirical.acceptance_rate, empirical.acceptance_rate_ci95
     along_lossy = analytic_result(
-        lossy_betas(target, draft, prompts * 30, 1.0, "lin", 0.5, 3, 16, None, 5), 3, 0.1
+        lossy_betas(target, draft, prompts * 30, 1.0, "lin", 0.5, 3, 16, None, 5), 3, StepCosts.fixed(0.1)
     )
     assert abs(along_lossy.acceptance_rate - rate) < ci95, (along_lossy.acceptance_rate, rate, ci95)
     continuations = sample_continuations(target, prompts * 30, 1.0, 16, None, seed=5)
     (by_point,) = AnalyticEstimator(target, continuations, pad_id=0).lenient_betas([draft], [("lin", 0.5)])
-    along_target = analytic_result(by_point["lin", 0.5], 3, 0.1).acceptance_rate
+    along_target = analytic_result(by_point["lin", 0.5], 3, StepCosts.fixed(0.1)).acceptance_rate
     assert along_target - rate > ci95, (along_target, rate, ci95)
 
 

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from specray.config import load_spec
 from specray.distill.curves import CurvePoint
 from specray.errors import SpecError
+from specray.specdec.records import StepCosts
 from specray.sweep.tune.baselines import (
     Contenders,
     best_single,
@@ -172,20 +173,24 @@ def test_the_asha_signal_and_the_objective_estimate_come_from_the_probe() -> Non
     assert acceptance_estimate(curve, [0.8, 1.0]) == pytest.approx(0.5)
     assert acceptance_estimate(curve, [0.6]) is None
     perfect = CurvePoint(20, acceptance={1.0: 1.0})
-    assert speedup_estimate(perfect, [1.0], c=0.25, gammas=[4]) == pytest.approx(5 / 2)  # (γ+1)/(cγ+1)
-    assert speedup_estimate(CurvePoint(20, acceptance={1.0: 0.0}), [1.0], c=0.0, gammas=[4]) == pytest.approx(
-        1.0
-    )
+    assert speedup_estimate(perfect, [1.0], costs=StepCosts.fixed(0.25), gammas=[4]) == pytest.approx(
+        5 / 2
+    )  # (γ+1)/(cγ+1)
+    assert speedup_estimate(
+        CurvePoint(20, acceptance={1.0: 0.0}), [1.0], costs=StepCosts.fixed(0.0), gammas=[4]
+    ) == pytest.approx(1.0)
 
 
 def test_progress_results_carry_both_searcher_metrics_and_mlflow_safe_names() -> None:
     spec = tiny()
     curve = CurvePoint(20, loss=2.0, acceptance={0.8: 0.6, 1.0: 0.4})
-    result = progress_metrics(curve, spec, cost_ratio=0.1)
+    result = progress_metrics(curve, spec, step_costs=StepCosts.fixed(0.1))
     assert result["step"] == 20 and result["acceptance_estimate"] == pytest.approx(0.5)
     assert result[MEASURED] == 0 and result[OBJECTIVE] > 1.0
     assert "acceptance_rate/tau_dec_0.8" in result and not any("=" in key for key in result)
-    first = progress_metrics(CurvePoint(0), spec, cost_ratio=0.1)  # no probe values: NaN, never missing
+    first = progress_metrics(
+        CurvePoint(0), spec, step_costs=StepCosts.fixed(0.1)
+    )  # no probe values: NaN, never missing
     assert math.isnan(first["acceptance_estimate"]) and math.isnan(first[OBJECTIVE])
     point = _curve_point(result | {"time_total_s": 3.0, "trial_id": "x"})
     assert point == {

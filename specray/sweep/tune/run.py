@@ -51,7 +51,7 @@ from specray.keys import digest
 from specray.locks import output_folder
 from specray.models.loading import load_tokenizer, resolve_model_path
 from specray.specdec.cells import encode_test_prompts, eval_settings
-from specray.specdec.records import EvalJob
+from specray.specdec.records import EvalJob, StepCosts
 from specray.sweep.plan import DraftPlan, sweep_dir
 from specray.sweep.progress import SweepDisplay
 from specray.sweep.tune.baselines import (
@@ -110,8 +110,8 @@ class _Run:
     data: SweepData | None = None  # the datasets MLflow shows on the runs
 
     @property
-    def cost_ratio(self) -> float:
-        return self.state["cost_ratio"]
+    def step_costs(self) -> StepCosts:
+        return StepCosts.from_json(self.state["step_costs"])
 
 
 def tune_dir(spec: SweepSpec) -> Path:
@@ -193,17 +193,19 @@ def _prepare(run: _Run) -> TrialContext:
         generate_teacher_shards(spec, show_progress=False, on_progress=run.display.set_counts)
     tokenizer = load_tokenizer(run.target_path, spec.models.target.trust_remote_code)
     run.prompts = {VALIDATION: _validation_prompts(spec, tokenizer), **encode_test_prompts(spec, tokenizer)}
-    if "cost_ratio" not in run.state:
-        run.state["cost_ratio"] = _measure_cost_ratio(run)
+    if "step_costs" not in run.state:
+        run.state["step_costs"] = _measure_step_costs(run).to_json()
         _save_state(run)
-    run.tracker.log_metrics(run.parent, {"cost_ratio": run.cost_ratio})
+    run.tracker.log_metrics(
+        run.parent, {"cost_ratio": run.step_costs.cost_ratio(run.step_costs.batch_sizes[0])}
+    )
     base = budget_spec(spec, baseline_recipe(spec, {}))
     inputs = prepare_inputs(base, spec.tune.paradigm, dict.fromkeys(spec.teacher.temperatures, 1.0))
     inputs = replace(inputs, target_path=run.target_path, draft_path=run.draft_path)
     run.inputs = ray.put(inputs)
     trials_dir = str(run.out / TRIALS_DIR)
     return TrialContext(
-        spec.model_dump(mode="json"), inputs, run.prompts[VALIDATION], run.cost_ratio, trials_dir
+        spec.model_dump(mode="json"), inputs, run.prompts[VALIDATION], run.step_costs, trials_dir
     )
 
 
@@ -215,20 +217,20 @@ def _validation_prompts(spec: SweepSpec, tokenizer: Any) -> list[list[int]]:
     return encode_prompts(build_splits(spec.data)[VALIDATION], tokenizer, spec.data)
 
 
-def _measure_cost_ratio(run: _Run) -> float:
-    """c of the un-distilled draft: the spec's, the one `specray run` measured for this sweep under the
-    same key, or timed here on an eval actor (and saved for `specray run` the same way)."""
+def _measure_step_costs(run: _Run) -> StepCosts:
+    """The step costs of the un-distilled draft: the spec's fixed c, the ones `specray run` measured for
+    this sweep under the same key, or timed here on an eval actor (and saved for `specray run` alike)."""
     from specray.specdec.workers import make_eval_pool
-    from specray.sweep.plan import cost_ratio_stage
-    from specray.sweep.run import save_cost_ratio
+    from specray.sweep.plan import step_costs_stage
+    from specray.sweep.run import save_step_costs
 
-    _, known = cost_ratio_stage(run.spec, sweep_dir(run.spec))
+    _, known = step_costs_stage(run.spec, sweep_dir(run.spec))
     if known is not None:
-        return known.value
+        return known
     prompts = {VALIDATION: run.prompts[VALIDATION]}
     settings = eval_settings(run.spec.eval)
     with make_eval_pool(run.spec, run.target_path, prompts, settings, replicas=1) as pool:
-        return save_cost_ratio(run.spec, pool, run.draft_path, sweep_dir(run.spec)).value
+        return save_step_costs(run.spec, pool, run.draft_path, sweep_dir(run.spec))
 
 
 # ---------------------------------------------------------------- baselines
@@ -336,7 +338,7 @@ def _evaluate(run: _Run, drafts: dict[str, str], test_sets: list[str], stage: st
     from specray.specdec.workers import make_eval_pool
 
     e = run.spec.eval
-    settings = eval_settings(e, run.cost_ratio)
+    settings = eval_settings(e, run.step_costs)
     jobs = [
         EvalJob(name, path, tau, test_set, "analytic", gamma)
         for name, path in drafts.items()

@@ -28,7 +28,8 @@ from specray.config import SweepSpec
 from specray.distill.curves import CurvePoint
 from specray.distill.inputs import draft_name
 from specray.errors import SpecError
-from specray.ops import expected_block_efficiency, speedup_model
+from specray.ops import expected_block_efficiency
+from specray.specdec.records import StepCosts
 
 WEIGHT_PREFIX = "w_tau_kd_"
 MIN_SCORE = 0.01  # scores span two decades: a τ_kd can weigh up to 100x another
@@ -148,15 +149,19 @@ def acceptance_estimate(curve: CurvePoint, taus_dec: Sequence[float]) -> float |
 
 
 def speedup_estimate(
-    curve: CurvePoint, taus_dec: Sequence[float], c: float, gammas: Sequence[int]
+    curve: CurvePoint, taus_dec: Sequence[float], costs: StepCosts, gammas: Sequence[int]
 ) -> float | None:
-    """The objective as estimated from a curve point: i.i.d. block efficiency of the probe's α, at the
-    best γ of the grid for each τ_dec."""
+    """The objective as estimated from a curve point: the i.i.d. block efficiency of the probe's α (a
+    β-based figure: the probe keeps no per-position counts) in the cost model's per-step speedup at the
+    smallest batch size, at the best γ of the grid for each τ_dec."""
     alphas = [curve.acceptance.get(float(tau), math.nan) for tau in taus_dec]
     if not all(math.isfinite(a) for a in alphas):
         return None
     speedups = [
-        max(speedup_model(expected_block_efficiency(min(1.0, max(0.0, a)), g), c, g) for g in gammas)
+        max(
+            costs.speedup(expected_block_efficiency(min(1.0, max(0.0, a)), g), g, costs.batch_sizes[0])
+            for g in gammas
+        )
         for a in alphas
     ]
     return sum(speedups) / len(speedups)

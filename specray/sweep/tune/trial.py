@@ -29,7 +29,7 @@ from specray.distill.checkpoints import is_finished, read_curves
 from specray.distill.curves import CurvePoint
 from specray.distill.inputs import DistillInputs
 from specray.files import write_atomic
-from specray.specdec.records import CellRecord
+from specray.specdec.records import CellRecord, StepCosts
 from specray.sweep.tune.space import (
     acceptance_estimate,
     budget_spec,
@@ -51,15 +51,15 @@ class TrialContext:
     spec: dict[str, Any]  # the resolved sweep spec (JSON form)
     inputs: DistillInputs  # rows of every τ_kd shard, absolute model paths, probe prompts
     validation_prompts: list[list[int]]
-    cost_ratio: float  # c, measured once: every draft has the same architecture
+    step_costs: StepCosts  # measured once: every draft has the same architecture
     trials_dir: str  # absolute: Tune runs a trial with its own working directory
 
 
-def progress_metrics(curve: CurvePoint, spec: SweepSpec, cost_ratio: float) -> dict[str, Any]:
+def progress_metrics(curve: CurvePoint, spec: SweepSpec, step_costs: StepCosts) -> dict[str, Any]:
     """One curve point as a Tune result: step, the ASHA signal, the objective's estimate, the curve."""
     taus = spec.tune.objective_temperatures
     alpha = acceptance_estimate(curve, taus)
-    estimate = speedup_estimate(curve, taus, cost_ratio, spec.eval.gamma)
+    estimate = speedup_estimate(curve, taus, step_costs, spec.eval.gamma)
     flat = curve.to_json()  # a Tune result is the curve's JSON edge: its keys, sanitised for MLflow
     metrics: dict[str, Any] = {metric_key(k): v for k, v in flat.items() if isinstance(v, int | float)}
     return metrics | {
@@ -76,7 +76,7 @@ def _validate(spec: SweepSpec, context: TrialContext, draft: Path, name: str) ->
     from specray.specdec.cells import eval_settings
     from specray.specdec.evaluator import EvalJob, Evaluator
 
-    settings = eval_settings(spec.eval, context.cost_ratio)
+    settings = eval_settings(spec.eval, context.step_costs)
     target = spec.models.target
     device = str(worker_resources(spec).torch_device())  # the trial's own resources: one distill worker's
     evaluator = Evaluator(
@@ -95,13 +95,13 @@ def _validate(spec: SweepSpec, context: TrialContext, draft: Path, name: str) ->
 
 
 def final_metrics(
-    spec: SweepSpec, curves: list[CurvePoint], records: list[CellRecord], cost_ratio: float
+    spec: SweepSpec, curves: list[CurvePoint], records: list[CellRecord], step_costs: StepCosts
 ) -> dict[str, Any]:
     """The trial's last result: its last curve point plus the measured objective and validation cells."""
     with_gamma = len(spec.eval.gamma) > 1
     cells = {name: value for record in records for name, value in cell_metrics(record, with_gamma).items()}
     measured = objective([record.flat() for record in records], spec.tune.objective_temperatures)
-    return progress_metrics(curves[-1], spec, cost_ratio) | cells | {OBJECTIVE: measured, MEASURED: 1}
+    return progress_metrics(curves[-1], spec, step_costs) | cells | {OBJECTIVE: measured, MEASURED: 1}
 
 
 def distil_baseline(
@@ -144,13 +144,13 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
 
     def report(curve: CurvePoint) -> None:
         if curve.step < steps:  # the last point goes out with the objective (ASHA stops at max_t)
-            tune.report(progress_metrics(curve, trial_spec, context.cost_ratio))
+            tune.report(progress_metrics(curve, trial_spec, context.step_costs))
 
     if not is_finished(draft):
         rows = {tau: context.inputs.rows[tau] for tau in recipe.mixture}
         inputs = replace(context.inputs, rows=rows)
         train_draft(trial_spec, recipe.paradigm, recipe.mixture, draft, report, inputs=inputs)
     records = _validate(trial_spec, context, draft, recipe.name)
-    result = final_metrics(trial_spec, read_curves(draft), records, context.cost_ratio)
+    result = final_metrics(trial_spec, read_curves(draft), records, context.step_costs)
     write_atomic(saved, lambda path: path.write_text(json.dumps(result)))
     tune.report(result)
