@@ -23,6 +23,7 @@ pytestmark = pytest.mark.integration
 BENCHMARKS = REPO / "benchmarks"
 # script -> a line its quick run must print (its last summary line, figures left out)
 QUICK = {
+    "batch.py": r"^modelled / measured: worst \|ratio - 1\| = [\d.]+ over \d+ points",
     "convergence.py": r"^wall [\d.]+ s, CPU [\d.]+ s",
     "distill.py": r"^online/offline cost ratio: [\d.]+x per trained token",
     "mlflow_lineage.py": r"^sqlite: old +[\d.]+ s, new +[\d.]+ s",
