@@ -149,9 +149,12 @@ def _print_checks(checks, folder: Path) -> None:
             f"({verdict} the interval); mean acceptance length {c.mean_acceptance_length:.3f} ± "
             f"{c.mean_acceptance_length_ci95:.3f} (plan {c.predicted_mean_acceptance_length:.3f}); speedup "
             f"{c.speedup:.3f} ± {c.speedup_ci95:.3f} (plan {c.predicted_speedup:.3f}, "
-            f"{c.predicted_speedup_basis}); {c.seconds:.0f}s"
+            f"{c.predicted_speedup_basis}); specray's decoder {c.ours_speedup:.3f} ± "
+            f"{c.ours_speedup_ci95:.3f} "
+            f"(plan {'within' if c.ours_agrees else 'OUTSIDE'} ±10%); HF spends "
+            f"{c.hf_overhead_ms_per_step:.2f} ms more per step; {c.seconds:.0f}s"
         )
-    payload = [asdict(c) | {"agrees": c.agrees} for c in checks]
+    payload = [asdict(c) | {"agrees": c.agrees, "ours_agrees": c.ours_agrees} for c in checks]
     (folder / "verify.json").write_text(json.dumps(payload, indent=2))
     typer.echo(f"verify: written to {folder / 'verify.json'}")
 

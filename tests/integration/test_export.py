@@ -5,6 +5,7 @@ router on the written routing.json, and `--verify` with HF assisted generation."
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 from pathlib import Path
 
@@ -129,5 +130,8 @@ def test_verify_measures_hf_assisted_generation_beside_the_plan(smoke, tmp_path:
     )
     for check in checks.values():
         assert check["drafted"] > 0 and check["steps"] > 0 and check["speedup"] > 0
+        # specray's own decoder timed on the same prompts, and what HF spends per step beyond it
+        assert check["ours_speedup"] > 0 and math.isfinite(check["hf_overhead_ms_per_step"])
+        assert check["ours_agrees"] == (abs(check["predicted_speedup"] / check["ours_speedup"] - 1) <= 0.1)
     # exit code 0 iff every band's prediction lies inside HF's interval (τ = 1 on 16 prompts: usually)
     assert (result.returncode == 0) == all(check["agrees"] for check in checks.values())
