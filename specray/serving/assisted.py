@@ -5,7 +5,10 @@
     token_ids = server.generate(prompt_ids, temperature=0.8, max_new_tokens=128)
 
 Each request is routed by its temperature (`Router.route`): its band's draft proposes γ tokens per step, or
-the target decodes alone in a "no speculation" band. The draft is configured the way transformers 5.x reads
+the target decodes alone in a "no speculation" band. The batch size plays no part: transformers' assisted
+generation decodes one sequence at a time, so every request is routed as a batch of 1 (`Router.route(τ)`,
+the γ of the band's smallest batch size) and routing.json's per-batch γ, meant for batching servers (vLLM),
+is not used here. The draft is configured the way transformers 5.x reads
 it (specdec/hf_compare.py: γ and a constant schedule on the draft's own generation_config, no confidence
 threshold, the temperature warper applied once, top-k off), so HF does the speculative sampling the routing
 plan's figures describe.
@@ -44,8 +47,8 @@ class AssistedServer:
     def generate(
         self, prompt_ids: list[int], temperature: float, max_new_tokens: int, seed: int = 0
     ) -> list[int]:
-        """New token ids for one request (batch size 1, as assisted generation requires)."""
-        route = self.router.route(temperature)
+        """New token ids for one request (batch size 1, as assisted generation requires: routed as such)."""
+        route = self.router.route(temperature, batch_size=1)
         request = Comparison(
             temperature,
             route.gamma or 1,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from specray.errors import SpecError
 from specray.serving.export import ROUTING_FILE, export_plan
-from specray.serving.plan import Route, parse_edges, plan_routes
+from specray.serving.plan import BandPlan, Route, parse_edges, plan_batched
 from specray.serving.source import SweepResults, read_sweep
 from specray.serving.verify import BandCheck
 
@@ -19,11 +19,12 @@ class ExportOutcome:
     folder: Path
     results: SweepResults
     plan: dict
-    routes: list[Route]
+    routes: list[Route]  # each band's at the smallest batch size
     registered: dict[str, str] = field(default_factory=dict)  # draft folder -> model version
     model_name: str = ""
     export_run_id: str | None = None
     checks: list[BandCheck] = field(default_factory=list)
+    plans: list[BandPlan] = field(default_factory=list)  # each band's routes per batch band
 
 
 def prepare_folder(folder: Path) -> None:
@@ -75,8 +76,9 @@ def run_export(
     if test_set not in results.spec.eval.test_sets:
         raise SpecError(f"--test-set {test_set!r}: the sweep evaluated {results.spec.eval.test_sets}")
     edges = parse_edges(bands) if bands else None
-    routes = plan_routes(results.cells, test_set, edges, min_speedup)
-    outcome = ExportOutcome(to, results, export_plan(results, routes, to, test_set), routes)
+    plans = plan_batched(results.cells, test_set, edges, min_speedup)
+    plan = export_plan(results, plans, to, test_set)
+    outcome = ExportOutcome(to, results, plan, [p.route for p in plans], plans=plans)
     shutil.rmtree(to / ".source", ignore_errors=True)  # downloaded records and drafts, now copied
     if register_drafts:
         register(results, outcome, tracking_uri or results.spec.tracking.uri)

@@ -2,10 +2,12 @@
 SGLang settings per band, and a README.
 
 Layout of an export folder:
-    routing.json                 bands -> (draft folder, γ, expected metrics); what `serving.router` reads
+    routing.json                 bands -> (draft folder, γ, expected metrics), and per band a γ per band of
+                                 request batch sizes; what `serving.router` reads
     drafts/<draft>/              each chosen draft: safetensors (hard-linked or copied), tokenizer, and a
                                  config.json with a `specray_config` block (below)
-    vllm/<band>.json, <band>.sh  `--speculative-config` for vLLM's draft-model method, and the launch line
+    vllm/<band>.json, <band>.sh  `--speculative-config` for vLLM's draft-model method (with its γ by batch
+                                 size where the batch bands' γ differ), and the launch line
     sglang/<band>.json, <band>.sh  SGLang's STANDALONE arguments, and the launch line
     README.md                    the table of bands and how to serve each
 
@@ -36,12 +38,12 @@ from specray.serving.engines import (
     vllm_launch,
     vllm_speculative_config,
 )
-from specray.serving.plan import Route
+from specray.serving.plan import BandPlan, BatchRoute, Route
 from specray.serving.source import SweepResults, copy_draft, draft_recipe
 
 ROUTING_FILE = "routing.json"
 METADATA_KEY = "specray_config"
-ROUTING_FORMAT = 1
+ROUTING_FORMAT = 2  # 2: `batch_sizes` per band (the band's own fields are those of the smallest B)
 
 
 def target_info(results: SweepResults) -> dict[str, Any]:
@@ -60,8 +62,42 @@ def target_info(results: SweepResults) -> dict[str, Any]:
     }
 
 
-def band_entry(route: Route, folders: dict[str, str]) -> dict[str, Any]:
-    """One band of routing.json."""
+def band_entry(plan: BandPlan, folders: dict[str, str]) -> dict[str, Any]:
+    """One band of routing.json: its route at the smallest batch size (what readers of format 1 read) and
+    `batch_sizes`, its route per batch band."""
+    return route_entry(plan.route, folders) | {"batch_sizes": [batch_entry(b, folders) for b in plan.batches]}
+
+
+def batch_entry(batch: BatchRoute, folders: dict[str, str]) -> dict[str, Any]:
+    """One batch band of a temperature band: [low, high) of request batch sizes, the B it was routed at,
+    γ (0: no speculation), the draft, the speedup with its interval, and why."""
+    route, choice = batch.route, batch.route.choice
+    entry: dict[str, Any] = {
+        "low": batch.batch.low,
+        "high": batch.batch.high,
+        "batch_size": batch.batch.batch_size,
+        "route": "speculative" if choice else "none",
+        "gamma": batch.gamma,
+        "basis": route.basis,
+        "reason": batch.reason,
+    }
+    if choice is None:
+        entry |= {"draft": None}
+        if route.best is not None:
+            entry["best_candidate"] = _candidate(route.best)
+        return entry
+    candidate = _candidate(choice)
+    return entry | {
+        "draft": f"drafts/{folders[choice.draft_key]}",
+        "draft_name": choice.draft,
+        "draft_key": choice.draft_key,
+        "speedup": candidate["speedup"],
+        "cells": candidate["cells"],
+    }
+
+
+def route_entry(route: Route, folders: dict[str, str]) -> dict[str, Any]:
+    """A band's route at one batch size, as format 1 wrote it."""
     band, choice = route.band, route.choice
     entry: dict[str, Any] = {
         "low": band.low,
@@ -93,7 +129,7 @@ def _candidate(candidate) -> dict[str, Any]:
 
 
 def routing_plan(
-    results: SweepResults, routes: Sequence[Route], test_set: str, folders: dict[str, str]
+    results: SweepResults, plans: Sequence[BandPlan], test_set: str, folders: dict[str, str]
 ) -> dict:
     """The whole of routing.json."""
     return {
@@ -106,15 +142,21 @@ def routing_plan(
         },
         "target": target_info(results),
         "step_costs": results.cost.to_json(),
+        "step_costs_summary": results.cost.describe(),
         "rule": {
             "bands": "[low, high); default: one band per measured τ_dec, edges at the midpoints",
             "choice": "highest speedup for the band (its smallest over the band's τ_dec); measured where the "
             "sweep timed every τ_dec of the band, modelled otherwise",
             "no_speculation": "no candidate's 95% speedup interval has its lower end above min_speedup",
-            "min_speedup": routes[0].min_speedup if routes else 1.0,
+            "min_speedup": plans[0].route.min_speedup if plans else 1.0,
+            "batch_sizes": "per band, [low, high) of request batch sizes: one per modelled B, from 1, "
+            "open above (a batch of b rows: the largest B <= b); the band's own fields are those at the "
+            "smallest B",
+            "one_draft": "a deployment loads one draft: the band's, chosen at the smallest B; a larger B "
+            "takes that draft's best γ, 0 (no speculation) when none clears min_speedup",
         },
         "engines": {"vllm": VLLM_VERSION, "sglang": SGLANG_VERSION},
-        "bands": [band_entry(route, folders) for route in routes],
+        "bands": [band_entry(plan, folders) for plan in plans],
     }
 
 
@@ -125,6 +167,9 @@ def draft_metadata(results: SweepResults, plan: dict, draft_key: str) -> dict[st
         {
             "proposal_type": "speculative_sampling",
             "speculative_tokens": b["gamma"],
+            "speculative_tokens_per_batch_size": [
+                {"low": e["low"], "high": e["high"], "gamma": e["gamma"]} for e in b["batch_sizes"]
+            ],
             "temperature_band": {"low": b["low"], "high": b["high"], "alias": b["alias"]},
             "expected": {"speedup": b["speedup"], **b["expected"]},
         }
@@ -158,7 +203,9 @@ def write_engines(plan: dict, to: Path) -> None:
         name = band["alias"]
         if band["route"] == "speculative":
             draft = str((to / band["draft"]).resolve())
-            config, args = vllm_speculative_config(draft, band["gamma"]), sglang_args(draft, band["gamma"])
+            per_batch = [(e["low"], e["high"], e["gamma"]) for e in band["batch_sizes"]]
+            config = vllm_speculative_config(draft, band["gamma"], per_batch)
+            args = sglang_args(draft, band["gamma"])  # one γ for every batch size (engines.py)
             write_json(to / "vllm" / f"{name}.json", config)
             write_json(to / "sglang" / f"{name}.json", args)
         else:
@@ -172,13 +219,18 @@ def _label(band: dict) -> str:
     return f"[{band['low']:g}, {'∞' if band['high'] is None else format(band['high'], 'g')})"
 
 
-def export_plan(results: SweepResults, routes: Sequence[Route], to: Path, test_set: str) -> dict:
+def export_plan(results: SweepResults, plans: Sequence[BandPlan], to: Path, test_set: str) -> dict:
     """Write the export folder; returns routing.json's content."""
     from specray.serving.readme import export_readme
 
-    chosen = {r.choice.draft_key: r.choice.draft for r in routes if r.choice is not None}
+    chosen = {
+        b.route.choice.draft_key: b.route.choice.draft
+        for p in plans
+        for b in p.batches
+        if b.route.choice is not None
+    }
     folders = {key: draft_folder_name(name) for key, name in chosen.items()}
-    plan = routing_plan(results, routes, test_set, folders)
+    plan = routing_plan(results, plans, test_set, folders)
     for key, folder in folders.items():
         write_draft(results, plan, key, to / "drafts" / folder)
     write_engines(plan, to)

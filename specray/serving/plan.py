@@ -17,6 +17,14 @@ band is its smallest over the band's τ_dec (the band's *binding* τ_dec, where 
 stated). A candidate beats target-only decoding when the lower end of that speedup's 95% interval exceeds
 `min_speedup` (1 by default: the interval must lie wholly above 1); the band takes the candidate with the
 highest speedup among those, and "no speculation" when none does (its best candidate is kept, to say why).
+
+Batch sizes. Each temperature band is routed again per band of request batch sizes: one per batch size B
+the sweep modelled (`eval.batch_sizes`, the keys of the analytic cells' `speedup_model_by_batch`), [B_i,
+B_i+1) with the first starting at 1 and the last open above, so a batch of b rows goes to the largest
+modelled B ≤ b. A server loads one draft per deployment, so a temperature band keeps the draft chosen at
+the smallest B; at a larger B it takes that draft's best γ (γ = 0, no speculation, when none of its γ has a
+lower 95% bound above `min_speedup`), even where another draft would be faster there (the reason says so).
+A band with no speculation at the smallest B has none at any B.
 """
 
 from __future__ import annotations
@@ -226,15 +234,23 @@ def _candidate(
     return Candidate(index.names[key], key, gamma, binding, cells, expected)
 
 
-def route_band(index: CellIndex, band: Band, min_speedup: float = 1.0, batch_size: int = 1) -> Route:
-    """The band's decision at one batch size (module docstring)."""
+def route_band(
+    index: CellIndex,
+    band: Band,
+    min_speedup: float = 1.0,
+    batch_size: int = 1,
+    draft_key: str | None = None,
+) -> Route:
+    """The band's decision at one batch size (module docstring); `draft_key`: among that draft's γ only."""
     timed = all(
         any(k[2] == tau and k[3] == "empirical" and k[4] == batch_size for k in index.cells)
         for tau in band.tau_decs
     )
     basis: Basis = "measured" if timed else "modelled"
     candidates = [
-        c for key, gamma in index.pairs() if (c := _candidate(index, key, gamma, band, basis, batch_size))
+        c
+        for key, gamma in index.pairs()
+        if draft_key in (None, key) and (c := _candidate(index, key, gamma, band, basis, batch_size))
     ]
     ranked = sorted(candidates, key=lambda c: (-c.speedup.value, c.gamma, c.draft))
     winners = [c for c in ranked if c.speedup.low > min_speedup]
@@ -253,3 +269,117 @@ def plan_routes(
     taus = {tau for _, _, tau, *_ in index.cells}
     bands = grid_bands(taus) if edges is None else given_bands(edges, taus)
     return [route_band(index, band, min_speedup, batch_size) for band in bands]
+
+
+@dataclass(frozen=True)
+class BatchBand:
+    """Request batch sizes in [low, high) (high None: no upper edge), routed as the modelled `batch_size`."""
+
+    low: int
+    high: int | None
+    batch_size: int
+
+    def contains(self, batch_size: int) -> bool:
+        return self.low <= batch_size and (self.high is None or batch_size < self.high)
+
+    @property
+    def label(self) -> str:
+        return f"[{self.low}, {'∞' if self.high is None else self.high})"
+
+
+def batch_bands(batch_sizes: Iterable[int]) -> list[BatchBand]:
+    """One band per modelled B, from B up to the next (the first from 1, the last open above)."""
+    sizes = sorted(set(int(b) for b in batch_sizes))
+    if not sizes or sizes[0] < 1:
+        raise SpecError(f"batch sizes must be integers >= 1, got {sizes}")
+    highs: list[int | None] = [*sizes[1:], None]
+    return [BatchBand(low, high, b) for low, high, b in zip([1, *sizes[1:]], highs, sizes, strict=True)]
+
+
+def modelled_batch_sizes(index: CellIndex) -> list[int]:
+    """The B every analytic cell modelled (`speedup_model_by_batch`); without analytic cells, the B the
+    empirical cells decoded at."""
+    modelled = [
+        set(map(int, cell.metrics.get("speedup_model_by_batch", {})))
+        for cell in index.cells.values()
+        if cell.estimator == "analytic"
+    ]
+    if modelled:
+        common = set.intersection(*modelled)
+        return sorted(common) if common else [1]  # an older cell: speedup_at names the problem
+    return sorted({cell.batch_size for cell in index.cells.values()})
+
+
+@dataclass(frozen=True)
+class BatchRoute:
+    """One batch band of a temperature band: its route (the draft held to the temperature band's) and, where
+    holding the draft changed the answer, why."""
+
+    batch: BatchBand
+    route: Route
+    note: str = ""
+
+    @property
+    def gamma(self) -> int:
+        """γ, 0 for no speculation."""
+        return self.route.choice.gamma if self.route.choice else 0
+
+    @property
+    def reason(self) -> str:
+        return self.note or self.route.reason
+
+
+@dataclass(frozen=True)
+class BandPlan:
+    """A temperature band's route per batch band (ascending); the first is the band's own (smallest B)."""
+
+    band: Band
+    batches: tuple[BatchRoute, ...]
+
+    @property
+    def route(self) -> Route:
+        return self.batches[0].route
+
+
+def _speed(candidate: Candidate) -> str:
+    s = candidate.speedup
+    return f"({candidate.draft}, γ={candidate.gamma}) with {s.basis} speedup {s.value:.3f} ± {s.ci95:.3f}"
+
+
+def plan_band(index: CellIndex, band: Band, batches: Sequence[BatchBand], min_speedup: float) -> BandPlan:
+    """The band's route per batch band, the draft held to the one chosen at the smallest B."""
+    b0 = batches[0].batch_size
+    first = route_band(index, band, min_speedup, b0)
+    held = first.choice
+    routes = [BatchRoute(batches[0], first)]
+    for batch in batches[1:]:
+        free = route_band(index, band, min_speedup, batch.batch_size)
+        if free.choice is None or (held is not None and free.choice.draft_key == held.draft_key):
+            routes.append(BatchRoute(batch, free))
+            continue
+        faster = f"over every draft the best at B={batch.batch_size} is {_speed(free.choice)}"
+        if held is None:
+            note = (
+                f"no speculation: the band's draft is chosen at B={b0}, where none cleared {min_speedup:g} "
+                f"(one draft per deployment); {faster}"
+            )
+            routes.append(BatchRoute(batch, Route(band, free.basis, None, None, min_speedup), note))
+            continue
+        own = route_band(index, band, min_speedup, batch.batch_size, held.draft_key)
+        note = f"{own.reason}; one draft per deployment ({held.draft}, chosen at B={b0}): {faster}"
+        routes.append(BatchRoute(batch, own, note))
+    return BandPlan(band, tuple(routes))
+
+
+def plan_batched(
+    cells: Iterable[CellRecord],
+    test_set: str = "in_domain",
+    edges: Sequence[float] | None = None,
+    min_speedup: float = 1.0,
+) -> list[BandPlan]:
+    """Every temperature band's routes per batch band (module docstring), from the sweep's current cells."""
+    index = CellIndex(cells, test_set)
+    taus = {tau for _, _, tau, *_ in index.cells}
+    bands = grid_bands(taus) if edges is None else given_bands(edges, taus)
+    batches = batch_bands(modelled_batch_sizes(index))
+    return [plan_band(index, band, batches, min_speedup) for band in bands]

@@ -16,9 +16,11 @@ import pytest
 
 from specray.serving.engines import (
     SGLANG_VERSION,
+    VLLM_OPEN_BATCH_END,
     VLLM_VERSION,
     sglang_args,
     sglang_launch,
+    vllm_batch_schedule,
     vllm_launch,
     vllm_speculative_config,
 )
@@ -35,6 +37,32 @@ def check_vllm_config(config: dict) -> None:
     assert config["method"] in VLLM["method_values_direct"]
     assert config["draft_sample_method"] in VLLM["draft_sample_method_values"]
     assert isinstance(config["num_speculative_tokens"], int) and config["num_speculative_tokens"] > 0
+    if "num_speculative_tokens_per_batch_size" in config:
+        check_vllm_schedule(config["num_speculative_tokens_per_batch_size"], config["num_speculative_tokens"])
+
+
+def check_vllm_schedule(schedule: list, num_speculative_tokens: int) -> None:
+    """What vLLM checks of `num_speculative_tokens_per_batch_size` (the fixture's rules), and that its cap
+    at num_speculative_tokens leaves every γ as written."""
+    rules = VLLM["num_speculative_tokens_per_batch_size"]
+    assert rules["annotation"] == "list[tuple[int, int, int]] | None" and rules["range_end_inclusive"]
+    assert isinstance(schedule, list) and schedule
+    previous_end = 0
+    for entry in schedule:
+        assert isinstance(entry, list) and len(entry) == len(rules["entry"]) == 3
+        start, end, k = entry
+        assert all(isinstance(v, int) for v in entry)
+        assert rules["range_min"] <= start <= end and k >= rules["num_speculative_tokens_min"]
+        assert start > previous_end  # sorted, non-overlapping
+        assert k <= num_speculative_tokens  # vLLM would cap it
+        previous_end = end
+    assert schedule[0][0] == rules["first_range_start"]
+
+
+def vllm_lookup(schedule: list, batch_size: int) -> int:
+    """K at a batch size as vLLM's dense lookup reads the schedule (inclusive ranges; a gap or the tail
+    takes the previous range's K)."""
+    return [k for start, _, k in schedule if start <= batch_size][-1]
 
 
 def test_fixtures_name_their_source() -> None:
@@ -88,3 +116,57 @@ def test_sglang_launch_line_parses() -> None:
     assert argv[:3] == ["python", "-m", SGLANG["launcher_module"]]
     args = sglang_parser().parse_args(argv[3:])
     assert args.model_path == "org/target" and args.speculative_num_draft_tokens == "5"
+
+
+def test_vllm_gets_a_gamma_per_batch_size_where_they_differ() -> None:
+    per_batch = [(1, 4, 4), (4, 16, 3), (16, None, 0)]
+    config = vllm_speculative_config("/d", 4, per_batch)
+    check_vllm_config(config)
+    schedule = config["num_speculative_tokens_per_batch_size"]
+    assert schedule == [[1, 3, 4], [4, 15, 3], [16, VLLM_OPEN_BATCH_END, 0]]
+    assert config["num_speculative_tokens"] == 4  # the largest γ: vLLM caps every entry at it
+    for b, gamma in ((1, 4), (3, 4), (4, 3), (15, 3), (16, 0), (4096, 0)):
+        assert vllm_lookup(schedule, b) == gamma
+    assert json.loads(shlex.split(vllm_launch("t", config))[4]) == config  # JSON on the command line
+
+
+def test_the_largest_gamma_sets_num_speculative_tokens_even_above_the_first_batch() -> None:
+    config = vllm_speculative_config("/d", 2, [(1, 8, 2), (8, None, 5)])
+    check_vllm_config(config)
+    assert config["num_speculative_tokens"] == 5
+    assert config["num_speculative_tokens_per_batch_size"] == [[1, 7, 2], [8, VLLM_OPEN_BATCH_END, 5]]
+
+
+def test_one_gamma_for_every_batch_writes_no_schedule() -> None:
+    """A schedule would cost vLLM's V1 runner its full CUDA graphs for nothing."""
+    assert "num_speculative_tokens_per_batch_size" not in vllm_speculative_config(
+        "/d", 3, [(1, 4, 3), (4, None, 3)]
+    )
+    assert "num_speculative_tokens_per_batch_size" not in vllm_speculative_config("/d", 3, [(1, None, 3)])
+
+
+def test_a_schedule_needs_contiguous_bands_from_one() -> None:
+    with pytest.raises(ValueError, match="start at 1"):
+        vllm_batch_schedule([(2, None, 3)])
+    with pytest.raises(ValueError, match="contiguous"):
+        vllm_batch_schedule([(1, 4, 3), (8, None, 2)])
+
+
+def test_sglang_adaptive_mode_does_not_drive_a_standalone_draft() -> None:
+    """SGLang's --speculative-adaptive (per batch size candidate steps) is EAGLE/EAGLE3 only; the export
+    writes no adaptive config for STANDALONE and its README says so."""
+    from specray.serving.readme import export_readme
+
+    adaptive = SGLANG["adaptive"]
+    assert set(adaptive["flags"]) <= set(SGLANG["flags"])
+    assert "STANDALONE" not in adaptive["algorithms"]
+    assert not any("adaptive" in arg for arg in sglang_args("/d", 4))
+    plan = {
+        "sweep": {"name": "s", "source": "outputs/s", "spec_key": "k", "test_set": "in_domain"},
+        "target": {"name_or_path": "t", "architectures": ["X"], "vocab_size": 8},
+        "rule": {"min_speedup": 1.0},
+        "engines": {"vllm": VLLM_VERSION, "sglang": SGLANG_VERSION},
+        "bands": [],
+    }
+    readme = export_readme(plan)
+    assert "`--speculative-adaptive`" in readme and "STANDALONE" in readme

@@ -25,11 +25,16 @@ from vllm.config import ParallelConfig, SpeculativeConfig  # noqa: E402
 from vllm.engine.arg_utils import EngineArgs  # noqa: E402
 from vllm.exceptions import VLLMValidationError  # noqa: E402
 from vllm.utils.argparse_utils import FlexibleArgumentParser  # noqa: E402
+from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup  # noqa: E402
 
 from specray.config import VllmSpec, vllm_accepts_temperature  # noqa: E402
 from specray.serving.engines import VLLM_VERSION, vllm_launch, vllm_speculative_config  # noqa: E402
+from specray.serving.export import band_entry, write_engines  # noqa: E402
+from specray.serving.plan import plan_batched  # noqa: E402
+from specray.serving.router import Router  # noqa: E402
 from specray.teacher.generation import GenerationRequest  # noqa: E402
 from specray.teacher.vllm_engine import llm_kwargs, to_sampling_kwargs  # noqa: E402
+from tests.unit.test_serving_router import sweep_at_three_batch_sizes  # noqa: E402
 
 
 def test_the_lane_runs_the_vllm_version_the_export_names() -> None:
@@ -79,6 +84,46 @@ def test_a_misspelled_field_is_refused_by_vllm(micro_zoo) -> None:
     config = {**vllm_speculative_config(str(micro_zoo.draft), 3), "num_speculative_tokenz": 3}
     with pytest.raises(ValueError, match="num_speculative_tokenz"):
         _bind(str(micro_zoo.target), ["--speculative-config", json.dumps(config)])
+
+
+def test_the_exported_gamma_per_batch_size_is_what_vllm_schedules(micro_zoo, tmp_path: Path) -> None:
+    """An export of a sweep at B 1, 4, 16: each band's vllm/<band>.json, bound by `vllm serve`'s parser to
+    SpeculativeConfig, and vLLM's own batch size -> γ lookup, agree with the router at every batch size."""
+    plans = plan_batched(sweep_at_three_batch_sizes())
+    bands = [band_entry(p, {"key-a": "a", "key-b": "b"}) for p in plans]
+    for folder in ("a", "b"):  # the exported draft folders: the micro zoo's draft
+        (tmp_path / "drafts").mkdir(exist_ok=True)
+        (tmp_path / "drafts" / folder).symlink_to(micro_zoo.draft)
+    plan = {"target": {"name_or_path": str(micro_zoo.target)}, "bands": bands}
+    write_engines(plan, tmp_path)
+    (tmp_path / "routing.json").write_text(json.dumps(plan))
+    router = Router.from_file(tmp_path / "routing.json")
+    checked = 0
+    for band in bands:
+        path = tmp_path / "vllm" / f"{band['alias']}.json"
+        if band["route"] != "speculative":
+            assert not path.exists()
+            continue
+        config = json.loads(path.read_text())
+        speculative = _bind(str(micro_zoo.target), ["--speculative-config", json.dumps(config)])
+        assert speculative.uses_dynamic_speculative_decoding()
+        schedule = speculative.num_speculative_tokens_per_batch_size
+        assert [list(entry) for entry in schedule] == config["num_speculative_tokens_per_batch_size"]
+        lookup = build_dynamic_sd_schedule_lookup(schedule, 64, speculative.num_speculative_tokens)
+        for b in range(1, 65):
+            route = router.route(band["tau_decs"][0], b)
+            assert lookup[b] == (route.gamma or 0), (band["alias"], b)
+        checked += 1
+    assert checked == 2  # the bands of τ_dec 0.2 (γ 4, 4, 2) and 0.8 (γ 4, 0, 0)
+
+
+def test_vllm_refuses_a_schedule_that_does_not_start_at_one(micro_zoo) -> None:
+    """The lane can fail: vLLM's lookup refuses a schedule with batch sizes it does not cover."""
+    config = vllm_speculative_config(str(micro_zoo.draft), 3, [(1, 4, 3), (4, None, 1)])
+    config["num_speculative_tokens_per_batch_size"][0][0] = 2
+    speculative = _bind(str(micro_zoo.target), ["--speculative-config", json.dumps(config)])
+    with pytest.raises(ValueError, match="must start at 1"):
+        build_dynamic_sd_schedule_lookup(speculative.num_speculative_tokens_per_batch_size, 64, 3)
 
 
 def _bind(target: str, extra_args: list[str]) -> SpeculativeConfig:
