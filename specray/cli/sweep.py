@@ -129,6 +129,10 @@ def _print_routes(outcome) -> None:
             f"{band['draft_name']} γ={band['gamma']}" if band["route"] == "speculative" else "no speculation"
         )
         typer.echo(f"  {band['alias']:12s} {what:36s} {band['reason']}")
+        per_batch = band.get("batch_sizes", [])
+        if len(per_batch) > 1:  # γ per batch-size band (0: no speculation at that load)
+            gammas = ", ".join(f"B≥{entry['low']}: γ={entry['gamma']}" for entry in per_batch)
+            typer.echo(f"  {'':12s} by batch size: {gammas}")
     if outcome.model_name:
         versions = ", ".join(f"{folder} v{v}" for folder, v in outcome.registered.items()) or "none"
         typer.echo(f"MLflow registry: {outcome.model_name}: {versions}; export run {outcome.export_run_id}")
