@@ -2,7 +2,8 @@
 
 The papers report measured wall-time speedup. A sweep measures it only in its empirical cells (real
 speculative decodes timed against target-only decodes); every other cell has the analytic estimate,
-`speedup_model` = block efficiency / (c·γ + 1) at the measured cost ratio c. One heatmap per test set shows
+`speedup_model` from the exact expected counts at the measured step costs (`records.StepCosts.speedup`). One
+heatmap per test set shows
 the measured value where an empirical cell exists (outlined, marked "m") and the modelled one elsewhere.
 """
 

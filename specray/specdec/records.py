@@ -114,6 +114,7 @@ class StepCosts:
     rounds: int = 0  # timed decodes per (B, γ), interleaved
     device: str = "cpu"
     key: str = ""
+    key_inputs: dict[str, Any] = field(default_factory=dict, compare=False)  # what `key` is a digest of
 
     @classmethod
     def fixed(cls, c: float, batch_sizes: Sequence[int] = (1,), gammas: Sequence[int] = (4,)) -> StepCosts:
@@ -227,7 +228,7 @@ class StepCosts:
 
     def fingerprint(self) -> str:
         """A digest of the measured values (what analytic cells are keyed by), not of where they are kept."""
-        payload = {k: v for k, v in self.to_json().items() if k != "key"}
+        payload = {k: v for k, v in self.to_json().items() if k not in ("key", "key_inputs")}
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:20]
 
     def describe(self) -> str:

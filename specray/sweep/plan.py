@@ -206,9 +206,12 @@ def step_costs_stage(spec: SweepSpec, out: Path) -> tuple[StagePlan, StepCosts |
         stage.reused, stage.note = 1, saved.describe()
         return stage, saved
     stage.todo = 1
-    stage.reasons[
-        "new" if saved is None else "the target, draft architecture, device, threads, γ or B changed"
-    ] += 1
+    if saved is None:
+        stage.reasons["new"] += 1
+    elif saved.key_inputs:
+        stage.reasons[describe_change(saved.key_inputs, cost_ratio_inputs(spec))] += 1
+    else:
+        stage.reasons["the target, draft architecture, device, threads, γ or B changed"] += 1
     return stage, None
 
 

@@ -370,7 +370,8 @@ def save_step_costs(spec: SweepSpec, pool: EvalPool, draft_path: str, out: Path)
     e = spec.eval
     log.info("timing decoding steps on an eval actor (γ %s, B %s)", e.gamma, e.batch_sizes)
     measured = pool.measure_step_costs(draft_path, list(e.batch_sizes), list(e.gamma))
-    cost = replace(measured, key=digest(cost_ratio_inputs(spec)))
+    inputs = cost_ratio_inputs(spec)
+    cost = replace(measured, key=digest(inputs), key_inputs=inputs)
     write_json(out / STEP_COSTS_FILE, cost.to_json())
     log.info("%s", cost.describe())
     return cost
