@@ -10,7 +10,6 @@ from its child run's `draft` artifact.
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -133,10 +132,11 @@ def read_run(run_id: str, tracking_uri: str, work: Path) -> SweepResults:
 def draft_recipe(folder: Path) -> dict[str, Any]:
     """The KD recipe a distilled draft was trained with (its completion marker's key inputs); {} for the
     un-distilled student."""
-    marker = folder / "finished.json"
-    if not marker.is_file():
+    from specray.distill.checkpoints import FINISHED_FILE, read_finished
+
+    if not (folder / FINISHED_FILE).is_file():
         return {}
-    return dict(json.loads(marker.read_text()).get("key_inputs", {}))
+    return dict(read_finished(folder).key_inputs)
 
 
 def copy_draft(source: Path, destination: Path) -> None:

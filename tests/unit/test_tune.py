@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -277,3 +278,12 @@ def test_the_objective_takes_each_tau_dec_at_its_best_gamma() -> None:
     ]
     records += [_record(1.0, 1.1) | {"gamma": 5}]
     assert objective(records, [0.8, 1.0]) == pytest.approx((1.5 + 1.6) / 2)
+
+
+def test_the_state_file_round_trips_and_an_older_one_reads_with_nothing_to_reuse() -> None:
+    from specray.sweep.tune.run import TuneState
+
+    state = TuneState("k", StepCosts.fixed(0.2), [{"draft": "a"}], {"a": "/d/a"})
+    assert TuneState.from_json(json.loads(json.dumps(state.to_json()))) == state
+    older = TuneState.from_json({"key": "k", "cost_ratio": 0.2})  # before the step costs: measured again
+    assert older.step_costs is None and older.validation is None

@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,32 @@ class TuneOutcome:
 
 
 @dataclass
+class TuneState:
+    """The search's state file (tune.json): what a resumed search reuses rather than redoes. `key` is the
+    spec's (with the tune section): a resumed search must have the same."""
+
+    key: str
+    step_costs: StepCosts | None = None
+    validation: list[dict[str, Any]] | None = None  # the single τ_kd drafts' validation records
+    validation_drafts: dict[str, str] | None = None  # which drafts (name -> folder) those records are of
+
+    def to_json(self) -> dict[str, Any]:
+        payload = asdict(self)
+        payload["step_costs"] = self.step_costs.to_json() if self.step_costs is not None else None
+        return payload
+
+    @classmethod
+    def from_json(cls, payload: Mapping[str, Any]) -> TuneState:
+        costs = payload.get("step_costs")
+        return cls(
+            payload["key"],
+            StepCosts.from_json(costs) if costs else None,
+            payload.get("validation"),
+            payload.get("validation_drafts"),
+        )
+
+
+@dataclass
 class _Run:
     """What the stages share."""
 
@@ -100,7 +127,7 @@ class _Run:
     tracker: Tracker
     parent: str
     display: SweepDisplay
-    state: dict[str, Any]
+    state: TuneState
     target_path: str = ""
     draft_path: str = ""
     prompts: dict[str, list[list[int]]] = field(default_factory=dict)  # validation + test sets
@@ -111,14 +138,15 @@ class _Run:
 
     @property
     def step_costs(self) -> StepCosts:
-        return StepCosts.from_json(self.state["step_costs"])
+        assert self.state.step_costs is not None, "step costs before _prepare measured them"
+        return self.state.step_costs
 
 
 def tune_dir(spec: SweepSpec) -> Path:
     return (sweep_dir(spec) / "tune").absolute()
 
 
-def _claim_state(out: Path, spec: SweepSpec, resume: bool) -> dict[str, Any]:
+def _claim_state(out: Path, spec: SweepSpec, resume: bool) -> TuneState:
     """The search's state file; a SpecError when the folder holds a search this call must not touch."""
     from ray.tune import Tuner
 
@@ -130,12 +158,12 @@ def _claim_state(out: Path, spec: SweepSpec, resume: bool) -> dict[str, Any]:
         )
     if resume and state.get("key", key) != key:
         raise SpecError(f"{out}: the spec changed since this search started; --resume needs the same spec")
-    state = state if resume else {}
-    return state | {"key": key}
+    return TuneState.from_json(state | {"key": key}) if resume else TuneState(key)
 
 
 def _save_state(run: _Run) -> None:
-    write_atomic(run.out / STATE_FILE, lambda path: path.write_text(json.dumps(run.state, indent=2)))
+    payload = json.dumps(run.state.to_json(), indent=2)
+    write_atomic(run.out / STATE_FILE, lambda path: path.write_text(payload))
 
 
 def run_tune(spec: SweepSpec, resume: bool = False, show_progress: bool = True) -> TuneOutcome:
@@ -193,8 +221,8 @@ def _prepare(run: _Run) -> TrialContext:
         generate_teacher_shards(spec, show_progress=False, on_progress=run.display.set_counts)
     tokenizer = load_tokenizer(run.target_path, spec.models.target.trust_remote_code)
     run.prompts = {VALIDATION: _validation_prompts(spec, tokenizer), **encode_test_prompts(spec, tokenizer)}
-    if "step_costs" not in run.state:
-        run.state["step_costs"] = _measure_step_costs(run).to_json()
+    if run.state.step_costs is None:
+        run.state.step_costs = _measure_step_costs(run)
         _save_state(run)
     run.tracker.log_metrics(
         run.parent, {"cost_ratio": run.step_costs.cost_ratio(run.step_costs.batch_sizes[0])}
@@ -285,11 +313,11 @@ def _single_tau_kd_baselines(run: _Run) -> dict[float, DraftPlan]:
     with run.display.stage("single τ_kd drafts", len(plans), "draft"):
         _distil_baselines(run, list(plans.values()), "single")
     drafts = {plan.name: str(plan.output_dir) for plan in plans.values()}
-    if run.state.get("validation_drafts") != drafts:  # a resumed search keeps the records it saved
-        run.state["validation"] = _evaluate(run, drafts, [VALIDATION], "validation")
-        run.state["validation_drafts"] = drafts
+    if run.state.validation_drafts != drafts or run.state.validation is None:  # a resumed search keeps
+        run.state.validation = _evaluate(run, drafts, [VALIDATION], "validation")  # the records it saved
+        run.state.validation_drafts = drafts
         _save_state(run)
-    run.validation = run.state["validation"]
+    run.validation = run.state.validation
     return plans
 
 
