@@ -4,30 +4,13 @@ the same target continuations at once produce each entry once and end with the s
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.processes import python_process
 
 pytestmark = pytest.mark.integration
-
-ENV = {**os.environ, "PYTHONPATH": str(REPO)}
-
-
-def _python(script: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(script), *args],
-        cwd=REPO,
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 PRODUCE_SHARDS = """
@@ -58,7 +41,7 @@ PRODUCE_SHARDS = """
 
 def test_two_processes_generating_the_same_shards_produce_each_response_once(tmp_path: Path) -> None:
     calls = tmp_path / "calls.txt"
-    runs = [_python(PRODUCE_SHARDS, str(tmp_path / "cache"), str(calls)) for _ in range(2)]
+    runs = [python_process(PRODUCE_SHARDS, str(tmp_path / "cache"), str(calls)) for _ in range(2)]
     outputs = [run.communicate(timeout=300) for run in runs]
     assert [run.returncode for run in runs] == [0, 0], [err[-2000:] for _, err in outputs]
     assert outputs[0][0] == outputs[1][0]  # both end with the same shards
@@ -94,7 +77,7 @@ SAMPLE_CONTINUATIONS = """
 def test_two_processes_sampling_the_same_continuations_sample_them_once(micro_zoo, tmp_path: Path) -> None:
     calls = tmp_path / "calls.txt"
     args = (str(micro_zoo.target), str(tmp_path / "continuations"), str(calls))
-    runs = [_python(SAMPLE_CONTINUATIONS, *args) for _ in range(2)]
+    runs = [python_process(SAMPLE_CONTINUATIONS, *args) for _ in range(2)]
     outputs = [run.communicate(timeout=300) for run in runs]
     assert [run.returncode for run in runs] == [0, 0], [err[-2000:] for _, err in outputs]
     assert outputs[0][0] == outputs[1][0] and json.loads(outputs[0][0])

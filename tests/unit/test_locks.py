@@ -5,31 +5,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import threading
 from pathlib import Path
 
 import pytest
 
 from specray.locks import FOLDER_LOCK, FolderInUse, output_folder, producing
-from tests.conftest import REPO
+from tests.processes import python_process
 from tests.waiting import wait_until
 
-ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
-
-def _python(script: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(script), *args],
-        cwd=REPO,
-        env=ENV,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def _python(script: str, *args: str):  # a holder that waits on its stdin to let go
+    return python_process(script, *args, stdin=True)
 
 
 HOLD_FOLDER = """
