@@ -18,10 +18,10 @@ from tests.waiting import CLI_TIMEOUT_S
 SPECRAY = str(Path(sys.executable).parent / "specray")
 SMOKE = REPO / "sweeps" / "smoke.yaml"
 ALL_DRAFTS = ["non-distill", "offline/tau_kd=0", "offline/tau_kd=1", "online/tau_kd=0", "online/tau_kd=1"]
-# metrics per draft: 2 τ_dec × 2 test sets × 5 analytic metrics + 1 τ_dec × 2 test sets × 6 empirical ones
-# (5 decoding metrics and the task quality of the decoded outputs; acceptance per draft position,
-# `.../position_<k>`, comes on top)
-CELL_METRICS_PER_DRAFT = 2 * 2 * 5 + 1 * 2 * 6
+# metrics per draft: 2 τ_dec × 2 test sets × 6 analytic metrics (the β-based block efficiency beside the
+# exact one) + 1 τ_dec × 2 test sets × 6 empirical ones (5 decoding metrics and the task quality of the
+# decoded outputs; acceptance per draft position, `.../position_<k>`, comes on top)
+CELL_METRICS_PER_DRAFT = 2 * 2 * 6 + 1 * 2 * 6
 CELLS_PER_DRAFT = 2 * 2 + 1 * 2
 
 

@@ -49,7 +49,7 @@ TEST_SETS = ("in_domain", "out_of_domain")
 DRAFTS = ["non-distill", "offline/tau_kd=0", "offline/tau_kd=1", "online/tau_kd=0", "online/tau_kd=1"]
 TITLES = ["smoke · non-distill", "smoke · offline τ_kd=0", "smoke · offline τ_kd=1", "smoke · online τ_kd=0"]
 TITLES += ["smoke · online τ_kd=1"]
-STAGES = ["zoo", "teacher shards", "distill", "cost ratio", "eval"]
+STAGES = ["zoo", "teacher shards", "distill", "step costs", "eval"]
 PROGRESS = re.compile(r"^progress (?P<stage>[a-z ]+): (?P<done>\d+)/(?P<total>\d+) \w+ \(\d+%\)")
 
 

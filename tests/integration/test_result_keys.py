@@ -75,7 +75,8 @@ def test_a_changed_setting_recomputes_exactly_what_it_changes(tmp_path: Path) ->
         assert 1.0 <= metrics[key] <= 7.0
     records = [json.loads(p.read_text()) for p in cells.glob("*.json")]
     assert sorted({r["gamma"] for r in records}) == [3, 6]
-    assert "cost ratio c    1 reused" in second.stdout  # c is a property of the pair, not of γ
+    # the step costs are re-timed: a verification pass over γ + 1 = 7 tokens is another pass
+    assert "step costs      0 reused, 1 to compute (eval.gamma [3] → [6])" in second.stdout
 
     # divergence fkl -> tvd: the online drafts are retrained, the offline ones reused
     third = run("distill.divergence=tvd")
@@ -92,6 +93,6 @@ def test_a_changed_setting_recomputes_exactly_what_it_changes(tmp_path: Path) ->
     # the same command again: nothing to compute, and the plan says so
     fourth = run("distill.divergence=tvd")
     plan = _plan(fourth.stdout)
-    for stage in ("teacher shards", "drafts", "cost ratio c", "cells"):
+    for stage in ("teacher shards", "drafts", "step costs", "cells"):
         assert _counts(plan[stage])[1] == 0, (stage, plan[stage])
     assert finished_drafts(tmp_path) == after
