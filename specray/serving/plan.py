@@ -196,19 +196,21 @@ def speedup_at(
         cell = index.get(key, gamma, tau, "empirical", batch_size)
         if cell is None:
             return None
-        return Speedup(cell.metrics["speedup"], cell.metrics.get("speedup_ci95", math.nan), basis, tau)
+        measured = cell.empirical()
+        return Speedup(measured.speedup, measured.speedup_ci95, basis, tau)
     cell = index.get(key, gamma, tau, "analytic")
     if cell is None:
         return None
-    by_batch = cell.metrics.get("speedup_model_by_batch")
-    if by_batch is None:
+    modelled = cell.analytic()
+    by_batch = modelled.speedup_model_by_batch
+    if not by_batch:
         raise SpecError(
             f"cell {cell.key} ({cell.draft}, τ_dec={tau:g}, γ={gamma}) has no speedup_model_by_batch: it "
             "was recorded by an older specray; run the sweep again (`specray run`) to recompute its cells"
         )
     if str(batch_size) not in by_batch:
         raise SpecError(f"the sweep modelled batch sizes {sorted(map(int, by_batch))}, not {batch_size}")
-    ci = cell.metrics["speedup_model_by_batch_ci95"][str(batch_size)]
+    ci = modelled.speedup_model_by_batch_ci95.get(str(batch_size), math.nan)
     return Speedup(by_batch[str(batch_size)], ci, basis, tau)
 
 
@@ -300,7 +302,7 @@ def modelled_batch_sizes(index: CellIndex) -> list[int]:
     """The B every analytic cell modelled (`speedup_model_by_batch`); without analytic cells, the B the
     empirical cells decoded at."""
     modelled = [
-        set(map(int, cell.metrics.get("speedup_model_by_batch", {})))
+        set(map(int, cell.analytic().speedup_model_by_batch))
         for cell in index.cells.values()
         if cell.estimator == "analytic"
     ]

@@ -38,7 +38,7 @@ from specray.ops import (
 from specray.ops.blocks import BlockCounts
 from specray.sampling import sample_batch
 from specray.seeds import prompt_seed
-from specray.specdec.records import StepCosts
+from specray.specdec.records import AnalyticResult, StepCosts
 
 
 @dataclass(frozen=True)
@@ -81,48 +81,6 @@ class Betas:
         """The first `count` sequences (the prompts the empirical estimator decodes)."""
         rows = [x[:count] if x is not None else None for x in (self.sampled, self.eos_stop)]
         return Betas(self.beta[:count], self.mask[:count], *rows)
-
-
-@dataclass(frozen=True)
-class AnalyticResult:
-    acceptance_rate: float  # mean β over every response position (token-pooled)
-    acceptance_rate_ci95: float  # half-width, sequences as clusters
-    acceptance_rate_per_sequence: float  # mean over sequences of each one's mean β (DistillSpec's per input)
-    beta_per_position: list[float]  # mean β at response position t (over sequences that reach t)
-    block_efficiency: float  # i.i.d. formula (1 − α^{γ+1}) / (1 − α), from α (β-based)
-    block_efficiency_simulated: float  # expectation over each sequence's per-position β (β-based)
-    # the modelled speedup (`records.StepCosts.speedup`: whole decodes, prefills in) from the exact
-    # expected counts below, at the smallest batch size of the costs, and at every batch size
-    speedup_model: float
-    speedup_model_ci95: float
-    speedup_model_by_batch: dict[str, float]  # str(B) -> speedup_model at B
-    speedup_model_by_batch_ci95: dict[str, float]
-    cost_terms: dict[str, float]  # `records.CostTerms` at the smallest batch size (for resampling prompts)
-    tokens: int
-    # the same acceptance on exactly the empirical cells' prompts, for a fair agreement check
-    empirical_prompts_acceptance_rate: float
-    empirical_prompts_acceptance_rate_ci95: float
-    # per test prompt, in order (0 for an empty response): what a paired bootstrap over prompts resamples —
-    # α = Σ beta_sum / Σ tokens, block efficiency = Σ tokens / Σ target_calls and the speedup
-    # (`CostTerms.speedup` of the sums) for any subset of prompts; calls and drafts expected exactly
-    per_prompt_tokens: list[int]
-    per_prompt_beta_sum: list[float]
-    per_prompt_target_calls: list[float]
-    per_prompt_drafted: list[float]
-    # what servers report, expected under the decoders' rules along the sampled tokens' own acceptance
-    # (`specray.ops.blocks`: exact, where block_efficiency_simulated's β is not); intervals: sequences as
-    # clusters
-    block_efficiency_sampled: float  # expected tokens / verification steps: the E of every speedup
-    block_efficiency_sampled_ci95: float
-    drafted_per_step: float  # expected draft tokens proposed per verification step (≤ γ)
-    tokens_per_decode: float  # mean new tokens of a decode
-    mean_acceptance_length: float  # 1 + accepted / verification steps (vLLM's definition)
-    mean_acceptance_length_ci95: float
-    mean_acceptance_length_hf: float  # in HF's counting (see draft_acceptance_hf)
-    draft_acceptance: float  # accepted / drafted (our decoder's counting)
-    draft_acceptance_ci95: float
-    draft_acceptance_hf: float  # accepted / drafted as HF assisted generation counts (see ops/blocks.py)
-    acceptance_per_position: list[float]  # steps accepting ≥ k+1 tokens / steps, k < γ (vLLM's)
 
 
 def sample_continuations(

@@ -12,8 +12,6 @@ are kept (`outputs`) so their task quality can be scored (`specray/quality.py`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 from transformers import PreTrainedModel
 
@@ -21,35 +19,7 @@ from specray.seeds import decode_seed
 from specray.specdec.analytic import ratio_ci95
 from specray.specdec.batched import batched_autoregressive_decode, batched_speculative_decode
 from specray.specdec.decoder import DecodeStats, autoregressive_decode, speculative_decode
-
-
-@dataclass(frozen=True)
-class EmpiricalResult:
-    acceptance_rate: float
-    acceptance_rate_ci95: float  # half-width, each decode a cluster
-    draft_acceptance: float
-    block_efficiency: float
-    speedup: float  # target-only wall time / speculative wall time
-    speculative_seconds: float
-    target_only_seconds: float
-    decodes: int
-    tokens: int
-    # what servers report (vLLM's definitions), from the decoder's counts; intervals: each decode a cluster
-    mean_acceptance_length: float  # 1 + accepted / verification steps
-    mean_acceptance_length_ci95: float
-    draft_acceptance_ci95: float
-    acceptance_per_position: list[float]  # steps accepting ≥ k+1 tokens / steps, k < γ
-    speedup_ci95: float
-    # what the cost model reads (`records.StepCosts.speedup`), and where the time went: seconds per draft
-    # step, per verification pass and per target-only step (the decoders' phase clocks, prefills excluded)
-    drafted_per_step: float
-    tokens_per_decode: float
-    draft_step_seconds: float
-    verify_seconds: float
-    target_step_seconds: float
-    batch_size: int = 1
-    # the speculative decodes' new tokens, per prompt then repeat (for quality; not a metric)
-    outputs: list[list[list[int]]] = field(default_factory=list, repr=False)
+from specray.specdec.records import EmpiricalResult
 
 
 def _seed(seed: int, prompt_index: int, repeat: int, device: torch.device) -> torch.Generator:

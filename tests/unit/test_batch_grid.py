@@ -135,3 +135,16 @@ def test_the_report_compares_each_empirical_cell_with_the_model_from_its_own_cou
         1.2 / model, 1.0, abs_tol=0.1
     )
     assert batching.modelled_vs_measured(pd.DataFrame([row]), None).empty
+
+
+def test_a_cells_metrics_read_as_its_estimators_typed_result_and_missing_fields_are_unknown() -> None:
+    record = _analytic(1.0, {1: (1.5, 0.1), 4: (1.2, 0.2)})
+    result = record.analytic()
+    assert result.speedup_model == 1.5 and result.speedup_model_by_batch == {"1": 1.5, "4": 1.2}
+    # a field an older record lacks is unknown, never a zero a table would show as measured
+    assert math.isnan(result.acceptance_rate) and result.beta_per_position == [] and result.cost_terms == {}
+    with pytest.raises(ValueError, match="not an empirical one"):
+        record.empirical()
+    measured = CellRecord("d", "K", "in_domain", 1.0, "empirical", 3, "e", None, 0.0, {"speedup": 1.1})
+    assert measured.empirical().speedup == 1.1 and math.isnan(measured.empirical().speedup_ci95)
+    assert measured.empirical().batch_size == 1 and measured.empirical().outputs == []
