@@ -214,7 +214,7 @@ class StepCosts:
 
     @classmethod
     def from_json(cls, payload: Mapping[str, Any]) -> StepCosts:
-        """Read `to_json`'s object (step_costs.json)."""
+        """Read `to_json`'s object (a sweep's step_costs/<key>.json, an MLflow run's records)."""
         rest = {k: v for k, v in payload.items() if k != "target" and k not in _BY_BATCH}
         target = {int(b): {int(k): Timing(**t) for k, t in ks.items()} for b, ks in payload["target"].items()}
         by_batch = {

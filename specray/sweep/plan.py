@@ -31,7 +31,7 @@ from specray.specdec.records import CellRecord, EvalJob, StepCosts
 
 log = logging.getLogger(__name__)
 
-STEP_COSTS_FILE = "step_costs.json"
+STEP_COSTS_DIR = "step_costs"  # one <key>.json per timed grid: switching back reuses it
 UNREADABLE = "unreadable (truncated or corrupt)"  # a saved file that does not parse
 SPEC_FILE = "spec.yaml"  # the resolved spec of the sweep's last run, in its output folder
 
@@ -201,20 +201,37 @@ def step_costs_stage(spec: SweepSpec, out: Path) -> tuple[StagePlan, StepCosts |
     if spec.eval.draft_cost_ratio is not None:
         stage.note = f"c fixed at {spec.eval.draft_cost_ratio:g} (eval.draft_cost_ratio)"
         return stage, fixed_step_costs(spec.eval)
-    saved, key = read_step_costs(out), digest(cost_ratio_inputs(spec))
-    if saved is not None and saved.key == key:
+    inputs = cost_ratio_inputs(spec)
+    saved = read_step_costs(out, digest(inputs))
+    if saved is not None:
         stage.reused, stage.note = 1, saved.describe()
         return stage, saved
     stage.todo = 1
-    if saved is None:
-        stage.reasons["new"] += 1
-    elif saved.key_inputs:
-        stage.reasons[describe_change(saved.key_inputs, cost_ratio_inputs(spec))] += 1
-    else:
-        stage.reasons["the target, draft architecture, device, threads, γ or B changed"] += 1
+    latest = _latest_step_costs(out)
+    stage.reasons["new" if latest is None else describe_change(latest.key_inputs, inputs)] += 1
     return stage, None
 
 
-def read_step_costs(out: Path) -> StepCosts | None:
-    path = out / STEP_COSTS_FILE
-    return StepCosts.from_json(json.loads(path.read_text())) if path.exists() else None
+def step_costs_file(out: Path, key: str) -> Path:
+    return out / STEP_COSTS_DIR / f"{key}.json"
+
+
+def read_step_costs(out: Path, key: str) -> StepCosts | None:
+    """The step costs this sweep timed under `key`, if it did (a damaged file is timed again)."""
+    path = step_costs_file(out, key)
+    try:
+        return StepCosts.from_json(json.loads(path.read_text())) if path.exists() else None
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+        log.warning("ignoring %s: %s; the step costs are timed again", path, UNREADABLE)
+        return None
+
+
+def _latest_step_costs(out: Path) -> StepCosts | None:
+    """The most recently timed step costs of this sweep under any key (to say what changed)."""
+    paths = sorted((out / STEP_COSTS_DIR).glob("*.json"), key=lambda p: p.stat().st_mtime)
+    for path in reversed(paths):
+        try:
+            return StepCosts.from_json(json.loads(path.read_text()))
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+            continue
+    return None

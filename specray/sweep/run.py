@@ -50,7 +50,6 @@ from specray.specdec.records import CellRecord, EvalJob, StepCosts
 from specray.specdec.workers import EvalPool, make_eval_pool
 from specray.sweep.plan import (
     SPEC_FILE,
-    STEP_COSTS_FILE,
     DraftPlan,
     StagePlan,
     baseline_plan,
@@ -58,6 +57,7 @@ from specray.sweep.plan import (
     draft_stage,
     plan_drafts,
     read_cells,
+    step_costs_file,
     step_costs_stage,
     sweep_dir,
 )
@@ -372,7 +372,7 @@ def save_step_costs(spec: SweepSpec, pool: EvalPool, draft_path: str, out: Path)
     measured = pool.measure_step_costs(draft_path, list(e.batch_sizes), list(e.gamma))
     inputs = cost_ratio_inputs(spec)
     cost = replace(measured, key=digest(inputs), key_inputs=inputs)
-    write_json(out / STEP_COSTS_FILE, cost.to_json())
+    write_json(step_costs_file(out, cost.key), cost.to_json())
     log.info("%s", cost.describe())
     return cost
 
