@@ -148,3 +148,29 @@ def test_a_cells_metrics_read_as_its_estimators_typed_result_and_missing_fields_
     measured = CellRecord("d", "K", "in_domain", 1.0, "empirical", 3, "e", None, 0.0, {"speedup": 1.1})
     assert measured.empirical().speedup == 1.1 and math.isnan(measured.empirical().speedup_ci95)
     assert measured.empirical().batch_size == 1 and measured.empirical().outputs == []
+
+
+def test_step_costs_are_kept_per_grid_so_switching_back_reuses_them(tmp_path) -> None:
+    from dataclasses import replace
+
+    from specray.files import write_json
+    from specray.sweep.plan import step_costs_file, step_costs_stage
+
+    def timed(spec) -> StepCosts:
+        inputs = cost_ratio_inputs(spec)
+        costs = replace(StepCosts.fixed(0.2, gammas=spec.eval.gamma), key=digest(inputs), key_inputs=inputs)
+        costs = replace(costs, source="measured")
+        write_json(step_costs_file(tmp_path, costs.key), costs.to_json())
+        return costs
+
+    stage, none = step_costs_stage(SMOKE, tmp_path)
+    assert none is None and stage.reasons == {"new": 1}
+    first = timed(SMOKE)
+    wider = _with(gamma="[3,6]")
+    stage, none = step_costs_stage(wider, tmp_path)
+    assert none is None and "eval.gamma [3] → [3, 6]" in stage.line()
+    timed(wider)
+    stage, back = step_costs_stage(SMOKE, tmp_path)  # back to γ = 3: the first timing, not a new one
+    assert stage.reused == 1 and back == first and back.fingerprint() == first.fingerprint()
+    step_costs_file(tmp_path, first.key).write_text("{truncated")
+    assert step_costs_stage(SMOKE, tmp_path)[1] is None  # a damaged file is timed again
