@@ -10,7 +10,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from specray.specdec.batched import batched_autoregressive_decode, batched_speculative_decode
 from specray.specdec.decoder import autoregressive_decode, speculative_decode
-from tests.unit.test_specdec_decoder import VOCAB, exact_distribution, tiny_llama
+from tests.unit.test_specdec_decoder import VOCAB, exact_distribution, sharpened, tiny_llama
 
 PROMPTS = [[1, 2, 3], [4], [5, 1, 2, 3, 4, 0], [2, 2]]  # different lengths: ragged from the prefill on
 
@@ -45,12 +45,7 @@ def tiny_gpt2(seed: int, sharpness: float = 6.0) -> GPT2LMHeadModel:
     about 0.01 only, which 1200 decodes cannot see."""
     torch.manual_seed(seed)
     config = GPT2Config(vocab_size=VOCAB, n_embd=16, n_layer=1, n_head=2, n_positions=128)
-    model = GPT2LMHeadModel(config).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.mul_(sharpness)
-    return model
+    return sharpened(GPT2LMHeadModel(config).eval(), sharpness)
 
 
 @pytest.fixture(scope="module")

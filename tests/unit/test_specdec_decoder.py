@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from typing import TypeVar
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from specray.specdec.decoder import (
 )
 
 VOCAB = 6
+M = TypeVar("M", bound=torch.nn.Module)
 PROMPT = [1, 2, 3]
 
 
@@ -35,7 +37,11 @@ def tiny_llama(seed: int, vocab: int = VOCAB, sharpness: float = 6.0) -> LlamaFo
         num_key_value_heads=2,
         max_position_embeddings=128,
     )
-    model = LlamaForCausalLM(config).eval()
+    return sharpened(LlamaForCausalLM(config).eval(), sharpness)
+
+
+def sharpened(model: M, sharpness: float) -> M:
+    """The model with every weight matrix scaled: peaked, varied next-token distributions."""
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() > 1:
