@@ -1,0 +1,82 @@
+"""Intervals that cover training as well as prompts: an effect measured on N training replicates of each
+draft, every replicate scored on the same test prompts.
+
+An effect's error has two sources. *Training*: another seed gives another draft (the between-replicate
+spread). *Prompts*: another test set gives another estimate, and every replicate shares the same prompts, so
+that error is common to all of them and the replicates' spread does not show it. The interval adds the two
+variances, estimated each at its own level, and uses a t quantile with the Welch–Satterthwaite degrees of
+freedom, because N is small (3 replicates give 2 degrees of freedom at the training level, and a normal
+quantile there would cover far less than 95%):
+
+    V_train  = s²(effect of each replicate on all prompts) / N
+    V_prompt = bootstrap variance, over resampled prompts, of the effect averaged over the replicates
+    effect ± t(0.975, ν) · √(V_train + V_prompt)
+    ν = (V_train + V_prompt)² / (V_train²/(N−1) + V_prompt²/(P−1))
+
+This is the variance-components interval for a crossed two-level design (replicates × prompts): Searle,
+Casella & McCulloch, *Variance Components* (1992), ch. 4, with Satterthwaite's approximation (1946) for
+the degrees of freedom; the prompt-level variance by the nonparametric bootstrap (Efron & Tibshirani 1993,
+ch. 6), which also serves effects that are not means (a difference of maxima). With N = 1 there is no
+training level: the interval is the prompts' alone and `training_measured` is False.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import t as student_t
+
+# replicate indices [k], prompt indices [resamples, P] -> the effect per resample [resamples]
+Effect = Callable[[np.ndarray, np.ndarray], np.ndarray]
+RESAMPLES, SEED = 2000, 0
+
+
+@dataclass(frozen=True)
+class ReplicatedInterval:
+    effect: float  # on every replicate and every prompt
+    low: float
+    high: float
+    per_replicate: tuple[float, ...]  # each replicate's own effect, on every prompt
+    training_measured: bool  # False with one replicate: the interval covers prompts only
+
+    def agreeing(self, sign: int) -> str:
+        """How many replicates show the effect's claimed sign on their own, e.g. "3/3"."""
+        agree = sum(1 for e in self.per_replicate if sign * e > 0)
+        return f"{agree}/{len(self.per_replicate)}"
+
+
+def replicated_interval(
+    effect: Effect, replicates: int, prompts: int, resamples: int = RESAMPLES, seed: int = SEED
+) -> ReplicatedInterval:
+    """The effect and its 95% interval over training replicates and test prompts (module docstring).
+    `effect(r, p)`: the effect on replicates `r` (averaged over them) and prompts `p` [resamples, P]."""
+    everything = np.arange(prompts)[None, :]
+    value = float(effect(np.arange(replicates), everything)[0])
+    own = tuple(float(effect(np.array([r]), everything)[0]) for r in range(replicates))
+    rng = np.random.default_rng(seed)
+    drawn = rng.integers(0, prompts, size=(resamples, prompts))
+    v_prompt = float(np.var(effect(np.arange(replicates), drawn), ddof=1))
+    if replicates < 2:
+        half = 1.96 * math.sqrt(v_prompt)
+        return ReplicatedInterval(value, value - half, value + half, own, False)
+    v_train = float(np.var(own, ddof=1)) / replicates
+    total = v_train + v_prompt
+    if total == 0.0:
+        return ReplicatedInterval(value, value, value, own, True)
+    dof = total**2 / (v_train**2 / (replicates - 1) + v_prompt**2 / max(prompts - 1, 1))
+    half = float(student_t.ppf(0.975, dof)) * math.sqrt(total)
+    return ReplicatedInterval(value, value - half, value + half, own, True)
+
+
+def prompt_only_interval(
+    effect: Effect, replicates: int, prompts: int, resamples: int = RESAMPLES, seed: int = SEED
+) -> tuple[float, float]:
+    """The interval a single-seed analysis gives: prompts resampled, the replicates taken as fixed (what the
+    verdicts report today, with one replicate). For comparison only: it ignores training variance."""
+    rng = np.random.default_rng(seed)
+    drawn = rng.integers(0, prompts, size=(resamples, prompts))
+    low, high = np.percentile(effect(np.arange(replicates), drawn), [2.5, 97.5])
+    return float(low), float(high)
