@@ -28,7 +28,9 @@ MODEL_NOTE = (
     "Each empirical cell's measured wall-time speedup next to the speedup the cost model gives from the same "
     "cell's block efficiency, drafts per step and tokens per decode (`speedup_model` of that cell's counts, "
     "prefills included, at its batch size). A ratio near 1 means the step costs describe this machine's "
-    "decoders; the cost model is only as good as its timings (measure them where you serve).\n"
+    "decoders; the cost model is only as good as its timings (measure them where you serve). At B > 1 an "
+    "empirical cell decodes static batches (a row that finishes leaves the batch) where the model describes "
+    "a full one, as a continuous-batching server keeps it: the batch's tail shows as a ratio below 1.\n"
 )
 BATCH_NOTE = (
     "Modelled speedup at each batch size B of `eval.batch_sizes`: the same per-row acceptance, at the step "
