@@ -14,6 +14,7 @@ import pandas as pd
 
 from specray.distill.curves import CurvePoint
 from specray.names import BASELINE
+from specray.ops import speedup_model
 from specray.report import batching, figures, lossy, tables
 from specray.report.convergence import CONVERGENCE_NOTE, convergence_table, projected_heading
 from specray.report.serving import SERVER_NOTE, server_table
@@ -91,7 +92,10 @@ def projected(cells: pd.DataFrame, cost_ratio: float) -> pd.DataFrame:
     """Analytic cells with `speedup_projected`: the exact expected tokens per step at a given cost ratio
     in the papers' model, E / (c·γ + 1) (verification as one target step, no prefill)."""
     analytic = best_gamma(cells, "block_efficiency_sampled").copy()
-    analytic["speedup_projected"] = analytic.block_efficiency_sampled / (cost_ratio * analytic.gamma + 1)
+    analytic["speedup_projected"] = [
+        speedup_model(e, cost_ratio, int(g))
+        for e, g in zip(analytic.block_efficiency_sampled, analytic.gamma, strict=True)
+    ]
     return analytic
 
 
