@@ -107,6 +107,8 @@ FIELDS: dict[str, Direct | Via] = {
     "teacher.max_new_tokens": _via("shard key", "shard", "draft"),
     "teacher.temperatures": _direct("grid"),
     "teacher.seed": _via("shard key", "shard", "draft"),
+    # which drafts exist: replicate r > 0 trains from the shards of teacher.seed + r (`for_replicate`)
+    "teacher.replicate_shards": _direct("grid"),
     "teacher.vllm.tensor_parallel_size": NONE,
     "teacher.vllm.dtype": _via("shard key (engine)", "shard", "draft"),
     "teacher.vllm.gpu_memory_utilization": NONE,
@@ -140,6 +142,8 @@ FIELDS: dict[str, Direct | Via] = {
     "distill.report_every": _direct("curves"),
     "distill.mixtures": _direct("grid"),
     "distill.seed": _direct("draft"),
+    # how many drafts per recipe: replicate r trains with distill.seed + r, which its key holds
+    "distill.replicates": _direct("grid"),
     "eval.temperatures": _direct("grid", "curves"),
     # each cell's own γ is one of its coordinates, hence in its key; the step costs time each γ's pass
     "eval.gamma": _direct("grid", "cost_ratio"),

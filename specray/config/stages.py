@@ -53,6 +53,11 @@ class TeacherSpec(Frozen):
     max_new_tokens: int = Field(default=128, ge=1)
     temperatures: list[Temperature] = Field(min_length=1, description="the τ_kd grid")
     seed: int = 0
+    replicate_shards: bool = Field(
+        default=False,
+        description="training replicate r > 0 (distill.replicates) also gets its own teacher sample: "
+        "shards sampled with teacher.seed + r (replicate 0 keeps the shards of teacher.seed)",
+    )
     vllm: VllmSpec = VllmSpec()
 
     @field_validator("temperatures")
@@ -153,6 +158,13 @@ class DistillSpec(Frozen):
     report_every: int = Field(default=25, ge=1)
     mixtures: list[Mixture] = Field(default=[], description="extra composition recipes to distill")
     seed: int = 0
+    replicates: int = Field(
+        default=1,
+        ge=1,
+        description="training replicates of every distilled draft: replicate r trains with distill.seed + r "
+        "(data order, on-policy samples, source positions); replicate 0 is the draft of a run without "
+        "replicates",
+    )
 
     def steps_for(self, paradigm: str) -> int:
         """The optimizer steps a draft of this paradigm trains."""

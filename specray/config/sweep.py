@@ -73,3 +73,18 @@ class SweepSpec(Frozen):
             return self
         distill = self.distill.model_copy(update={"steps": steps, "online_steps": None})
         return self.model_copy(update={"distill": distill})
+
+    def for_replicate(self, replicate: int) -> SweepSpec:
+        """The spec training replicate `replicate` of a draft trains under: `distill.seed` + r, and with
+        `teacher.replicate_shards` its shards sampled with `teacher.seed` + r. Replicate 0 is the spec
+        itself, so its draft keeps the key (and the cache) of a run without replicates. An offset rather
+        than a hash: replicate 1 of seed 0 is the draft of seed 1, and the cache knows it."""
+        if replicate == 0:
+            return self
+        if not 0 < replicate < self.distill.replicates:
+            raise ValueError(f"replicate {replicate} is not one of 0..{self.distill.replicates - 1}")
+        distill = self.distill.model_copy(update={"seed": self.distill.seed + replicate})
+        update: dict[str, object] = {"distill": distill}
+        if self.teacher.replicate_shards:
+            update["teacher"] = self.teacher.model_copy(update={"seed": self.teacher.seed + replicate})
+        return self.model_copy(update=update)

@@ -41,6 +41,12 @@ def draft_name(paradigm: str, mixture: Mapping[float, float]) -> str:
     return f"{paradigm}/mix=" + ",".join(f"{float(t):g}:{w:g}" for t, w in sorted(mixture.items()))
 
 
+def replicate_name(name: str, replicate: int) -> str:
+    """Training replicate r of the draft `name`: `online/tau_kd=0.6/r1`; replicate 0 is `name` itself (a
+    run without replicates made it, under the same key)."""
+    return f"{name}/r{replicate}" if replicate else name
+
+
 def draft_folder_name(name: str) -> str:
     """The folder a draft named `name` is published in (`offline/tau_kd=0.6` -> `offline__tau_kd=0.6`)."""
     return name.replace("/", "__")

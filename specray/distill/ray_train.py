@@ -71,7 +71,7 @@ from specray.distill.checkpoints import (
     set_aside_damaged,
 )
 from specray.distill.curves import CurvePoint
-from specray.distill.inputs import DistillInputs, check_request, draft_name, prepare_inputs
+from specray.distill.inputs import DistillInputs, check_request, draft_name, prepare_inputs, replicate_name
 from specray.distill.loop import DistillResult, finished_info, run_training, worker_resources
 from specray.errors import USER_ERRORS, find_cause
 from specray.faults import Faults
@@ -200,6 +200,7 @@ class _TrainJob:
     key: str  # the draft key
     name: str
     inputs: DistillInputs
+    replicate: int = 0
 
 
 @dataclass(frozen=True)
@@ -226,7 +227,7 @@ def _train_worker(config: dict[str, Any]) -> None:
     spec = SweepSpec.model_validate(run.spec)
     for job in run.jobs:
         if not is_finished(job.output_dir, job.key):
-            _train_job(spec.for_paradigm(job.paradigm), job, run)
+            _train_job(spec.for_paradigm(job.paradigm).for_replicate(job.replicate), job, run)
             gc.collect()  # the draft's models, states and caches go now, not whenever cycles are next swept
 
 
@@ -345,15 +346,17 @@ def _user_error(error: BaseException) -> BaseException:
 
 @dataclass(frozen=True)
 class DraftJob:
-    """One draft of a Train run: its paradigm, its τ_kd mixture and where it is published."""
+    """One draft of a Train run: its paradigm, its τ_kd mixture, where it is published and which training
+    replicate it is (`SweepSpec.for_replicate`: replicate r trains with distill.seed + r)."""
 
     paradigm: str
     mixture: Mapping[float, float]
     output_dir: Path
+    replicate: int = 0
 
     @property
     def name(self) -> str:
-        return draft_name(self.paradigm, self.mixture)
+        return replicate_name(draft_name(self.paradigm, self.mixture), self.replicate)
 
 
 def distill(
@@ -389,9 +392,10 @@ def distill_drafts(
     driver died resumes: the run's folder is keyed by every job's key, and its latest checkpoint names its
     draft (the drafts before it are published; the ones after it start fresh).
     """
-    specs = [spec.for_paradigm(job.paradigm) for job in jobs]  # distill.steps: this paradigm's steps
+    # distill.steps: this paradigm's steps; distill.seed (and teacher.seed): this replicate's
+    specs = [spec.for_paradigm(job.paradigm).for_replicate(job.replicate) for job in jobs]
     jobs = [  # a bad paradigm or τ_kd is one clear error here, before any key is computed
-        DraftJob(j.paradigm, check_request(s, j.paradigm, j.mixture), Path(j.output_dir).absolute())
+        replace(j, mixture=check_request(s, j.paradigm, j.mixture), output_dir=Path(j.output_dir).absolute())
         for s, j in zip(specs, jobs, strict=True)
     ]
     keys = [fingerprint(s, job.paradigm, job.mixture) for s, job in zip(specs, jobs, strict=True)]
@@ -441,7 +445,8 @@ def _claim_run_dir(jobs: Sequence[DraftJob], keys: Sequence[str]) -> Path:
 
 
 def _train_job_of(job: DraftJob, key: str, inputs: DistillInputs) -> _TrainJob:
-    return _TrainJob(job.paradigm, dict(job.mixture), str(job.output_dir), key, job.name, inputs)
+    mixture, folder = dict(job.mixture), str(job.output_dir)
+    return _TrainJob(job.paradigm, mixture, folder, key, job.name, inputs, job.replicate)
 
 
 def _run_trainer(

@@ -17,6 +17,14 @@ from specray.names import BASELINE
 from specray.ops import speedup_model
 from specray.report import batching, figures, lossy, tables
 from specray.report.convergence import CONVERGENCE_NOTE, convergence_table, projected_heading
+from specray.report.paired import prompt_cells
+from specray.report.replicates import (
+    first_replicate,
+    replicate_count,
+    replicate_means,
+    replicate_spread,
+    variance_table,
+)
 from specray.report.serving import SERVER_NOTE, server_table
 from specray.report.speedup_units import UNITS_NOTE, speedup_heatmaps
 from specray.report.tables import markdown_table
@@ -144,8 +152,9 @@ def build_report(
     test set -> τ_dec -> characters -> generated tokens (Fig. 5; JSON's string keys accepted);
     `composition`: a finished `specray tune`'s results (Table 3 and its verdict)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    everything = cells_frame(cells, drafts)
-    everything.to_csv(out_dir / "cells.csv", index=False)
+    replicated = cells_frame(cells, drafts)
+    replicated.to_csv(out_dir / "cells.csv", index=False)  # every replicate's own rows
+    everything = replicate_means(replicated)  # every figure and table: the mean over replicates
     frame = lossless(everything)  # the lossy cells and the ends have their own section (report/lossy.py)
     probe_curves = figures.curve_frame(curves, drafts)
     at_best = (
@@ -159,6 +168,8 @@ def build_report(
     sections = [f"# {title}\n", f"{cost_line}\n"]
     with_lists = lossless(cells_frame(cells, drafts, keep_lists=True))
     sections += _verdict_section(with_lists, probe_curves, composition, at_best, out_dir)
+    sections += _replicates_section(lossless(replicated), with_lists, at_best, out_dir)
+    probe_curves = first_replicate(probe_curves)  # the curve figures draw replicate 0's training
     several = not frame.empty and frame.gamma.nunique() > 1
     for metric in ("speedup_model", "acceptance_rate"):
         sections += [f"## {metric}: τ_kd × τ_dec" + (" (at each cell's best γ)" if several else "") + "\n"]
@@ -239,6 +250,20 @@ def _verdict_section(
     return lines + [f"![{p.stem}]({p.name})" for p in figures.against_tau_dec(at_best, out_dir)]
 
 
+def _replicates_section(
+    replicated: pd.DataFrame, with_lists: pd.DataFrame, at_best: pd.DataFrame, out_dir: Path
+) -> list[str]:
+    """With training replicates: how the headline's variance splits, and the spread heatmaps."""
+    count = replicate_count(replicated)
+    if count == 1:
+        return []
+    lines = ["## Training replicates\n", REPLICATES_NOTE.format(count=count)]
+    lines += [markdown_table(variance_table(prompt_cells(with_lists)))]
+    spread = replicate_spread(replicated, at_best)
+    lines += ["", SPREAD_NOTE]
+    return lines + [f"![{p.stem}]({p.name})" for p in figures.heatmaps(spread, "speedup_model_sd", out_dir)]
+
+
 def _figure6_section(curves: pd.DataFrame, out_dir: Path) -> list[str]:
     """Fig. 6 as the paper draws it (τ_dec 1, τ_kd 0 and 1), then the diagonal variant."""
     lines = ["\n## Fig. 6: acceptance vs KD steps\n", FIG6_NOTE]
@@ -283,7 +308,22 @@ VERDICT_NOTE = (
     "inconclusive (it contains 0, or no interval could be computed: the reason is given), not testable on "
     "this sweep (what the grid lacks is given). Definitions: `specray/report/verdicts.py`. Each row is a "
     "separate 95% interval: among twenty rows where nothing is going on, one is expected to exclude 0 by "
-    "chance. The intervals cover the resampling of test prompts only, not the training seed of the drafts.\n"
+    "chance. With one training replicate per draft (`distill.replicates: 1`) the intervals cover the test "
+    "prompts only, and the replicates column says so: another training seed could move the verdict. With "
+    "N replicates the effect is averaged over them and its interval adds the spread between replicates to "
+    "the prompts' (a t interval with Satterthwaite's degrees of freedom, `specray/report/replicated.py`); "
+    "the replicates column says how many replicates show the claimed sign on their own.\n"
+)
+REPLICATES_NOTE = (
+    "Every distilled draft was trained {count} times (`distill.replicates`), replicate r with "
+    "`distill.seed` + r; every figure and table above and below shows the mean over replicates. Per test "
+    "set and paradigm: the standard deviation of a cell's modelled speedup (at its best γ) between "
+    "replicates scored on the same prompts, and between resampled test prompts (bootstrap, per replicate), "
+    "averaged over the paradigm's cells; the training share is the first variance over their sum.\n"
+)
+SPREAD_NOTE = (
+    "Standard deviation of `speedup_model` between replicates, per cell at its best γ (the companion of "
+    "the mean heatmaps; the un-distilled draft has no training and no spread).\n"
 )
 GAMMA_NOTE = "Modelled speedup (analytic) of each draft at every γ of the grid, and the best γ.\n"
 HEATMAP_NOTE = (

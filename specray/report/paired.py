@@ -35,6 +35,7 @@ from specray.specdec.records import CostTerms
 REPRODUCED, NOT_REPRODUCED = "reproduced", "not reproduced"
 INCONCLUSIVE, NOT_TESTABLE = "inconclusive", "not testable on this sweep"
 RESAMPLES, SEED = 2000, 0
+TRAINING_NOT_MEASURED = "training variance not measured"
 PER_PROMPT = ("per_prompt_tokens", "per_prompt_beta_sum", "per_prompt_target_calls")
 
 # test set -> resampled prompt indices [resamples, prompts] -> effect [resamples]
@@ -53,6 +54,17 @@ class Verdict:
     high: float
     verdict: str
     note: str = ""  # why inconclusive without an interval, or what the grid lacks
+    replicates: int = 1  # training replicates the interval covers (1: prompts only)
+    agreeing: str = ""  # how many replicates show the claimed sign on their own, e.g. "3/3"
+
+    @property
+    def training(self) -> str:
+        """The verdict table's replicates column."""
+        if np.isnan(self.effect):
+            return "-"
+        if self.replicates < 2:
+            return TRAINING_NOT_MEASURED
+        return f"{self.agreeing} replicates agree"
 
     @property
     def interval(self) -> str:
@@ -101,14 +113,17 @@ def paired_interval(
 
 @dataclass(frozen=True)
 class PromptCells:
-    """One test set's analytic cells (each at its best γ) with per-prompt sums: row i of `cells` has
-    tokens[i], beta_sum[i], target_calls[i], drafted[i] (each [prompts]) and its cost terms terms[i]."""
+    """One test set's analytic cells (each at its best γ, chosen on the mean over training replicates) with
+    per-prompt sums: row i of `cells` has tokens[i], beta_sum[i], target_calls[i], drafted[i], each
+    [prompts, replicates of row i] (one column for a draft without replicates, e.g. the un-distilled one:
+    it then broadcasts against the others), and its cost terms terms[i]. `cells.draft` is the recipe's
+    name (without `/r<k>`)."""
 
     cells: pd.DataFrame  # draft, paradigm, tau_kd, tau_dec, gamma (positional rows)
-    tokens: np.ndarray  # [cells, prompts]
-    beta_sum: np.ndarray  # [cells, prompts]
-    target_calls: np.ndarray  # [cells, prompts]
-    drafted: np.ndarray  # [cells, prompts]
+    tokens: list[np.ndarray]  # [cells] of [prompts, replicates]
+    beta_sum: list[np.ndarray]
+    target_calls: list[np.ndarray]
+    drafted: list[np.ndarray]
     terms: list[CostTerms]  # [cells]
 
     def row(self, draft: str, tau_dec: float) -> int | None:
@@ -122,42 +137,65 @@ class PromptCells:
             raise KeyError(f"no analytic cell with per-prompt sums for {draft!r} at τ_dec {tau_dec:g}")
         return row
 
+    def replicates(self, row: int) -> int:
+        return int(self.tokens[row].shape[1])
+
     def speedup(self, row: int, index: np.ndarray) -> np.ndarray:
-        """speedup_model of cell `row` on prompts `index` [resamples, prompts] -> [resamples]."""
-        means = (x[row][index].mean(-1) for x in (self.tokens, self.target_calls, self.drafted))
+        """speedup_model of cell `row` on prompts `index` [resamples, prompts] -> [resamples, replicates],
+        each replicate scored on the same resampled prompts (paired)."""
+        means = (x[row][index].mean(-2) for x in (self.tokens, self.target_calls, self.drafted))
         tokens, calls, drafted = means
         return self.terms[row].speedup(tokens, calls, drafted, 1.0)
 
     def acceptance(self, row: int, index: np.ndarray) -> np.ndarray:
-        return self.beta_sum[row][index].sum(-1) / self.tokens[row][index].sum(-1)
+        """[resamples, replicates], as `speedup`."""
+        return self.beta_sum[row][index].sum(-2) / self.tokens[row][index].sum(-2)
 
 
 def prompt_cells(cells: pd.DataFrame) -> dict[str, PromptCells]:
     """Per test set, the analytic cells that carry per-prompt sums, at each (draft, τ_dec)'s best γ by
-    `speedup_model`. `cells`: cell rows joined with their drafts (`build.cells_frame(keep_lists=True)`)."""
+    `speedup_model` (averaged over the draft's training replicates), every replicate's sums side by side.
+    `cells`: cell rows joined with their drafts (`build.cells_frame(keep_lists=True)`); a draft's
+    replicates share its `recipe` and are told apart by `replicate`. Where drafts have different numbers of
+    replicates (a sweep stopped part way), each keeps the smallest number above one that all have."""
     if cells.empty or not set(PER_PROMPT) <= set(cells):
         return {}
     analytic = cells[(cells.estimator == "analytic") & cells.per_prompt_tokens.map(_is_list)]
+    recipe = analytic["recipe"].fillna(analytic.draft) if "recipe" in analytic else analytic.draft
+    replicate = analytic["replicate"].fillna(0).astype(int) if "replicate" in analytic else 0
+    analytic = analytic.assign(draft=recipe, replicate=replicate)
     out = {}
     for test_set, rows in analytic.groupby("test_set"):
-        best = rows.loc[rows.groupby(["draft", "tau_dec"])["speedup_model"].idxmax()].reset_index(drop=True)
-        if best.per_prompt_tokens.map(len).nunique() != 1:
+        mean = rows.groupby(["draft", "tau_dec", "gamma"])["speedup_model"].mean()
+        best = mean.groupby(level=["draft", "tau_dec"]).idxmax().tolist()
+        chosen = rows.set_index(["draft", "tau_dec", "gamma"]).loc[best].reset_index()
+        if chosen.per_prompt_tokens.map(len).nunique() != 1:
             continue  # cells scored on different prompts cannot be paired
-        tokens, beta_sum, target_calls = (np.array(best[name].tolist(), dtype=float) for name in PER_PROMPT)
-        terms, drafted = _terms(best, target_calls)
-        out[str(test_set)] = PromptCells(best, tokens, beta_sum, target_calls, drafted, terms)
+        groups = [g.sort_values("replicate") for _, g in chosen.groupby(["draft", "tau_dec"], sort=False)]
+        several = [len(g) for g in groups if len(g) > 1]
+        kept = [g.iloc[: min(several)] if len(g) > 1 else g for g in groups] if several else groups
+        first = pd.DataFrame([g.iloc[0] for g in kept]).reset_index(drop=True)
+        stacks = {name: [np.array(g[name].tolist(), dtype=float).T for g in kept] for name in PER_PROMPT}
+        terms, drafted = _terms(first, kept, stacks["per_prompt_target_calls"])
+        tokens, beta_sum, target_calls = (stacks[name] for name in PER_PROMPT)
+        out[str(test_set)] = PromptCells(first, tokens, beta_sum, target_calls, drafted, terms)
     return out
 
 
-def _terms(best: pd.DataFrame, target_calls: np.ndarray) -> tuple[list[CostTerms], np.ndarray]:
-    """Each cell's cost terms and per-prompt drafts; cells recorded before they existed (a report rebuilt
-    from an old run) get the papers' model at their c: γ drafts per call, verification one target step."""
-    if "cost_terms" in best and "per_prompt_drafted" in best and best.cost_terms.map(_is_dict).all():
-        drafted = np.array(best.per_prompt_drafted.tolist(), dtype=float)
-        return [CostTerms(**t) for t in best.cost_terms], drafted
-    c = best.c.astype(float).fillna(0.0).to_numpy()
-    gammas = best.gamma.to_numpy()
-    return [CostTerms(1.0, float(x)) for x in c], target_calls * gammas[:, None]
+def _terms(
+    first: pd.DataFrame, groups: Sequence[pd.DataFrame], target_calls: Sequence[np.ndarray]
+) -> tuple[list[CostTerms], list[np.ndarray]]:
+    """Each cell's cost terms (its replicates share the sweep's step costs) and per-prompt drafts; cells
+    recorded before they existed (a report rebuilt from an old run) get the papers' model at their c: γ
+    drafts per call, verification one target step."""
+    if "cost_terms" in first and "per_prompt_drafted" in first and first.cost_terms.map(_is_dict).all():
+        drafted = [np.array(g.per_prompt_drafted.tolist(), dtype=float).T for g in groups]
+        return [CostTerms(**t) for t in first.cost_terms], drafted
+    c = first.c.astype(float).fillna(0.0).to_numpy()
+    gammas = first.gamma.to_numpy()
+    return [CostTerms(1.0, float(x)) for x in c], [
+        calls * g for calls, g in zip(target_calls, gammas, strict=True)
+    ]
 
 
 def _is_dict(value: object) -> bool:
@@ -186,7 +224,13 @@ def single_drafts(table: PromptCells, paradigm: str) -> dict[float, str]:
 def peak(table: PromptCells, drafts: Sequence[str], tau_dec: float, index: np.ndarray) -> np.ndarray:
     """Best speedup over `drafts` at τ_dec, re-chosen in every resample -> [resamples]."""
     rows = [r for d in drafts if (r := table.row(d, tau_dec)) is not None]
-    return np.max([table.speedup(r, index) for r in rows], axis=0)
+    return stacked([table.speedup(r, index) for r in rows]).max(axis=0)
+
+
+def stacked(values: Sequence[np.ndarray]) -> np.ndarray:
+    """Per-draft values [resamples, replicates] stacked on a new first axis; a draft without replicates
+    (one column, e.g. the un-distilled one) is broadcast to the others' replicates."""
+    return np.stack(np.broadcast_arrays(*values))
 
 
 def paradigms(table: PromptCells) -> list[str]:
@@ -196,15 +240,40 @@ def paradigms(table: PromptCells) -> list[str]:
 
 
 def prompt_count(table: PromptCells) -> int:
-    return table.tokens.shape[1]
+    return int(table.tokens[0].shape[0])
 
 
 def judged(
     claim: str, scope: str, definition: str, sign: int, statistic: Statistic, sizes: Mapping[str, int]
 ) -> Verdict:
-    effect, low, high = paired_interval(statistic, sizes)
-    note = "" if np.isfinite(low) else "the bootstrap gave no finite interval (empty resamples)"
-    return Verdict(claim, scope, definition, effect, low, high, judge(low, high, sign), note)
+    """The verdict of an effect. `statistic(index)` -> [resamples, replicates] (the effect of each training
+    replicate, on the same resampled prompts) or [resamples] (no replicates). With one replicate the
+    interval is the paired percentile bootstrap over prompts (`paired_interval`); with several it covers
+    training too (`replicated.replicated_interval`), and the verdict says how many replicates agree."""
+    from specray.report.replicated import replicated_interval
+
+    everything = {name: np.arange(n)[None, :] for name, n in sizes.items()}
+    shape = np.shape(statistic(everything))
+    replicates = shape[-1] if len(shape) == 2 else 1
+    if replicates == 1:
+
+        def single(index: Mapping[str, np.ndarray]) -> np.ndarray:
+            values = np.asarray(statistic(index))
+            return values[..., 0] if values.ndim == 2 or (values.ndim == 1 and len(shape) == 2) else values
+
+        effect, low, high = paired_interval(single, sizes)
+        note = "" if np.isfinite(low) else "the bootstrap gave no finite interval (empty resamples)"
+        return Verdict(claim, scope, definition, effect, low, high, judge(low, high, sign), note)
+
+    def averaged(chosen: np.ndarray, index: Mapping[str, np.ndarray]) -> np.ndarray:
+        return np.asarray(statistic(index))[:, chosen].mean(-1)
+
+    interval = replicated_interval(averaged, replicates, dict(sizes))
+    low, high = interval.low, interval.high
+    note = "" if np.isfinite(low) else "no finite interval (empty resamples)"
+    verdict = judge(low, high, sign)
+    agreeing = interval.agreeing(sign)
+    return Verdict(claim, scope, definition, interval.effect, low, high, verdict, note, replicates, agreeing)
 
 
 def untestable(claim: str, scope: str, definition: str, missing: str) -> Verdict:

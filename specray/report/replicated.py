@@ -23,14 +23,15 @@ training level: the interval is the prompts' alone and `training_measured` is Fa
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.stats import t as student_t
 
-# replicate indices [k], prompt indices [resamples, P] -> the effect per resample [resamples]
-Effect = Callable[[np.ndarray, np.ndarray], np.ndarray]
+# replicate indices [k], prompt indices [resamples, P] (or a mapping of them) -> the effect [resamples]
+Effect = Callable[[np.ndarray, Any], np.ndarray]
 RESAMPLES, SEED = 2000, 0
 
 
@@ -49,24 +50,38 @@ class ReplicatedInterval:
 
 
 def replicated_interval(
-    effect: Effect, replicates: int, prompts: int, resamples: int = RESAMPLES, seed: int = SEED
+    effect: Effect,
+    replicates: int,
+    prompts: int | Mapping[str, int],
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
 ) -> ReplicatedInterval:
     """The effect and its 95% interval over training replicates and test prompts (module docstring).
-    `effect(r, p)`: the effect on replicates `r` (averaged over them) and prompts `p` [resamples, P]."""
-    everything = np.arange(prompts)[None, :]
+    `effect(r, p)`: the effect on replicates `r` (averaged over them) and prompts `p` [resamples, P].
+    With `prompts` a mapping (test set -> its prompts), `p` is a mapping too, each test set's prompts
+    resampled on their own (they are different prompts); P in ν is then the smallest test set."""
+    sizes = prompts if isinstance(prompts, Mapping) else {"": prompts}
+
+    def indices(of: Mapping[str, np.ndarray]) -> Any:
+        return of if isinstance(prompts, Mapping) else of[""]
+
+    everything = indices({name: np.arange(n)[None, :] for name, n in sizes.items()})
     value = float(effect(np.arange(replicates), everything)[0])
     own = tuple(float(effect(np.array([r]), everything)[0]) for r in range(replicates))
     rng = np.random.default_rng(seed)
-    drawn = rng.integers(0, prompts, size=(resamples, prompts))
-    v_prompt = float(np.var(effect(np.arange(replicates), drawn), ddof=1))
+    drawn = indices({name: rng.integers(0, n, size=(resamples, n)) for name, n in sizes.items()})
+    v_prompt = float(np.nanvar(effect(np.arange(replicates), drawn), ddof=1))
     if replicates < 2:
         half = 1.96 * math.sqrt(v_prompt)
         return ReplicatedInterval(value, value - half, value + half, own, False)
     v_train = float(np.var(own, ddof=1)) / replicates
     total = v_train + v_prompt
-    if total == 0.0:
-        return ReplicatedInterval(value, value, value, own, True)
-    dof = total**2 / (v_train**2 / (replicates - 1) + v_prompt**2 / max(prompts - 1, 1))
+    if total == 0.0 or not math.isfinite(total):
+        return ReplicatedInterval(
+            value, value if total == 0.0 else math.nan, value if total == 0.0 else math.nan, own, True
+        )
+    smallest = min(sizes.values())
+    dof = total**2 / (v_train**2 / (replicates - 1) + v_prompt**2 / max(smallest - 1, 1))
     half = float(student_t.ppf(0.975, dof)) * math.sqrt(total)
     return ReplicatedInterval(value, value - half, value + half, own, True)
 

@@ -33,6 +33,7 @@ from specray.report.paired import (
     prompt_cells,
     prompt_count,
     single_drafts,
+    stacked,
     untestable,
 )
 
@@ -224,7 +225,7 @@ def out_of_domain(tables: Mapping[str, PromptCells]) -> list[Verdict]:
 
     def mean_speedup(table: PromptCells, tau: float, i: np.ndarray) -> np.ndarray:
         rows = [r for d in drafts if (r := table.row(d, tau)) is not None]
-        return np.mean([table.speedup(r, i) for r in rows], axis=0)
+        return stacked([table.speedup(r, i) for r in rows]).mean(axis=0)
 
     def gap(tau: float, index: Mapping[str, np.ndarray]) -> np.ndarray:
         return mean_speedup(outside, tau, index["out_of_domain"]) - mean_speedup(
@@ -399,14 +400,23 @@ def curves_part_late(curves: pd.DataFrame) -> list[Verdict]:
         return [untestable(CURVES_PART, "-", definition, "no acceptance-vs-step curves")]
     tau_dec = max(curves.tau_dec.unique(), key=lambda t: (np.isclose(t, 1.0), t))
     at_tau = curves[(curves.tau_dec == tau_dec) & curves.tau_kd.notna()]
+    if "replicate" not in at_tau:
+        at_tau = at_tau.assign(replicate=0)
     verdicts = []
     for paradigm, runs in at_tau.groupby("paradigm"):
-        ends = {k: runs[np.isclose(runs.tau_kd, k)].sort_values("step") for k in (0.0, 1.0)}
+        ends = {
+            k: [
+                run.sort_values("step")
+                for _, run in runs[np.isclose(runs.tau_kd, k)].groupby(runs.replicate.fillna(0))
+            ]
+            for k in (0.0, 1.0)
+        }
         scope = f"{paradigm}, τ_dec {tau_dec:g}"
-        if any(run.empty or run.acceptance_rate.isna().all() for run in ends.values()):
+        if any(not ends[k] or all(r.acceptance_rate.isna().all() for r in ends[k]) for k in ends):
             verdicts.append(untestable(CURVES_PART, scope, definition, "needs τ_kd 0 and 1 drafts' curves"))
             continue
-        verdicts.append(_curve_verdict(ends, scope, definition))
+        common = min(len(ends[0.0]), len(ends[1.0]))  # replicates with both curves
+        verdicts.append(_curve_verdict({k: r[:common] for k, r in ends.items()}, scope, definition))
     return verdicts
 
 
@@ -416,24 +426,28 @@ def _middle_and_last(run: pd.DataFrame) -> pd.DataFrame:
     return run.iloc[[middle, -1]]
 
 
-def _curve_verdict(ends: Mapping[float, pd.DataFrame], scope: str, definition: str) -> Verdict:
-    rows = {k: _middle_and_last(run.dropna(subset=["acceptance_rate"])) for k, run in ends.items()}
+def _curve_verdict(ends: Mapping[float, Sequence[pd.DataFrame]], scope: str, definition: str) -> Verdict:
+    """`ends`: τ_kd 0 and 1 -> each training replicate's curve (one or more)."""
+    rows = {
+        k: [_middle_and_last(r.dropna(subset=["acceptance_rate"])) for r in runs] for k, runs in ends.items()
+    }
     lists = ("per_prompt_tokens", "per_prompt_beta_sum")
-    if all(run[column].notna().all() for run in rows.values() for column in lists):
-        arrays = {
-            (k, s): (np.array(r.per_prompt_tokens.iloc[s]), np.array(r.per_prompt_beta_sum.iloc[s]))
-            for k, r in rows.items()
+    every = [r for runs in rows.values() for r in runs]
+    if all(r[column].notna().all() for r in every for column in lists):
+        arrays = {  # (τ_kd, middle 0 / last 1) -> tokens, β sums [probe prompts, replicates]
+            (k, s): tuple(np.array([r[column].iloc[s] for r in runs], dtype=float).T for column in lists)
+            for k, runs in rows.items()
             for s in (0, 1)
         }
 
         def statistic(index: Mapping[str, np.ndarray]) -> np.ndarray:
             i = index["probe"]
-            alpha = {ks: b[i].sum(-1) / t[i].sum(-1) for ks, (t, b) in arrays.items()}
+            alpha = {ks: b[i].sum(-2) / t[i].sum(-2) for ks, (t, b) in arrays.items()}
             return np.abs(alpha[1.0, 1] - alpha[0.0, 1]) - np.abs(alpha[1.0, 0] - alpha[0.0, 0])
 
         size = {"probe": len(arrays[0.0, 0][0])}
         return judged(CURVES_PART, scope, definition, +1, statistic, size)
-    alpha = {k: r.acceptance_rate.to_numpy() for k, r in rows.items()}
+    alpha = {k: np.mean([r.acceptance_rate.to_numpy() for r in runs], axis=0) for k, runs in rows.items()}
     effect = float(abs(alpha[1.0][1] - alpha[0.0][1]) - abs(alpha[1.0][0] - alpha[0.0][0]))
     reason = "no interval: the probe logs one pooled α per step, not per-prompt values"
     return Verdict(CURVES_PART, scope, definition, effect, np.nan, np.nan, INCONCLUSIVE, reason)
@@ -463,6 +477,7 @@ def verdict_frame(verdicts: Sequence[Verdict]) -> pd.DataFrame:
                 "effect": "-" if np.isnan(v.effect) else f"{v.effect:+.3f}",
                 "95% CI": v.interval,
                 "verdict": v.verdict,
+                "replicates": v.training,
                 # a "|" would split the Markdown cell
                 "effect is": (v.definition + (f" — {v.note}" if v.note else "")).replace("|", "\\|"),
             }

@@ -23,7 +23,7 @@ from specray.distill.checkpoints import (
     draft_inputs,
     read_finished,
 )
-from specray.distill.inputs import draft_folder_name, draft_name
+from specray.distill.inputs import draft_folder_name, draft_name, replicate_name
 from specray.keys import cost_ratio_inputs, curve_inputs, describe_change, digest, draft_key_inputs
 from specray.names import BASELINE
 from specray.specdec.cells import DraftRef, fixed_step_costs
@@ -44,6 +44,13 @@ class DraftPlan:
     output_dir: Path
     key: str = ""
     key_inputs: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    replicate: int = 0  # training replicate (distill.replicates); 0 for the baseline
+
+    @property
+    def recipe(self) -> str:
+        """The draft's name without its replicate: what the report averages replicates over."""
+        suffix = f"/r{self.replicate}"
+        return self.name.removesuffix(suffix) if self.replicate else self.name
 
     @property
     def tau_kd(self) -> float | None:
@@ -55,12 +62,14 @@ class DraftPlan:
         """MLflow tags the UI can filter on."""
         mixture = ",".join(f"{t:g}:{w:g}" for t, w in sorted(self.mixture.items()))
         tau_kd = "" if self.tau_kd is None else f"{self.tau_kd:g}"
-        return {"paradigm": self.paradigm or "none", "tau_kd": tau_kd, "mixture": mixture}
+        tags = {"paradigm": self.paradigm or "none", "tau_kd": tau_kd, "mixture": mixture}
+        return tags | {"replicate": str(self.replicate)}
 
     @property
     def info(self) -> dict:
-        """What the report needs to place this draft in the figures."""
-        return {"paradigm": self.paradigm, "tau_kd": self.tau_kd, "mixture": self.tags["mixture"]}
+        """What the report needs to place this draft in the figures (and average its replicates)."""
+        place = {"paradigm": self.paradigm, "tau_kd": self.tau_kd, "mixture": self.tags["mixture"]}
+        return place | {"recipe": self.recipe, "replicate": self.replicate}
 
     @property
     def ref(self) -> DraftRef:
@@ -72,18 +81,30 @@ def sweep_dir(spec: SweepSpec) -> Path:
 
 
 def plan_drafts(spec: SweepSpec) -> list[DraftPlan]:
-    """Every distilled draft of the sweep, in a stable order (paradigm, then τ_kd, then mixtures)."""
+    """Every distilled draft of the sweep, in a stable order (replicate, then paradigm, then τ_kd, then
+    mixtures): replicate 0 of every recipe first, so a sweep stopped early has one draft of each."""
     root = sweep_dir(spec) / "drafts"
     plans = []
-    for paradigm in spec.distill.paradigms:
-        recipes = [{tau: 1.0} for tau in spec.teacher.temperatures]
-        recipes += [dict(m.weights) for m in spec.distill.mixtures]
-        for mixture in recipes:
-            name = draft_name(paradigm, mixture)
-            inputs = draft_inputs(spec, paradigm, mixture)
-            folder = root / draft_folder_name(name)
-            plans.append(DraftPlan(name, paradigm, mixture, folder, digest(inputs), inputs))
+    for replicate in range(spec.distill.replicates):
+        replicate_spec = spec.for_replicate(replicate)
+        for paradigm in spec.distill.paradigms:
+            recipes = [{tau: 1.0} for tau in spec.teacher.temperatures]
+            recipes += [dict(m.weights) for m in spec.distill.mixtures]
+            for mixture in recipes:
+                name = replicate_name(draft_name(paradigm, mixture), replicate)
+                inputs = draft_inputs(replicate_spec, paradigm, mixture)
+                folder = root / draft_folder_name(name)
+                key = digest(inputs)
+                plans.append(DraftPlan(name, paradigm, mixture, folder, key, inputs, replicate))
     return plans
+
+
+def shard_specs(spec: SweepSpec) -> list[SweepSpec]:
+    """The specs whose teacher shards the drafts train from: the sweep's own, and with
+    `teacher.replicate_shards` one per training replicate (each sampled with its own teacher.seed)."""
+    if not spec.teacher.replicate_shards:
+        return [spec]
+    return [spec.for_replicate(r) for r in range(spec.distill.replicates)]
 
 
 def baseline_plan(spec: SweepSpec, draft_path: str) -> DraftPlan:

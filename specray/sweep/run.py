@@ -57,13 +57,21 @@ from specray.sweep.plan import (
     draft_stage,
     plan_drafts,
     read_cells,
+    shard_specs,
     step_costs_file,
     step_costs_stage,
     sweep_dir,
 )
 from specray.sweep.progress import SweepDisplay
 from specray.tracking.client import Tracker, describe_sweep, open_tracker
-from specray.tracking.lineage import DRAFTS_VIEW, DatasetRef, SweepData, draft_model, draft_note
+from specray.tracking.lineage import (
+    DRAFTS_VIEW,
+    DatasetRef,
+    SweepData,
+    draft_model,
+    draft_note,
+    sweep_data,
+)
 from specray.tracking.names import CellAxes, cell_metrics
 
 log = logging.getLogger(__name__)
@@ -102,8 +110,8 @@ def target_id(spec: SweepSpec) -> str:
 def plan_sweep(spec: SweepSpec) -> SweepWork:
     """What `run_sweep` will reuse and compute (reads what is on disk; loads no model, starts nothing)."""
     out = sweep_dir(spec)
-    keys = train_shard_keys(spec)
-    done = sum(is_complete(key) for key in keys.values())
+    keys = [key for shards_of in shard_specs(spec) for key in train_shard_keys(shards_of).values()]
+    done = sum(is_complete(key) for key in keys)
     shards = StagePlan("teacher shards", reused=done, todo=len(keys) - done)
     if shards.todo:
         shards.reasons["not generated yet"] += shards.todo
@@ -150,11 +158,18 @@ def _run_sweep(
             target_path = resolve_model_path(spec.models.target, spec.models.zoo)
             draft_path = resolve_model_path(spec.models.draft, spec.models.zoo)
             display.advance()
-        responses = len(spec.teacher.temperatures) * spec.data.train_size
-        with display.stage("teacher shards", responses, "response"):
+        samples = shard_specs(spec)  # one teacher sample, or one per replicate (teacher.replicate_shards)
+        per_sample = len(spec.teacher.temperatures) * spec.data.train_size
+        with display.stage("teacher shards", per_sample * len(samples), "response"):
             from specray.teacher.pool import generate_teacher_shards
 
-            generate_teacher_shards(spec, show_progress=False, on_progress=display.set_counts)
+            for i, sample in enumerate(samples):
+                offset = i * per_sample
+
+                def counts(done: int, total: int, reused: int = 0, offset: int = offset) -> None:
+                    display.set_counts(offset + done, per_sample * len(samples), reused)
+
+                generate_teacher_shards(sample, show_progress=False, on_progress=counts)
         runs = {
             p.name: tracker.child_run(parent, p.name, p.key, p.tags, draft_note(spec, p)) for p in work.drafts
         }
@@ -269,9 +284,17 @@ def _distill_all(
     from specray.distill.ray_train import DraftJob, distill_drafts
 
     curves: dict[str, list[CurvePoint]] = {}
+    samples = {0: data}  # each replicate's own teacher sample, with teacher.replicate_shards
+
+    def datasets_of(plan: DraftPlan) -> list[DatasetRef]:
+        sample = plan.replicate if spec.teacher.replicate_shards else 0
+        if sample not in samples:
+            samples[sample] = sweep_data(spec.for_replicate(sample))
+        return samples[sample].for_draft(plan.mixture)
+
     for plan in work.drafts:
         if plan not in work.drafts_todo:
-            datasets = data.for_draft(plan.mixture)
+            datasets = datasets_of(plan)
             curves[plan.name] = finish_draft(plan, tracker, runs[plan.name], display, datasets, reused=True)
     todo = {plan.name: plan for plan in work.drafts_todo}
     reporters = {
@@ -283,7 +306,7 @@ def _distill_all(
         while not published.empty():
             plan = todo.get(published.get())
             if plan is not None and plan.name not in curves:
-                datasets = data.for_draft(plan.mixture)
+                datasets = datasets_of(plan)
                 curves[plan.name] = finish_draft(plan, tracker, runs[plan.name], display, datasets)
 
     lanes = [
@@ -296,7 +319,7 @@ def _distill_all(
             executor.submit(
                 distill_drafts,
                 spec,
-                [DraftJob(p.paradigm or "", p.mixture, p.output_dir) for p in lane],
+                [DraftJob(p.paradigm or "", p.mixture, p.output_dir, p.replicate) for p in lane],
                 report=lambda draft, curve: reporters[draft](curve),
                 published=published.put,
             )

@@ -96,3 +96,25 @@ def test_a_changed_setting_recomputes_exactly_what_it_changes(tmp_path: Path) ->
     for stage in ("teacher shards", "drafts", "step costs", "cells"):
         assert _counts(plan[stage])[1] == 0, (stage, plan[stage])
     assert finished_drafts(tmp_path) == after
+
+    # two training replicates: replicate 0 is the draft just made (reused under its key), replicate 1 new
+    fifth = run("distill.divergence=tvd", "distill.replicates=2")
+    plan = _plan(fifth.stdout)
+    assert plan["drafts"] == "4 reused, 4 to compute (new ×4)"
+    assert _counts(plan["cells"]) == (CELLS, 4 * CELLS_PER_DRAFT)
+    replicated = finished_drafts(tmp_path)
+    assert {name: replicated[name] for name in after} == after  # replicate 0 untouched
+    assert sorted(set(replicated) - set(after)) == sorted(f"{name}__r1" for name in after)
+    drafts = tmp_path / "smoke" / "drafts"
+    keys = {json.loads((drafts / n / "finished.json").read_text())["fingerprint"] for n in replicated}
+    assert len(keys) == 8  # every replicate its own draft
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("smoke").experiment_id])
+    parent = max((r for r in runs if r.data.tags.get(ROLE) == "sweep"), key=lambda r: r.info.start_time)
+    children = [r for r in runs if r.data.tags.get(PARENT) == parent.info.run_id]
+    tags = {r.data.tags["draft"]: r.data.tags.get("replicate") for r in children}
+    assert tags == {"non-distill": "0"} | {
+        name.replace("__", "/"): ("1" if name.endswith("__r1") else "0") for name in replicated
+    }
+    report = (tmp_path / "smoke" / "report" / "report.md").read_text()
+    assert "## Training replicates" in report and "replicates agree" in report

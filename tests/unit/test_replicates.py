@@ -1,0 +1,147 @@
+"""Training replicates (`distill.replicates`, `teacher.replicate_shards`): the drafts they add, their keys and
+names, and how the report averages them and judges the claims over them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specray.config import load_spec
+from specray.data.shards import train_shard_keys
+from specray.report import paired, verdicts
+from specray.report.replicates import replicate_means, replicate_spread, variance_table
+from specray.sweep.plan import plan_drafts, shard_specs
+from tests.conftest import REPO
+from tests.unit.test_verdicts import DIFFICULTY, cell
+
+TINY = REPO / "sweeps" / "tiny.yaml"
+
+
+def test_replicates_add_drafts_and_replicate_0_keeps_the_key_of_a_run_without_them() -> None:
+    single = plan_drafts(load_spec(TINY))
+    spec = load_spec(TINY, ["distill.replicates=3"])
+    plans = plan_drafts(spec)
+    assert len(plans) == 3 * len(single)
+    first = [p for p in plans if p.replicate == 0]
+    assert [(p.name, p.key, p.output_dir) for p in first] == [(p.name, p.key, p.output_dir) for p in single]
+    assert len({p.key for p in plans}) == len(plans)  # every replicate its own draft
+    again = next(p for p in plans if p.replicate == 2 and p.name.startswith("online/tau_kd=0.6"))
+    assert again.name == "online/tau_kd=0.6/r2" and again.output_dir.name == "online__tau_kd=0.6__r2"
+    assert again.recipe == "online/tau_kd=0.6" and again.tags["replicate"] == "2"
+    assert again.info == {
+        "paradigm": "online",
+        "tau_kd": 0.6,
+        "mixture": "0.6:1",
+        "recipe": "online/tau_kd=0.6",
+        "replicate": 2,
+    }
+    assert again.key_inputs["distill.seed"] == spec.distill.seed + 2
+    twin = next(p for p in first if p.name == "online/tau_kd=0.6")
+    assert twin.key_inputs["shards"] == again.key_inputs["shards"]  # one teacher sample by default
+
+
+def test_replicate_r_is_the_draft_of_seed_plus_r() -> None:
+    """The same weights are the same key: replicate 1 of seed 0 is replicate 0 of seed 1."""
+    replicate = plan_drafts(load_spec(TINY, ["distill.replicates=2"]))
+    shifted = {p.name: p.key for p in plan_drafts(load_spec(TINY, ["distill.seed=1"]))}
+    for plan in (p for p in replicate if p.replicate == 1):
+        assert plan.key == shifted[plan.recipe]
+
+
+def test_replicate_shards_give_each_replicate_its_own_teacher_sample() -> None:
+    spec = load_spec(TINY, ["distill.replicates=2", "teacher.replicate_shards=true"])
+    samples = shard_specs(spec)
+    assert [s.teacher.seed for s in samples] == [spec.teacher.seed, spec.teacher.seed + 1]
+    keys = [train_shard_keys(s) for s in samples]
+    assert {k.digest for k in keys[0].values()}.isdisjoint({k.digest for k in keys[1].values()})
+    plans = plan_drafts(spec)
+    by_name = {p.name: p for p in plans}
+    assert (
+        by_name["offline/tau_kd=0.6"].key_inputs["shards"]
+        != by_name["offline/tau_kd=0.6/r1"].key_inputs["shards"]
+    )
+    assert shard_specs(load_spec(TINY, ["distill.replicates=2"])) == [
+        load_spec(TINY, ["distill.replicates=2"])
+    ]
+
+
+def test_a_replicate_outside_the_spec_is_refused() -> None:
+    spec = load_spec(TINY, ["distill.replicates=2"])
+    assert spec.for_replicate(0) is spec
+    with pytest.raises(ValueError, match="replicate 2 is not one of 0..1"):
+        spec.for_replicate(2)
+
+
+# ---------------------------------------------------------------- the report over replicates
+
+
+def replicated_grid(bonus: list[float], noise: float = 0.0, seed: int = 0) -> pd.DataFrame:
+    """Offline drafts τ_kd 0, 0.5, 1 at τ_dec 0, 0.5, 1 in len(bonus) replicates; in replicate r the
+    matched draft (τ_kd = τ_dec) is `bonus[r]` better in block efficiency on every prompt, plus a
+    per-replicate shift."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for r, extra in enumerate(bonus):
+        for tau_kd in (0.0, 0.5, 1.0):
+            shift = rng.normal(0, noise)
+            for tau_dec in (0.0, 0.5, 1.0):
+                gain = extra if np.isclose(tau_kd, tau_dec) else 0.0
+                recipe = f"offline/tau_kd={tau_kd:g}"
+                name = recipe + (f"/r{r}" if r else "")
+                row = cell(name, tau_dec, DIFFICULTY + gain + shift, paradigm="offline", tau_kd=tau_kd)
+                rows.append(row | {"recipe": recipe, "replicate": r})
+    return pd.DataFrame(rows)
+
+
+def diagonal(frame: pd.DataFrame) -> paired.Verdict:
+    (verdict,) = verdicts.diagonal_best(paired.prompt_cells(frame))
+    return verdict
+
+
+def test_an_effect_of_one_lucky_replicate_is_not_reproduced_though_its_own_interval_says_so() -> None:
+    frame = replicated_grid([0.5, 0.0, 0.0])
+    verdict = diagonal(frame)
+    assert verdict.replicates == 3 and verdict.agreeing == "1/3"
+    assert verdict.verdict != paired.REPRODUCED and verdict.training == "1/3 replicates agree"
+    lucky = diagonal(frame[frame.replicate == 0])  # what a single-seed sweep would have reported
+    assert lucky.verdict == paired.REPRODUCED and lucky.training == paired.TRAINING_NOT_MEASURED
+
+
+def test_an_effect_on_every_replicate_is_reproduced_with_every_replicate_agreeing() -> None:
+    verdict = diagonal(replicated_grid([0.5, 0.45, 0.55]))
+    assert verdict.verdict == paired.REPRODUCED and verdict.agreeing == "3/3"
+    assert verdict.effect > 0 and verdict.low > 0
+
+
+def test_the_replicated_effect_is_the_mean_of_the_replicates_effects() -> None:
+    frame = replicated_grid([0.5, 0.2, 0.3])
+    each = [diagonal(frame[frame.replicate == r].assign(replicate=0)).effect for r in range(3)]
+    assert diagonal(frame).effect == pytest.approx(np.mean(each))
+
+
+def test_means_spread_and_variance_split_over_replicates() -> None:
+    frame = replicated_grid([0.5, 0.0, 0.0], noise=0.1, seed=3)
+    means = replicate_means(frame.drop(columns=[c for c in frame if c.startswith("per_prompt")]))
+    assert len(means) == 9 and set(means.replicates) == {3}
+    assert set(means.draft) == {"offline/tau_kd=0", "offline/tau_kd=0.5", "offline/tau_kd=1"}
+    for (draft, tau_dec), group in frame.groupby(["recipe", "tau_dec"]):
+        row = means[(means.draft == draft) & (means.tau_dec == tau_dec)]
+        assert row.speedup_model.item() == pytest.approx(group.speedup_model.mean())
+    spread = replicate_spread(frame, means)
+    matched = spread[np.isclose(spread.tau_kd, spread.tau_dec)]
+    expected = (
+        frame[np.isclose(frame.tau_kd, frame.tau_dec)].groupby(["recipe", "tau_dec"]).speedup_model.std()
+    )
+    assert sorted(matched.speedup_model) == pytest.approx(sorted(expected))
+    table = variance_table(paired.prompt_cells(frame))
+    (row,) = table.to_dict("records")
+    assert row["paradigm"] == "offline" and row["replicates"] == 3 and row["cells"] == 9
+    assert 0.0 < row["training share"] < 1.0
+
+
+def test_one_replicate_reads_as_before() -> None:
+    frame = replicated_grid([0.5])
+    assert replicate_means(frame) is frame
+    assert replicate_spread(frame, frame).empty
+    assert variance_table(paired.prompt_cells(frame)).empty
