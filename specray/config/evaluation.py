@@ -168,6 +168,13 @@ class TuneSpec(Frozen):
         default=None, min_length=1, description="Model Registry name; None = <sweep name>-tuned-draft"
     )
     seed: int = 0
+    replicates: int = Field(
+        default=1,
+        ge=1,
+        description="training replicates of each draft Table 3 compares (the winner's recipe, the best "
+        "single τ_kd, the manual recipe), replicate r with distill.seed + r and the same budget: the "
+        "composition gain's interval then covers training too",
+    )
 
     @field_validator("objective_temperatures", "paradigms", "divergences", "onpolicy_fractions")
     @classmethod

@@ -81,8 +81,8 @@ class SweepSpec(Frozen):
         than a hash: replicate 1 of seed 0 is the draft of seed 1, and the cache knows it."""
         if replicate == 0:
             return self
-        if not 0 < replicate < self.distill.replicates:
-            raise ValueError(f"replicate {replicate} is not one of 0..{self.distill.replicates - 1}")
+        if replicate < 0:
+            raise ValueError(f"replicate {replicate}: replicates are numbered from 0")
         distill = self.distill.model_copy(update={"seed": self.distill.seed + replicate})
         update: dict[str, object] = {"distill": distill}
         if self.teacher.replicate_shards:

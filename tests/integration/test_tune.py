@@ -78,7 +78,10 @@ def test_a_search_reads_cached_shards_logs_every_trial_and_registers_the_winner(
 ) -> None:
     # teacher.seed=3: no shards yet, so the driver must generate them — before the search, never during it
     spec = load_spec(
-        SMOKE, micro_overrides(micro_zoo, tmp_path, "teacher.seed=3", "tune.max_concurrent_trials=2")
+        SMOKE,
+        micro_overrides(
+            micro_zoo, tmp_path, "teacher.seed=3", "tune.max_concurrent_trials=2", "tune.replicates=2"
+        ),
     )
     searching, generated, snapshots = [False], [], {}
     real_generate, real_search = teacher_pool.generate_shards, tune_module.search
@@ -123,8 +126,16 @@ def test_a_search_reads_cached_shards_logs_every_trial_and_registers_the_winner(
     assert [r.data.tags[TRIAL_ID] for r in best] == [winner.trial_id]
     assert best[0].data.metrics["objective"] == pytest.approx(winner.objective)
     assert "speedup_model/in_domain/tau_dec_1" in best[0].data.metrics  # measured on the test sets too
-    baselines = sorted(r.data.tags["draft"] for r in roles["draft"])
+    baselines = sorted(
+        r.data.tags["draft"] for r in roles["draft"] if r.data.tags["tune_role"] != "replicate"
+    )
     assert baselines == ["offline/mix=0:1,1:1", "offline/tau_kd=0", "offline/tau_kd=1"]
+    # tune.replicates=2: a second training of each draft Table 3 compares, tagged as replicate 1
+    replicates = {r.data.tags["draft"]: r for r in roles["draft"] if r.data.tags["tune_role"] == "replicate"}
+    tuned = f"tuned:{winner.recipe.name}/r1"
+    assert sorted(replicates) == sorted(["offline/mix=0:1,1:1/r1", "offline/tau_kd=1/r1", tuned])
+    assert {r.data.tags["replicate"] for r in replicates.values()} == {"1"}
+    assert all("speedup_model/in_domain/tau_dec_1" in r.data.metrics for r in replicates.values())
 
     name, version = outcome.registered
     registered = client.get_model_version(name, version)
@@ -146,6 +157,7 @@ def test_a_search_reads_cached_shards_logs_every_trial_and_registers_the_winner(
     verdicts = composition_gains(composition)
     assert len(verdicts) == 4  # manual and tuned, on both test sets
     assert all(np.isfinite([v.low, v.high]).all() and v.low <= v.effect <= v.high for v in verdicts)
+    assert all(v.replicates == 2 and v.agreeing in ("0/2", "1/2", "2/2") for v in verdicts)  # training too
 
 
 # ---------------------------------------------------------------- resume after the driver is killed

@@ -66,11 +66,11 @@ def test_replicate_shards_give_each_replicate_its_own_teacher_sample() -> None:
     ]
 
 
-def test_a_replicate_outside_the_spec_is_refused() -> None:
+def test_replicate_0_is_the_spec_itself_and_a_negative_one_is_refused() -> None:
     spec = load_spec(TINY, ["distill.replicates=2"])
     assert spec.for_replicate(0) is spec
-    with pytest.raises(ValueError, match="replicate 2 is not one of 0..1"):
-        spec.for_replicate(2)
+    with pytest.raises(ValueError, match="replicate -1: replicates are numbered from 0"):
+        spec.for_replicate(-1)
 
 
 # ---------------------------------------------------------------- the report over replicates

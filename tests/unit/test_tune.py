@@ -235,6 +235,24 @@ def test_table3_reports_each_contender_and_its_gain_over_the_best_single_tau_kd(
     assert math.isnan(relative_gain(1.0, 0.0))
 
 
+def test_table3_shows_the_mean_over_a_contenders_replicates() -> None:
+    contenders = Contenders(
+        tuned="tuned:x", single={1.0: "s"}, manual={1.0: "m"}, labels={"s": "1", "m": "0.9+1", "tuned:x": "x"}
+    )
+    records = [
+        _record(1.0, speedup, draft, "in_domain") | {"recipe": recipe, "replicate": r}
+        for recipe, speedups in {"s": (1.0, 1.2), "m": (1.1, 1.3), "tuned:x": (1.4, 1.0)}.items()
+        for r, speedup in enumerate(speedups)
+        for draft in [recipe if r == 0 else f"{recipe}/r{r}"]
+    ]
+    (row,) = table3(records, contenders).to_dict("records")
+    assert row["single speedup_model"] == pytest.approx(1.1) and row["manual speedup_model"] == pytest.approx(
+        1.2
+    )
+    assert row["tuned gain"] == pytest.approx(1.2 / 1.1 - 1)
+    assert (row["single draft"], row["manual draft"], row["tuned draft"]) == ("s", "m", "tuned:x")
+
+
 # ---------------------------------------------------------------- the edge
 
 

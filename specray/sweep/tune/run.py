@@ -45,7 +45,7 @@ import ray
 from specray.cluster.runtime import ray_session
 from specray.config import SweepSpec
 from specray.distill.checkpoints import draft_inputs, is_finished
-from specray.distill.inputs import draft_folder_name
+from specray.distill.inputs import draft_folder_name, replicate_name
 from specray.errors import SpecError
 from specray.files import write_atomic
 from specray.keys import digest
@@ -192,7 +192,12 @@ def _run_tune(spec: SweepSpec, resume: bool, show_progress: bool) -> TuneOutcome
         trials, winner = record_trials(spec, tracker, parent, results, out / TRIALS_DIR)
         run.runs[TUNED + winner.recipe.name] = winner.run_id
         drafts = _table3_drafts(singles, manual, contenders, winner)
+        replicates = _replicates(run, singles, manual, contenders, winner)
+        drafts |= {plan.name: str(plan.output_dir) for plan in replicates}
         records = _evaluate(run, drafts, list(spec.eval.test_sets), "test sets")
+        recipes = {plan.name: (plan.recipe, plan.replicate) for plan in replicates}
+        for record in records:  # which contender each record measures, and which of its replicates
+            record["recipe"], record["replicate"] = recipes.get(record["draft"], (record["draft"], 0))
     return _finish(
         run, resumed, records, replace(contenders, tuned=TUNED + winner.recipe.name), winner, trials
     )
@@ -274,16 +279,19 @@ def _baseline_plan(run: _Run, recipe: Recipe) -> DraftPlan:
     return DraftPlan(recipe.name, recipe.paradigm, recipe.mixture, folder.absolute(), key, inputs)
 
 
-def _distil_baselines(run: _Run, plans: list[DraftPlan], role: str) -> None:
-    """Distil the unfinished baseline drafts (as many at once as the cluster holds), log each to its run."""
+def _distil_baselines(
+    run: _Run, plans: list[DraftPlan], role: str, specs: Mapping[str, SweepSpec] | None = None
+) -> None:
+    """Distil the unfinished baseline drafts (as many at once as the cluster holds), log each to its run.
+    A draft trains under the baselines' budget spec, or under `specs[name]` where given (a replicate)."""
     from specray.sweep.run import finish_draft
 
     spec = budget_spec(run.spec, baseline_recipe(run.spec, {}))
     d = spec.distill
     task = ray.remote(distil_baseline).options(num_cpus=d.num_cpus_per_worker, num_gpus=d.num_gpus_per_worker)
-    spec_json = spec.model_dump(mode="json")
     pending = {}
     for plan in plans:
+        spec_json = (specs or {}).get(plan.name, spec).model_dump(mode="json")
         tags = plan.tags | {"tune_role": role}
         note = draft_note(run.spec, plan)
         run.runs[plan.name] = run.tracker.child_run(run.parent, plan.name, plan.key, tags, note)
@@ -300,6 +308,44 @@ def _distil_baselines(run: _Run, plans: list[DraftPlan], role: str) -> None:
         plan = pending.pop(done)
         ray.get(done)  # a failed distillation stops the search; finished drafts stay finished
         finish_draft(plan, run.tracker, run.runs[plan.name], run.display, _datasets(run, plan))
+
+
+def _replicates(
+    run: _Run,
+    singles: Mapping[float, DraftPlan],
+    manual: Mapping[str, DraftPlan],
+    contenders: Contenders,
+    winner: TrialRecord,
+) -> list[DraftPlan]:
+    """Replicates 1 … N−1 (`tune.replicates`) of every draft Table 3 compares — the winner's recipe, each
+    best single τ_kd and each manual recipe — trained with distill.seed + r under the same budget, in
+    `baselines/` (reused by key on a resumed search). Replicate 0 is the draft the search already has."""
+    spec = run.spec
+    by_name = {plan.name: plan for plan in [*singles.values(), *manual.values()]}
+    compared = {*contenders.single.values(), *contenders.manual.values()}
+    recipes = {name: baseline_recipe(spec, by_name[name].mixture) for name in sorted(compared)}
+    recipes[TUNED + winner.recipe.name] = winner.recipe
+    plans, specs = [], {}
+    for replicate in range(1, spec.tune.replicates):
+        for name, recipe in recipes.items():
+            replicate_spec = budget_spec(spec, recipe).for_replicate(replicate)
+            inputs = draft_inputs(replicate_spec, recipe.paradigm, recipe.mixture)
+            folder = draft_folder_name(replicate_name(name.replace(TUNED, "tuned__"), replicate))
+            plan = DraftPlan(
+                replicate_name(name, replicate),
+                recipe.paradigm,
+                recipe.mixture,
+                (run.out / BASELINES_DIR / folder).absolute(),
+                digest(inputs),
+                inputs,
+                replicate,
+            )
+            plans.append(plan)
+            specs[plan.name] = replicate_spec
+    if plans:
+        with run.display.stage("replicates", len(plans), "draft"):
+            _distil_baselines(run, plans, "replicate", specs)
+    return plans
 
 
 def _datasets(run: _Run, plan: DraftPlan) -> list[DatasetRef]:
