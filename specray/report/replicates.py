@@ -44,7 +44,7 @@ def replicate_means(frame: pd.DataFrame) -> pd.DataFrame:
     are dropped from averaged rows. Unchanged without replicates."""
     if replicate_count(frame) == 1:
         return frame
-    frame = frame.assign(draft=frame[RECIPE].fillna(frame.draft))
+    frame = frame.assign(draft=frame[RECIPE].fillna(frame.draft)).drop(columns=[REPLICATE])
     keys = ["draft", *(c for c in COORDINATES if c in frame)]
     rows = []
     for _, group in frame.groupby(keys, dropna=False, sort=False):
