@@ -30,6 +30,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from transformers.utils import logging as hf_logging
 
 from specray.config import TinyLlamaSpec, ZooSpec
+from specray.data.chat import TINY_CHAT_TEMPLATE
 from specray.data.splits import fingerprint
 from specray.data.synthetic import IN_DOMAIN, OUT_OF_DOMAIN, synthetic_corpus
 from specray.data.templates import format_prompt
@@ -40,7 +41,7 @@ from specray.progress import bar, live_display
 
 log = logging.getLogger(__name__)
 
-ZOO_FORMAT = 2  # bump when the build recipe changes, so old caches are not reused
+ZOO_FORMAT = 3  # bump when the build recipe changes, so old caches are not reused
 MODEL_FORMAT = 1  # bump when one model's own recipe changes, so that model is rebuilt
 MODELS = ("target", "draft")
 PAD, BOS, EOS = "<pad>", "<s>", "</s>"
@@ -129,7 +130,9 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFas
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, tokenizer.token_to_id(BOS))]
     )
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token=BOS, eos_token=EOS, pad_token=PAD)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token=BOS, eos_token=EOS, pad_token=PAD)
+    fast.chat_template = TINY_CHAT_TEMPLATE  # `data.template: chat` and `specray bench` run on the zoo too
+    return fast
 
 
 def packed_tokens(texts: list[str], tokenizer: PreTrainedTokenizerFast) -> torch.Tensor:
@@ -236,6 +239,7 @@ def _build_zoo(spec: ZooSpec, final: Path) -> Zoo:
                 info["models"][name] = _build_model(spec, name, tokenizer, stream, Path(tmp) / name)
             else:
                 shutil.copytree(built, Path(tmp) / name)
+                tokenizer.save_pretrained(Path(tmp) / name)  # the same vocabulary; this build's chat template
                 reused = json.loads((built.parent / "zoo.json").read_text())["models"][name]
                 info["models"][name] = reused | {"copied_from": built.parent.name}
         info["seconds"] = round(time.perf_counter() - started, 1)

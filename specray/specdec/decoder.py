@@ -99,6 +99,9 @@ class DecodeStats:
 class Decoded:
     tokens: list[int]
     stats: DecodeStats = field(default_factory=DecodeStats)
+    # new tokens each verification step (or, decoding alone, each step) added to `tokens`: the accepted
+    # proposals and the target's own token, cut where the output stops (Spec-Bench's accept_lengths)
+    step_tokens: list[int] = field(default_factory=list)
 
 
 def crop_cache(cache: DynamicCache, length: int) -> None:
@@ -258,7 +261,9 @@ def speculative_decode(
         else:  # the draft never ran on its last proposal (or, with no proposals, on what was pending)
             draft_pending = (proposals[-1:] if block else draft_pending) + [next_token]
         target_pending = [next_token]
+        before = len(out.tokens)
         done = finish(out.tokens, proposals[:n] + [next_token], eos_token_id, max_new_tokens)
+        out.step_tokens.append(len(out.tokens) - before)
     stats.emitted = len(out.tokens)
     stats.seconds = time.perf_counter() - started
     out.stats = stats
@@ -290,6 +295,7 @@ def autoregressive_decode(
         pending = [token]
         out.stats.target_calls += 1
         done = finish(out.tokens, [token], eos_token_id, max_new_tokens)
+        out.step_tokens.append(1)
     out.stats.emitted = len(out.tokens)
     out.stats.seconds = time.perf_counter() - started
     return out

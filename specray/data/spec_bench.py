@@ -1,0 +1,179 @@
+"""Spec-Bench question files, MT-bench's categories and the per-category request temperatures of a workload.
+
+A Spec-Bench question file (`data/spec_bench/question.jsonl` of the Spec-Bench repository) is JSON Lines, one
+question per line:
+
+    {"question_id": 81, "category": "writing", "turns": ["Compose ...", "Rewrite ..."], "reference": [...]}
+
+`turns` are the user's turns (a list of strings, or one string for a single-turn question); `reference`
+(optional) holds reference answers turn by turn, each a string or a list of acceptable answers. Spec-Bench
+has 480 questions in 13 categories: MT-bench's 80 two-turn questions in its eight categories, and 80
+single-turn questions each of translation, summarization, qa, math_reasoning and rag.
+
+MT-bench decodes each category at its own temperature. The `mt_bench` workload is FastChat's table
+(`fastchat/llm_judge/common.py`, `temperature_config`): writing and roleplay 0.7, stem and humanities 0.1,
+extraction, math, coding and reasoning 0.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specray.errors import DataError
+
+MT_BENCH_CATEGORIES = (
+    "writing",
+    "roleplay",
+    "reasoning",
+    "math",
+    "coding",
+    "extraction",
+    "stem",
+    "humanities",
+)
+SPEC_BENCH_CATEGORIES = (*MT_BENCH_CATEGORIES, "translation", "summarization", "qa", "math_reasoning", "rag")
+# Named category selections: `categories: [mt_bench]` is MT-bench's eight.
+CATEGORY_GROUPS = {"mt_bench": MT_BENCH_CATEGORIES, "spec_bench": SPEC_BENCH_CATEGORIES}
+
+# category -> request temperature (FastChat's llm_judge temperature_config)
+WORKLOADS: dict[str, dict[str, float]] = {
+    "mt_bench": {
+        "writing": 0.7,
+        "roleplay": 0.7,
+        "extraction": 0.0,
+        "math": 0.0,
+        "coding": 0.0,
+        "reasoning": 0.0,
+        "stem": 0.1,
+        "humanities": 0.1,
+    }
+}
+
+
+@dataclass(frozen=True)
+class Question:
+    """One question: the user's turns in order, and reference answers turn by turn where the file has them."""
+
+    question_id: int
+    category: str
+    turns: tuple[str, ...]
+    # per turn, the acceptable answers (RAG questions list several; most rows one)
+    reference: tuple[tuple[str, ...], ...] | None = None
+
+
+def resolve_categories(
+    categories: Iterable[str] | None, source: str = "categories"
+) -> tuple[str, ...] | None:
+    """Expand group names (`mt_bench`) and refuse unknown categories, listing the allowed ones."""
+    if categories is None:
+        return None
+    resolved: list[str] = []
+    for name in categories:
+        for category in CATEGORY_GROUPS.get(name, (name,)):
+            if category not in SPEC_BENCH_CATEGORIES:
+                allowed = ", ".join([*CATEGORY_GROUPS, *SPEC_BENCH_CATEGORIES])
+                raise DataError(f"{source}: unknown category {name!r}; allowed: {allowed}")
+            if category not in resolved:
+                resolved.append(category)
+    if not resolved:
+        raise DataError(f"{source}: an empty category list selects no question")
+    return tuple(resolved)
+
+
+def load_questions(path: str | Path, categories: Iterable[str] | None = None) -> list[Question]:
+    """The questions of a Spec-Bench question file, in file order, optionally only `categories` (names or
+    groups such as `mt_bench`). A bad line is an error naming the file, the line and the field."""
+    path = Path(path).expanduser()
+    wanted = resolve_categories(categories, f"{path}: categories")
+    if not path.is_file():
+        raise DataError(f"{path}: file not found" if not path.exists() else f"{path}: not a file")
+    questions: list[Question] = []
+    seen: set[int] = set()
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            question = _question(path, number, line)
+            if question.question_id in seen:
+                raise DataError(f"{path}:{number}: question_id {question.question_id} appears twice")
+            seen.add(question.question_id)
+            if wanted is None or question.category in wanted:
+                questions.append(question)
+    if not questions:
+        chosen = f" in categories {', '.join(wanted)}" if wanted else ""
+        raise DataError(f"{path}: no questions{chosen}")
+    return questions
+
+
+def _question(path: Path, number: int, line: str) -> Question:
+    where = f"{path}:{number}"
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise DataError(f"{where}: not valid JSON ({error.msg})") from None
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: a question is a JSON object, got {type(row).__name__}")
+    qid = row.get("question_id")
+    if isinstance(qid, bool) or not isinstance(qid, int | str) or not str(qid).strip().isdigit():
+        raise DataError(f"{where}: 'question_id' must be an integer, got {qid!r}")
+    category = row.get("category")
+    if not isinstance(category, str) or not category.strip():
+        raise DataError(f"{where}: 'category' must be a non-empty string, got {category!r}")
+    turns = _texts(row.get("turns"), where, "turns")
+    if turns is None:
+        raise DataError(f"{where}: missing 'turns' (the user's turns: a string or a list of strings)")
+    return Question(int(qid), category, turns, _reference(row.get("reference"), where))
+
+
+def _reference(value: Any, where: str) -> tuple[tuple[str, ...], ...] | None:
+    """Reference answers turn by turn, each a string or a list of acceptable strings; None when absent."""
+    if value is None:
+        return None
+    items = [value] if isinstance(value, str) else value
+    answers = (
+        [[item] if isinstance(item, str) else item for item in items] if isinstance(items, list) else None
+    )
+    if not answers or not all(isinstance(a, list) and all(isinstance(t, str) for t in a) for a in answers):
+        raise DataError(
+            f"{where}: 'reference' must be a string or a list with, per turn, a string or a list of strings"
+        )
+    return tuple(tuple(a) for a in answers)
+
+
+def _texts(value: Any, where: str, field: str) -> tuple[str, ...] | None:
+    """A string or a non-empty list of strings, as a tuple; None when absent."""
+    if value is None:
+        return None
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items or not all(isinstance(t, str) for t in items):
+        raise DataError(f"{where}: '{field}' must be a string or a non-empty list of strings")
+    if field == "turns" and not all(t.strip() for t in items):
+        raise DataError(f"{where}: 'turns' holds an empty turn")
+    return tuple(items)
+
+
+def workload_temperatures(
+    workload: str | Mapping[str, float], categories: Sequence[str], source: str = "workload"
+) -> dict[str, float]:
+    """category -> request temperature for these categories: a preset name or a mapping. Every category
+    must have a temperature."""
+    if isinstance(workload, str):
+        if workload not in WORKLOADS:
+            raise DataError(f"{source}: unknown workload {workload!r}; presets: {', '.join(WORKLOADS)}")
+        table = WORKLOADS[workload]
+    else:
+        table = dict(workload)
+    missing = [c for c in categories if c not in table]
+    if missing:
+        raise DataError(
+            f"{source}: no temperature for categories {', '.join(missing)} "
+            f"(it covers {', '.join(table) or 'none'})"
+        )
+    bad = {c: t for c, t in table.items() if not 0.0 <= float(t) <= 2.0}
+    if bad:
+        raise DataError(f"{source}: temperatures must be in [0, 2], got {bad}")
+    return {c: float(table[c]) for c in categories}
