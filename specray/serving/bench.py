@@ -310,12 +310,12 @@ def read_answers(path: Path) -> list[dict[str, Any]]:
 
 
 def groups(categories: Iterable[str]) -> list[tuple[str, set[str]]]:
-    """Spec-Bench's report groups present here: each category, `mt_bench` when any MT-bench category is,
-    and `overall`."""
+    """Spec-Bench's report groups present here: each category, `mt_bench` when MT-bench categories are among
+    others, and `overall`."""
     present = list(dict.fromkeys(categories))
     result = [(c, {c}) for c in present]
     mt = {c for c in present if c in MT_BENCH_CATEGORIES}
-    if mt and len(present) > 1:
+    if mt and mt != set(present):
         result.append(("mt_bench", mt))
     if len(present) > 1:
         result.append(("overall", set(present)))
