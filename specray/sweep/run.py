@@ -447,7 +447,9 @@ def _evaluate_all(
         evaluators = pool.get()
         evaluators.step_costs = cost
         evaluators.run(passes(todo, spec.eval.drafts_per_pass), on_result=on_result, show_progress=False)
-    return [saved[job.key] for job in jobs]
+    # a record is found by its key; the draft it names is this sweep's name for it (the same weights may
+    # have been evaluated under another name: `online/tau_kd=1` before it was `online/tau_kd=1/fkl/gkd`)
+    return [replace(saved[job.key], draft=job.draft) for job in jobs]
 
 
 def _target_outputs(
