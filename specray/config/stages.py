@@ -231,6 +231,16 @@ class DistillSpec(Frozen):
     def varies_data_source(self) -> bool:
         return len(self.data_source_list) > 1
 
+    def grid_axes_problems(self, command: str) -> list[str]:
+        """Why `command`, which trains one online draft per recipe, cannot take this spec's lists."""
+        listed = {"divergence": self.varies_divergence, "data_sources": self.varies_data_source}
+        return [
+            f"distill.{field}: {command} trains one value; the list is a grid axis of `specray run` "
+            f"(give one, e.g. distill.{field}={self.divergences[0] if field == 'divergence' else 'gkd'})"
+            for field, varied in listed.items()
+            if varied
+        ]
+
     @property
     def draft_divergence(self) -> str:
         """The one divergence a draft trains with; a list is a grid, trained one value at a time

@@ -135,3 +135,15 @@ def test_a_bad_value_in_a_list_is_one_line_naming_the_field_and_the_valid_values
 def test_lists_round_trip_through_the_saved_spec() -> None:
     spec = load_spec(SMOKE, GRID)
     assert SweepSpec.model_validate(spec.model_dump(mode="json")) == spec
+
+
+def test_commands_that_train_one_online_draft_refuse_a_list_naming_the_field() -> None:
+    from specray.sweep.tune.space import check_tune
+
+    spec = load_spec(SMOKE, GRID)
+    with pytest.raises(SpecError) as error:
+        check_tune(spec)
+    text = str(error.value)
+    assert "distill.divergence: specray tune trains one value" in text
+    assert "distill.data_sources: specray tune trains one value" in text
+    assert load_spec(SMOKE).distill.grid_axes_problems("specray tune") == []
