@@ -235,7 +235,7 @@ class DistillSpec(Frozen):
         """Why `command`, which trains one online draft per recipe, cannot take this spec's lists."""
         listed = {"divergence": self.varies_divergence, "data_sources": self.varies_data_source}
         return [
-            f"distill.{field}: {command} trains one value; the list is a grid axis of `specray run` "
+            f"distill.{field}: {command} trains one value; the list is a grid axis of specray run "
             f"(give one, e.g. distill.{field}={self.divergences[0] if field == 'divergence' else 'gkd'})"
             for field, varied in listed.items()
             if varied
