@@ -118,14 +118,17 @@ def _figure(rows: pd.DataFrame, base: pd.DataFrame, metric: str, title: str) -> 
         table = table.reindex(index=algorithms, columns=divergences)
         reference = base[np.isclose(base.tau_dec, tau) & (base.gamma == gamma)][metric]
         ax = axes[i][j]
-        ax.imshow(table.to_numpy(dtype=float), aspect="auto", cmap="viridis")
+        ax.imshow(table.to_numpy(dtype=float), aspect="auto", cmap="viridis")  # all-nan panel: blank
         ax.set_xticks(range(len(divergences)), divergences)
         ax.set_yticks(range(len(algorithms)), algorithms if j == 0 else [""] * len(algorithms))
         none = f"; none {reference.mean():.2f}" if not reference.empty else ""
         ax.set_title(f"τ_dec {tau:g}, γ {gamma}{none}", fontsize=8)
-        for (r, c), value in np.ndenumerate(table.to_numpy(dtype=float)):
-            if np.isfinite(value):
-                ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=7, color="white")
+        values = table.to_numpy(dtype=float)
+        middle = np.nanmean([np.nanmin(values), np.nanmax(values)]) if np.isfinite(values).any() else 0.0
+        for (r, c), value in np.ndenumerate(values):
+            if np.isfinite(value):  # dark text on the bright end of viridis, light text on the dark end
+                color = "black" if value > middle else "white"
+                ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=7, color=color)
     fig.suptitle(title)
     return fig
 
