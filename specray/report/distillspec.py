@@ -54,6 +54,7 @@ NOTE = (
     "Online drafts per KD algorithm (the training-data source, DistillSpec Table 1) and divergence, at each "
     "(τ_dec, γ): analytic block efficiency (expected tokens per target call) and modelled speedup "
     "(DistillSpec Fig. 2/4; Table D.1 below). The un-distilled draft's value is in each panel's title. "
+    "Then the probe's acceptance during distillation per algorithm and divergence (Fig. 3a). "
     "Where the sweep has several τ_kd, each has its own figures. The τ_kd × τ_dec figures above average "
     "each online τ_kd over these drafts.\n"
 )
@@ -131,6 +132,34 @@ def _figure(rows: pd.DataFrame, base: pd.DataFrame, metric: str, title: str) -> 
                 ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=7, color=color)
     fig.suptitle(title)
     return fig
+
+
+def acceptance_over_steps(curves: pd.DataFrame, out_dir: Path, tau_dec: float = 1.0) -> list[Path]:
+    """DistillSpec Fig. 3a: the probe's acceptance during distillation (at the probed τ_dec nearest
+    `tau_dec`), one line per algorithm, one panel per divergence, per τ_kd. `curves`: `figures.curve_frame`'s
+    rows of replicate 0."""
+    rows = grid_drafts(curves)
+    if rows.empty:
+        return []
+    nearest = min(rows.tau_dec.unique(), key=lambda t: abs(t - tau_dec))
+    rows = rows[rows.tau_dec == nearest]
+    paths = []
+    for tau_kd, group in rows.groupby("tau_kd"):
+        divergences = _ordered(group.divergence, ["fkl", "rkl", "jsd", "tvd"])
+        fig, axes = plt.subplots(1, len(divergences), figsize=(4 * len(divergences), 3.5), squeeze=False)
+        for ax, divergence in zip(axes[0], divergences, strict=True):
+            here = group[group.divergence == divergence]
+            for name in _ordered(here.algorithm, list(ALGORITHMS.values())):
+                run = here[here.algorithm == name].sort_values("step")
+                ax.plot(run.step, run.acceptance_rate, marker=".", label=name)
+            ax.set_title(divergence)
+            ax.set_xlabel("KD step")
+            ax.grid(alpha=0.3)
+        axes[0][0].set_ylabel(f"acceptance_rate at τ_dec={nearest:g}")
+        axes[0][-1].legend(fontsize=7)
+        fig.suptitle(f"acceptance over KD steps per algorithm, τ_kd {tau_kd:g} (DistillSpec Fig. 3a)")
+        paths.append(save_figure(fig, out_dir / f"distillspec_kd_steps_tau_kd={tau_kd:g}.png"))
+    return paths
 
 
 def table_d1(cells: pd.DataFrame) -> pd.DataFrame:
