@@ -115,10 +115,13 @@ FIELDS: dict[str, Direct | Via] = {
     "teacher.vllm.max_model_len": _via("shard key (engine)", "shard", "draft"),
     "teacher.vllm.batch_invariant": NONE,  # which kernels compute the logits: round-off, not the sampler
     "distill.paradigms": _direct("grid"),
-    "distill.divergence": _direct("draft:online"),
+    # one value: in every online draft's key; a list: which online drafts exist, each keyed by its own one
+    # value (`SweepSpec.for_variant`), so a one-value sweep's drafts keep their keys
+    "distill.divergence": _direct("draft:online", "grid"),
     "distill.jsd_beta": _direct("draft:online"),  # dropped from the key unless divergence is jsd
     "distill.onpolicy_fraction": _direct("draft:online"),
-    "distill.data_sources": _direct("draft:online"),  # fixed / teacher / student rows (online runs only)
+    # fixed / teacher / student rows (online runs only); a list: one online draft per value, as divergence
+    "distill.data_sources": _direct("draft:online", "grid"),
     "distill.loss_averaging": _direct("draft"),  # a token mean or DistillSpec's per-sequence mean
     "distill.loss_chunk_size": NONE,  # LM heads in chunks: the same loss up to fp round-off
     "distill.teacher_cache_mb": NONE,  # teacher states computed once, not every step: same up to round-off
@@ -279,12 +282,14 @@ def draft_key_inputs(
     inputs: dict[str, Any] = {"student": model_id(spec.models.draft, spec.models)}
     if paradigm is None:
         return inputs
+    if paradigm == "online" and (spec.distill.varies_divergence or spec.distill.varies_data_source):
+        raise ValueError("an online draft's key needs one divergence and data source (SweepSpec.for_variant)")
     roles = ("draft", "draft:online") if paradigm == "online" else ("draft",)
     inputs |= direct_inputs(spec.for_paradigm(paradigm), *roles)
     inputs.pop("distill.online_steps", None)  # resolved into distill.steps: the steps this draft trains
     if paradigm == "online":
         inputs["target"] = model_id(spec.models.target, spec.models)
-        if spec.distill.divergence != "jsd":
+        if spec.distill.draft_divergence != "jsd":
             inputs.pop("distill.jsd_beta")
     inputs |= {
         "paradigm": paradigm,

@@ -52,6 +52,9 @@ def distill(
         if (tau_kd is None) == (mixture is None):
             raise SpecError("give exactly one of --tau-kd TAU or --mixture TAU:WEIGHT,...")
         weights = {tau_kd: 1.0} if tau_kd is not None else parse_mixture(mixture or "")
+        problems = spec.distill.grid_axes_problems("specray distill") if paradigm == "online" else []
+        if problems:
+            raise SpecError("\n".join(problems))
         name = draft_name(paradigm, weights)
         target = output or Path(spec.output_dir) / spec.name / "drafts" / draft_folder_name(name)  # as `run`
         steps, tau_decs = spec.distill.steps_for(paradigm), spec.eval.temperatures

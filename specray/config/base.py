@@ -35,6 +35,12 @@ DType = Literal["auto", "float32", "bfloat16", "float16"]
 LenienceFunction = Literal["lin", "sq", "exp"]  # specray/ops/lenience.py: p/ε, p/ε², p^ε
 
 
+# The tags of a field that takes one value or a list (`distill.divergence`): they pick the member, and
+# error paths leave them out (`config/loading.py`), so an error reads `distill.divergence.1: ...`.
+ONE_TAG = "one_value"
+LIST_TAG = "value_list"
+
+
 class Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -11,6 +11,7 @@ from typing import Any, get_args
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from specray.config.base import LIST_TAG, ONE_TAG
 from specray.config.sweep import SweepSpec
 from specray.errors import SpecError
 
@@ -97,7 +98,7 @@ def format_validation_error(error: ValidationError, source: str) -> str:
     """One line per problem: `source: field.path: what is wrong (allowed: ...)`."""
     lines = []
     for item in error.errors():
-        loc = [str(p) for p in item["loc"]]
+        loc = [str(p) for p in item["loc"] if p not in (ONE_TAG, LIST_TAG)]
         path = ".".join(loc) or "(top level)"
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from specray.config.base import (
+    LIST_TAG,
     MAX_TEMPERATURE,
+    ONE_TAG,
     Divergence,
     DType,
     Frozen,
@@ -18,9 +20,11 @@ from specray.config.base import (
 from specray.distill.presets import (
     DATA_PRESETS,
     DEFAULT_PRESET,
+    DataPresetName,
     DataSources,
     DataSourcesField,
     resolve_sources,
+    source_name,
 )
 
 # What vLLM's `SamplingParams` does with a temperature (vllm 0.33.0, `sampling_params.py`): τ > 2 is
@@ -103,16 +107,43 @@ class Mixture(Frozen):
         return v
 
 
+def _one_or_list(value: Any) -> str:
+    return LIST_TAG if isinstance(value, list | tuple) else ONE_TAG
+
+
+# `distill.divergence` and `distill.data_sources`: one value, or a list of them (DistillSpec's grid axes).
+# The tags show in no error path (`config/loading.py` drops them): distill.divergence.1 names the list's
+# second item, distill.data_sources.preset a bad single preset as before.
+DivergenceAxis = Annotated[
+    Union[Annotated[Divergence, Tag(ONE_TAG)], Annotated[list[Divergence], Tag(LIST_TAG)]],  # noqa: UP007
+    Discriminator(_one_or_list),
+]
+DataSourcesAxis = Annotated[
+    Union[  # noqa: UP007
+        Annotated[DataPresetName, Tag("preset")],
+        Annotated[DataSources, Tag("fractions")],
+        Annotated[list[DataSourcesField], Tag(LIST_TAG)],
+    ],
+    Discriminator(
+        lambda v: "preset" if isinstance(v, str) else _one_or_list(v).replace(ONE_TAG, "fractions")
+    ),
+]
+
+
 class DistillSpec(Frozen):
     paradigms: list[Paradigm] = Field(default=["offline", "online"], min_length=1)
-    divergence: Divergence = "fkl"
+    divergence: DivergenceAxis = Field(
+        default="fkl",
+        description="online loss: fkl, rkl, jsd, tvd; one or a list (a grid axis: one online draft each)",
+    )
     jsd_beta: float = Field(default=0.5, gt=0.0, lt=1.0)
     onpolicy_fraction: float = Field(
         default=0.5, ge=0.0, le=1.0, description="λ: share of student samples (tempspec presets)"
     )
-    data_sources: DataSourcesField = Field(
+    data_sources: DataSourcesAxis = Field(
         default=DEFAULT_PRESET,
-        description="online batches: a preset of specray/distill/presets.py or {fixed: λ1, student: λ2}",
+        description="online batches: a preset of specray/distill/presets.py or {fixed: λ1, student: λ2}; "
+        "one or a list (a grid axis: one online draft each)",
     )
     loss_temperature: float = Field(default=1.0, gt=0.0, le=MAX_TEMPERATURE)
     loss_averaging: Literal["token", "sequence"] = Field(
@@ -166,16 +197,78 @@ class DistillSpec(Frozen):
         "replicates",
     )
 
+    @field_validator("divergence", "data_sources")
+    @classmethod
+    def _one_value_or_distinct_list(cls, v: Any) -> Any:
+        """A list of one is that value (its drafts keep the names and keys of a one-value spec); a list
+        names each value once."""
+        if not isinstance(v, list):
+            return v
+        if not v:
+            raise ValueError("needs at least one value")
+        names = [source_name(item) for item in v]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"lists {', '.join(repeated)} more than once")
+        return v[0] if len(v) == 1 else v
+
+    @property
+    def divergences(self) -> list[str]:
+        """The divergences of the online drafts: one, or the grid axis."""
+        return list(self.divergence) if isinstance(self.divergence, list) else [self.divergence]
+
+    @property
+    def data_source_list(self) -> list[str | DataSources]:
+        """The data sources of the online drafts: one, or the grid axis."""
+        value = self.data_sources
+        return list(value) if isinstance(value, list) else [value]
+
+    @property
+    def varies_divergence(self) -> bool:
+        return len(self.divergences) > 1
+
+    @property
+    def varies_data_source(self) -> bool:
+        return len(self.data_source_list) > 1
+
+    def grid_axes_problems(self, command: str) -> list[str]:
+        """Why `command`, which trains one online draft per recipe, cannot take this spec's lists."""
+        listed = {"divergence": self.varies_divergence, "data_sources": self.varies_data_source}
+        return [
+            f"distill.{field}: {command} trains one value; the list is a grid axis of specray run "
+            f"(give one, e.g. distill.{field}={self.divergences[0] if field == 'divergence' else 'gkd'})"
+            for field, varied in listed.items()
+            if varied
+        ]
+
+    @property
+    def draft_divergence(self) -> str:
+        """The one divergence a draft trains with; a list is a grid, trained one value at a time
+        (`SweepSpec.for_variant`)."""
+        if isinstance(self.divergence, list):
+            raise ValueError(
+                f"distill.divergence {self.divergence} is a grid axis: one draft trains one divergence "
+                "(specray run trains each; other commands take one value)"
+            )
+        return self.divergence
+
     def steps_for(self, paradigm: str) -> int:
         """The optimizer steps a draft of this paradigm trains."""
         return (self.online_steps or self.steps) if paradigm == "online" else self.steps
 
     @property
     def sources(self) -> DataSources:
-        """The online paradigm's fractions, a preset resolved with λ = onpolicy_fraction."""
+        """The online paradigm's fractions, a preset resolved with λ = onpolicy_fraction (one draft's: a
+        list is a grid, trained one value at a time, `SweepSpec.for_variant`)."""
+        if isinstance(self.data_sources, list):
+            names = [source_name(s) for s in self.data_sources]
+            raise ValueError(
+                f"distill.data_sources {names} is a grid axis: one draft trains one data source "
+                "(specray run trains each; other commands take one value)"
+            )
         return resolve_sources(self.data_sources, self.onpolicy_fraction)
 
     @property
     def reads_onpolicy_fraction(self) -> bool:
         """Whether λ = onpolicy_fraction changes the batches (only the tempspec presets read it)."""
-        return isinstance(self.data_sources, str) and DATA_PRESETS[self.data_sources].reads_lambda
+        return any(isinstance(s, str) and DATA_PRESETS[s].reads_lambda for s in self.data_source_list)

@@ -9,6 +9,7 @@ from specray.config.data import DataSpec
 from specray.config.evaluation import EvalSpec, TuneSpec
 from specray.config.models import ModelsSpec
 from specray.config.stages import DistillSpec, TeacherSpec
+from specray.distill.presets import source_name
 
 
 class TrackingSpec(Frozen):
@@ -73,6 +74,35 @@ class SweepSpec(Frozen):
             return self
         distill = self.distill.model_copy(update={"steps": steps, "online_steps": None})
         return self.model_copy(update={"distill": distill})
+
+    def for_variant(self, divergence: str, data_source: str) -> SweepSpec:
+        """The spec one online draft of DistillSpec's grid trains under: `distill.divergence` and
+        `distill.data_sources` the single values named (a data source by its `source_name`). A one-value
+        spec asked for its own values is the spec itself, so its drafts keep their keys; a draft of a list
+        has the key of the one-value spec with its values (the cache knows it)."""
+        d = self.distill
+        sources = {source_name(s): s for s in d.data_source_list}
+        if divergence not in d.divergences or data_source not in sources:
+            raise ValueError(
+                f"({divergence}, {data_source}) is not a draft of this sweep: distill.divergence "
+                f"{d.divergences}, distill.data_sources {list(sources)}"
+            )
+        if not d.varies_divergence and not d.varies_data_source:
+            return self
+        update = {"divergence": divergence, "data_sources": sources[data_source]}
+        return self.model_copy(update={"distill": d.model_copy(update=update)})
+
+    def for_draft(
+        self, paradigm: str, replicate: int = 0, divergence: str = "", data_source: str = ""
+    ) -> SweepSpec:
+        """The spec one draft trains under: its paradigm's steps, its replicate's seeds and (online, in
+        DistillSpec's grid) its divergence and data source ("" = the spec's only one)."""
+        spec = self.for_paradigm(paradigm)
+        if paradigm == "online" and (divergence or data_source):
+            d = spec.distill
+            one_source = source_name(d.data_source_list[0])
+            spec = spec.for_variant(divergence or d.divergences[0], data_source or one_source)
+        return spec.for_replicate(replicate)
 
     def for_replicate(self, replicate: int) -> SweepSpec:
         """The spec training replicate `replicate` of a draft trains under: `distill.seed` + r, and with

@@ -41,6 +41,12 @@ def draft_name(paradigm: str, mixture: Mapping[float, float]) -> str:
     return f"{paradigm}/mix=" + ",".join(f"{float(t):g}:{w:g}" for t, w in sorted(mixture.items()))
 
 
+def variant_name(name: str, divergence: str = "", data_source: str = "") -> str:
+    """An online draft of DistillSpec's grid: `online/tau_kd=1/tvd/gkd`, with only the axes its sweep varies
+    ("" = not varied), so a sweep of one divergence and one data source keeps `online/tau_kd=1`."""
+    return "/".join([name, *(axis for axis in (divergence, data_source) if axis)])
+
+
 def replicate_name(name: str, replicate: int) -> str:
     """Training replicate r of the draft `name`: `online/tau_kd=0.6/r1`; replicate 0 is `name` itself (a
     run without replicates made it, under the same key)."""

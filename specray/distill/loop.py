@@ -225,7 +225,7 @@ def _response_loss(
     if d.loss_chunk_size > 0:
         for model in (student, teacher) if teacher is not None else (student,):
             check_chunkable(model)
-    divergence = d.divergence if paradigm == "online" else None
+    divergence = d.draft_divergence if paradigm == "online" else None
     return ResponseLoss(divergence, d.loss_temperature, d.jsd_beta, d.loss_averaging, d.loss_chunk_size)
 
 

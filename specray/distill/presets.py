@@ -113,6 +113,14 @@ DataSourcesField = Annotated[
 ]
 
 
+def source_name(data_sources: str | DataSources | dict) -> str:
+    """A short stable name for draft names and MLflow tags: the preset's, or `fixed0.5_student0.5`."""
+    if isinstance(data_sources, str):
+        return data_sources
+    fractions = data_sources if isinstance(data_sources, DataSources) else DataSources(**data_sources)
+    return f"fixed{fractions.fixed:g}_student{fractions.student:g}"
+
+
 def resolve_sources(data_sources: str | DataSources, onpolicy_fraction: float) -> DataSources:
     """The fractions a `distill.data_sources` value stands for, with λ = `onpolicy_fraction`."""
     if isinstance(data_sources, DataSources):

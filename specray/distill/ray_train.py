@@ -201,6 +201,7 @@ class _TrainJob:
     name: str
     inputs: DistillInputs
     replicate: int = 0
+    variant: tuple[str, str] = ("", "")  # (divergence, data source): DraftJob's
 
 
 @dataclass(frozen=True)
@@ -227,7 +228,7 @@ def _train_worker(config: dict[str, Any]) -> None:
     spec = SweepSpec.model_validate(run.spec)
     for job in run.jobs:
         if not is_finished(job.output_dir, job.key):
-            _train_job(spec.for_paradigm(job.paradigm).for_replicate(job.replicate), job, run)
+            _train_job(spec.for_draft(job.paradigm, job.replicate, *job.variant), job, run)
             gc.collect()  # the draft's models, states and caches go now, not whenever cycles are next swept
 
 
@@ -346,17 +347,26 @@ def _user_error(error: BaseException) -> BaseException:
 
 @dataclass(frozen=True)
 class DraftJob:
-    """One draft of a Train run: its paradigm, its τ_kd mixture, where it is published and which training
-    replicate it is (`SweepSpec.for_replicate`: replicate r trains with distill.seed + r)."""
+    """One draft of a Train run: its paradigm, its τ_kd mixture, where it is published, which training
+    replicate it is (`SweepSpec.for_replicate`: replicate r trains with distill.seed + r) and, online in
+    DistillSpec's grid, its divergence and data source (`SweepSpec.for_variant`; "" = the spec's only one).
+    `label`: the sweep's name for it (`sweep.plan`), else `offline/tau_kd=0.6` and the like."""
 
     paradigm: str
     mixture: Mapping[float, float]
     output_dir: Path
     replicate: int = 0
+    divergence: str = ""
+    data_source: str = ""
+    label: str = ""
 
     @property
     def name(self) -> str:
-        return replicate_name(draft_name(self.paradigm, self.mixture), self.replicate)
+        return self.label or replicate_name(draft_name(self.paradigm, self.mixture), self.replicate)
+
+    def spec(self, spec: SweepSpec) -> SweepSpec:
+        """The spec this draft trains under."""
+        return spec.for_draft(self.paradigm, self.replicate, self.divergence, self.data_source)
 
 
 def distill(
@@ -393,7 +403,7 @@ def distill_drafts(
     draft (the drafts before it are published; the ones after it start fresh).
     """
     # distill.steps: this paradigm's steps; distill.seed (and teacher.seed): this replicate's
-    specs = [spec.for_paradigm(job.paradigm).for_replicate(job.replicate) for job in jobs]
+    specs = [job.spec(spec) for job in jobs]
     jobs = [  # a bad paradigm or τ_kd is one clear error here, before any key is computed
         replace(j, mixture=check_request(s, j.paradigm, j.mixture), output_dir=Path(j.output_dir).absolute())
         for s, j in zip(specs, jobs, strict=True)
@@ -446,7 +456,8 @@ def _claim_run_dir(jobs: Sequence[DraftJob], keys: Sequence[str]) -> Path:
 
 def _train_job_of(job: DraftJob, key: str, inputs: DistillInputs) -> _TrainJob:
     mixture, folder = dict(job.mixture), str(job.output_dir)
-    return _TrainJob(job.paradigm, mixture, folder, key, job.name, inputs, job.replicate)
+    variant = (job.divergence, job.data_source)
+    return _TrainJob(job.paradigm, mixture, folder, key, job.name, inputs, job.replicate, variant)
 
 
 def _run_trainer(

@@ -15,7 +15,7 @@ import pandas as pd
 from specray.distill.curves import CurvePoint
 from specray.names import BASELINE
 from specray.ops import speedup_model
-from specray.report import batching, figures, lossy, tables
+from specray.report import batching, distillspec, figures, lossy, tables
 from specray.report.convergence import CONVERGENCE_NOTE, convergence_table, projected_heading
 from specray.report.paired import prompt_cells
 from specray.report.replicates import (
@@ -195,6 +195,7 @@ def build_report(
     peaks = peak_table(frame)
     sections += ["", markdown_table(peaks[peaks.tau_dec <= 1.0])]
     sections += _table2_section(at_best, peaks)
+    sections += _distillspec_section(frame, with_lists, probe_curves, out_dir)
     sections += ["## Table 3: composition of τ_kd (from `specray tune`)\n", TABLE3_NOTE]
     sections += [markdown_table(tables.table3(composition)) if composition is not None else NO_TUNE]
     sections += _figure5_section(token_lengths or {}, lengths, out_dir)
@@ -248,6 +249,21 @@ def _verdict_section(
     lines += ["## Where the peaks are\n", *[f"- {line}" for line in findings(at_best)], ""]
     lines += ["## Fig. 1: speedup and acceptance vs τ_dec\n", FIG1_NOTE]
     return lines + [f"![{p.stem}]({p.name})" for p in figures.against_tau_dec(at_best, out_dir)]
+
+
+def _distillspec_section(
+    frame: pd.DataFrame, with_lists: pd.DataFrame, curves: pd.DataFrame, out_dir: Path
+) -> list[str]:
+    """KD algorithm × divergence (DistillSpec), only where the sweep varies either."""
+    if not distillspec.varies(frame):
+        return []
+    lines = ["\n## DistillSpec: KD algorithm × divergence\n", distillspec.NOTE]
+    lines += [f"![{p.stem}]({p.name})" for p in distillspec.heatmaps(frame, out_dir)]
+    lines += [f"![{p.stem}]({p.name})" for p in distillspec.acceptance_over_steps(curves, out_dir)]
+    lines += ["", "Table D.1:\n", markdown_table(distillspec.table_d1(frame)), ""]
+    lines += [distillspec.VERDICT_NOTE]
+    verdicts = distillspec.verdicts(prompt_cells(with_lists))
+    return lines + [markdown_table(verdict_frame(verdicts)), ""]
 
 
 def _replicates_section(

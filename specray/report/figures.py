@@ -160,6 +160,7 @@ def kd_step_curves(curves: pd.DataFrame, out_dir: Path, tau_dec: float = 1.0) ->
         group = at_tau[at_tau.paradigm == paradigm]
         for tau_kd in (0.0, 1.0):
             run = group[np.isclose(group.tau_kd.astype(float), tau_kd)].sort_values("step")
+            run = run[run.draft == run.draft.iloc[0]] if not run.empty else run  # one of a τ_kd's drafts
             if not run.empty and run.acceptance_rate.notna().any():
                 ax.plot(run.step, run.acceptance_rate, marker=".", label=f"τ_kd={tau_kd:g}")
         ax.set_xlabel("KD step")

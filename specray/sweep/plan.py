@@ -23,7 +23,8 @@ from specray.distill.checkpoints import (
     draft_inputs,
     read_finished,
 )
-from specray.distill.inputs import draft_folder_name, draft_name, replicate_name
+from specray.distill.inputs import draft_folder_name, draft_name, replicate_name, variant_name
+from specray.distill.presets import source_name
 from specray.keys import cost_ratio_inputs, curve_inputs, describe_change, digest, draft_key_inputs
 from specray.names import BASELINE
 from specray.specdec.cells import DraftRef, fixed_step_costs
@@ -45,6 +46,10 @@ class DraftPlan:
     key: str = ""
     key_inputs: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
     replicate: int = 0  # training replicate (distill.replicates); 0 for the baseline
+    # online drafts: the divergence and data source (`source_name`) they train with, DistillSpec's grid
+    # axes; "" for offline drafts (SeqKD on the shards) and the baseline
+    divergence: str = ""
+    data_source: str = ""
 
     @property
     def recipe(self) -> str:
@@ -63,13 +68,20 @@ class DraftPlan:
         mixture = ",".join(f"{t:g}:{w:g}" for t, w in sorted(self.mixture.items()))
         tau_kd = "" if self.tau_kd is None else f"{self.tau_kd:g}"
         tags = {"paradigm": self.paradigm or "none", "tau_kd": tau_kd, "mixture": mixture}
+        tags |= {"divergence": self.divergence, "data_source": self.data_source}
         return tags | {"replicate": str(self.replicate)}
 
     @property
     def info(self) -> dict:
         """What the report needs to place this draft in the figures (and average its replicates)."""
         place = {"paradigm": self.paradigm, "tau_kd": self.tau_kd, "mixture": self.tags["mixture"]}
+        place |= {"divergence": self.divergence, "data_source": self.data_source}
         return place | {"recipe": self.recipe, "replicate": self.replicate}
+
+    @property
+    def variant(self) -> tuple[str, str]:
+        """(divergence, data source) a Train job needs to derive this draft's spec (`SweepSpec.for_draft`)."""
+        return self.divergence, self.data_source
 
     @property
     def ref(self) -> DraftRef:
@@ -82,21 +94,48 @@ def sweep_dir(spec: SweepSpec) -> Path:
 
 def plan_drafts(spec: SweepSpec) -> list[DraftPlan]:
     """Every distilled draft of the sweep, in a stable order (replicate, then paradigm, then τ_kd, then
-    mixtures): replicate 0 of every recipe first, so a sweep stopped early has one draft of each."""
+    mixtures, then divergence and data source): replicate 0 of every recipe first, so a sweep stopped early
+    has one draft of each. Online drafts are one per (divergence, data source) of DistillSpec's grid;
+    offline drafts stay one per recipe (SeqKD on the shards)."""
     root = sweep_dir(spec) / "drafts"
     plans = []
     for replicate in range(spec.distill.replicates):
-        replicate_spec = spec.for_replicate(replicate)
         for paradigm in spec.distill.paradigms:
             recipes = [{tau: 1.0} for tau in spec.teacher.temperatures]
             recipes += [dict(m.weights) for m in spec.distill.mixtures]
             for mixture in recipes:
-                name = replicate_name(draft_name(paradigm, mixture), replicate)
-                inputs = draft_inputs(replicate_spec, paradigm, mixture)
-                folder = root / draft_folder_name(name)
-                key = digest(inputs)
-                plans.append(DraftPlan(name, paradigm, mixture, folder, key, inputs, replicate))
+                for divergence, data_source in variants(spec, paradigm):
+                    plans.append(
+                        _draft_plan(spec, root, paradigm, mixture, replicate, divergence, data_source)
+                    )
     return plans
+
+
+def variants(spec: SweepSpec, paradigm: str) -> list[tuple[str, str]]:
+    """The (divergence, data source name) of each draft of `paradigm` per recipe; ("", "") for offline."""
+    if paradigm != "online":
+        return [("", "")]
+    d = spec.distill
+    return [(div, source_name(src)) for div in d.divergences for src in d.data_source_list]
+
+
+def _draft_plan(
+    spec: SweepSpec,
+    root: Path,
+    paradigm: str,
+    mixture: dict[float, float],
+    replicate: int,
+    divergence: str,
+    data_source: str,
+) -> DraftPlan:
+    d = spec.distill
+    varied = (divergence if d.varies_divergence else "", data_source if d.varies_data_source else "")
+    name = replicate_name(variant_name(draft_name(paradigm, mixture), *varied), replicate)
+    inputs = draft_inputs(spec.for_draft(paradigm, replicate, divergence, data_source), paradigm, mixture)
+    folder = root / draft_folder_name(name)
+    return DraftPlan(
+        name, paradigm, mixture, folder, digest(inputs), inputs, replicate, divergence, data_source
+    )
 
 
 def shard_specs(spec: SweepSpec) -> list[SweepSpec]:

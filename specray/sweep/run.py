@@ -298,7 +298,8 @@ def _distill_all(
             curves[plan.name] = finish_draft(plan, tracker, runs[plan.name], display, datasets, reused=True)
     todo = {plan.name: plan for plan in work.drafts_todo}
     reporters = {
-        name: display.curve_reporter(name, spec.for_paradigm(p.paradigm or "")) for name, p in todo.items()
+        name: display.curve_reporter(name, spec.for_draft(p.paradigm or "", p.replicate, *p.variant))
+        for name, p in todo.items()
     }
     published: SimpleQueue[str] = SimpleQueue()  # from the runs' threads to this one (MLflow stays here)
 
@@ -319,7 +320,10 @@ def _distill_all(
             executor.submit(
                 distill_drafts,
                 spec,
-                [DraftJob(p.paradigm or "", p.mixture, p.output_dir, p.replicate) for p in lane],
+                [
+                    DraftJob(p.paradigm or "", p.mixture, p.output_dir, p.replicate, *p.variant, p.name)
+                    for p in lane
+                ],
                 report=lambda draft, curve: reporters[draft](curve),
                 published=published.put,
             )
@@ -443,7 +447,9 @@ def _evaluate_all(
         evaluators = pool.get()
         evaluators.step_costs = cost
         evaluators.run(passes(todo, spec.eval.drafts_per_pass), on_result=on_result, show_progress=False)
-    return [saved[job.key] for job in jobs]
+    # a record is found by its key; the draft it names is this sweep's name for it (the same weights may
+    # have been evaluated under another name: `online/tau_kd=1` before it was `online/tau_kd=1/fkl/gkd`)
+    return [replace(saved[job.key], draft=job.draft) for job in jobs]
 
 
 def _target_outputs(

@@ -138,7 +138,10 @@ def draft_note(spec: SweepSpec, plan: DraftPlan) -> str:
     how = (
         "cross-entropy on the teacher's responses (SeqKD)"
         if plan.paradigm == "offline"
-        else (f"white-box KD, divergence `{d.divergence}`, on-policy fraction {d.onpolicy_fraction:g}")
+        else (
+            f"white-box KD, divergence `{plan.divergence or d.divergence}`, data source "
+            f"`{plan.data_source or d.data_sources}`, on-policy fraction {d.onpolicy_fraction:g}"
+        )
     )
     data = f"τ_kd={plan.tau_kd:g}" if plan.tau_kd is not None else f"the mixture {plan.tags['mixture']}"
     return (

@@ -1,6 +1,7 @@
 """Changing a setting recomputes exactly what it changes, through the real CLI on the smoke sweep: a new γ
 re-evaluates every cell and retrains nothing; a new divergence retrains only the online drafts; the same
-command again computes nothing — and every MLflow parent run holds the metrics of its own settings."""
+command again computes nothing; a grid of divergences × data sources trains one online draft per pair —
+and every MLflow parent run holds the metrics of its own settings."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from specray.report import distillspec
 from specray.tracking.names import PARENT, ROLE
 from tests.sweeps import CELLS_PER_DRAFT, finished_drafts, run_cli, smoke_command
 
@@ -118,3 +120,27 @@ def test_a_changed_setting_recomputes_exactly_what_it_changes(tmp_path: Path) ->
     }
     report = (tmp_path / "smoke" / "report" / "report.md").read_text()
     assert "## Training replicates" in report and "replicates agree" in report
+    assert "## DistillSpec" not in report  # one divergence, one data source
+
+    # DistillSpec's grid, two divergences × two data sources at τ_kd 1: four online drafts, each its own
+    # key; the (divergence, source) pairs evaluated before under another name reuse their cells
+    grid = ("teacher.temperatures=[1.0]", "distill.divergence=[fkl, tvd]")
+    sixth = run(*grid, "distill.data_sources=[tempspec_teacher, gkd]")
+    plan = _plan(sixth.stdout)
+    assert plan["drafts"] == "1 reused, 4 to compute (new ×4)"
+    assert _counts(plan["cells"]) == (4 * CELLS_PER_DRAFT, 2 * CELLS_PER_DRAFT)
+    names = [f"online/tau_kd=1/{d}/{s}" for d in ("fkl", "tvd") for s in ("tempspec_teacher", "gkd")]
+    assert {name.replace("/", "__") for name in names} <= set(finished_drafts(tmp_path))
+    runs = client.search_runs([client.get_experiment_by_name("smoke").experiment_id])
+    parent = max((r for r in runs if r.data.tags.get(ROLE) == "sweep"), key=lambda r: r.info.start_time)
+    children = {r.data.tags["draft"]: r for r in runs if r.data.tags.get(PARENT) == parent.info.run_id}
+    assert sorted(children) == sorted(["non-distill", "offline/tau_kd=1", *names])
+    for name in names:
+        tags, metrics = children[name].data.tags, children[name].data.metrics
+        assert name.endswith(f"/{tags['divergence']}/{tags['data_source']}"), tags
+        assert "block_efficiency/in_domain/tau_dec_1" in metrics, name
+    report = (tmp_path / "smoke" / "report" / "report.md").read_text()
+    section = report.split("## DistillSpec: KD algorithm × divergence", 1)[1].split("\n## ", 1)[0]
+    assert "GKD" in section and "tempspec_teacher" in section and "tvd" in section
+    assert "distillspec_block_efficiency_sampled_in_domain_tau_kd=1.png" in section
+    assert distillspec.GKD_NEAR_BEST in section

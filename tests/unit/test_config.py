@@ -174,3 +174,13 @@ def test_specs_are_frozen() -> None:
     spec = load_spec(REPO / "sweeps" / "smoke.yaml")
     with pytest.raises(Exception, match="frozen"):
         spec.eval.gamma = 7  # type: ignore[misc]
+
+
+def test_the_distillspec_sweeps_are_five_algorithms_by_four_divergences_at_tau_kd_1() -> None:
+    for name in ("distillspec_tiny", "distillspec_paper"):
+        spec = load_spec(REPO / "sweeps" / f"{name}.yaml")
+        assert spec.teacher.temperatures == [1.0] and spec.distill.paradigms == ["online"]
+        assert spec.distill.divergences == ["fkl", "rkl", "jsd", "tvd"]
+        assert spec.distill.data_source_list == ["supervised_kd", "seqkd", "imitkd", "f_distill", "gkd"]
+        assert spec.eval.gamma == [3, 5, 7] and spec.eval.temperatures == [0.0, 1.0]
+        assert spec.eval.quality_ends and "empirical" in spec.eval.estimators

@@ -224,3 +224,19 @@ def test_direct_fields_are_real_leaves() -> None:
     for path, entry in FIELDS.items():
         if isinstance(entry, Direct) and not path.endswith("."):
             assert path in leaves, path
+
+
+@pytest.mark.parametrize(
+    ("path", "values"), [("distill.divergence", ["fkl", "tvd"]), ("distill.data_sources", ["gkd", "seqkd"])]
+)
+def test_a_list_form_is_a_grid_axis_whose_drafts_are_keyed_by_one_value(path: str, values: list) -> None:
+    """One value: in the online drafts' keys. A list: which online drafts exist (`grid`), each keyed by its
+    own single value, so no key ever holds the list."""
+    from specray.sweep.plan import plan_drafts
+
+    assert classification(path).roles == {"draft:online", "grid"}
+    listed = _with(SMOKE, path, values)
+    online = [p for p in plan_drafts(listed) if p.paradigm == "online"]
+    assert sorted({p.key_inputs[path] for p in online}) == sorted(values)
+    assert len({p.key for p in online}) == len(online) == len(values) * len(SMOKE.teacher.temperatures)
+    assert spec_key(listed) != spec_key(SMOKE)

@@ -35,6 +35,8 @@ def test_replicates_add_drafts_and_replicate_0_keeps_the_key_of_a_run_without_th
         "mixture": "0.6:1",
         "recipe": "online/tau_kd=0.6",
         "replicate": 2,
+        "divergence": "fkl",
+        "data_source": "tempspec_teacher",
     }
     assert again.key_inputs["distill.seed"] == spec.distill.seed + 2
     twin = next(p for p in first if p.name == "online/tau_kd=0.6")

@@ -207,6 +207,7 @@ def check_tune(spec: SweepSpec) -> None:
             f"tune.objective_temperatures: {missing} not in eval.temperatures {spec.eval.temperatures} "
             "(the training probe, ASHA's signal, measures acceptance at eval.temperatures)"
         )
+    problems += spec.distill.grid_axes_problems("specray tune")
     grace = t.asha_grace_period * spec.distill.report_every
     if grace >= steps_budget(spec):
         problems.append(
