@@ -376,13 +376,13 @@ def identical_at_zero(speculative: Path, baseline: Path) -> tuple[int, int]:
 def format_report(rows: Sequence[SpeedRow]) -> str:
     """The table `specray bench` prints."""
     header = (
-        f"{'group':<16} {'questions':>9} {'τ':>8} {'accepted':>9} {'tokens/s':>9} {'baseline':>9} "
+        f"{'group':<16} {'questions':>9} {'τ':>10} {'accepted':>9} {'tokens/s':>9} {'baseline':>9} "
         f"{'speedup':>8} {'(own count)':>11}"
     )
     lines = [header, "-" * len(header)]
     for r in rows:
         lines.append(
-            f"{r.group:<16} {r.questions:>9} {r.temperature:>8} {r.mean_accepted_tokens:>9.2f} "
+            f"{r.group:<16} {r.questions:>9} {r.temperature:>10} {r.mean_accepted_tokens:>9.2f} "
             f"{r.tokens_per_s:>9.1f} {r.baseline_tokens_per_s:>9.1f} {r.speedup:>8.3f} "
             f"{r.decoder_speedup:>11.3f}"
         )
