@@ -55,7 +55,7 @@ def _spec(args: argparse.Namespace) -> SweepSpec:
     if args.quick:
         overrides += ["distill.steps=4", "distill.online_steps=4", "distill.report_every=2"]
         overrides += ["distill.checkpoint_every=2"]
-    return tiny_or_quick(args.quick)(overrides)
+    return tiny_or_quick(args.quick)(overrides + list(args.overrides))
 
 
 # ---------------------------------------------------------------- one job per process
@@ -113,7 +113,7 @@ def run_job(args: argparse.Namespace) -> None:
 def spawn(args: argparse.Namespace, job: dict, folder: Path) -> dict:
     result = folder / f"result-{len(list(folder.iterdir()))}.json"
     command = [sys.executable, __file__, "--job", json.dumps(job), "--result", str(result)]
-    command += ["--tau-kd", str(args.tau_kd)] + (["--quick"] if args.quick else [])
+    command += ["--tau-kd", str(args.tau_kd)] + (["--quick"] if args.quick else []) + list(args.overrides)
     subprocess.run(command, check=True)
     return json.loads(result.read_text())
 
@@ -146,11 +146,11 @@ def _summarise(tool: str, result: dict, fraction: float) -> dict:
 
 def measure_distillation(args, spec: SweepSpec, folder: Path) -> tuple[dict, dict]:
     """Per (paradigm, tool): the summaries of every repeat, and the drafts of the first."""
-    runs: dict = {(p, t): [] for p in PARADIGMS for t in TOOLS}
+    runs: dict = {(p, t): [] for p in args.paradigms for t in TOOLS}
     drafts: dict = {}
     checks: list[str] = []
     for repeat in range(args.repeats):
-        for paradigm in PARADIGMS:
+        for paradigm in args.paradigms:
             for tool in TOOLS if repeat % 2 == 0 else TOOLS[::-1]:
                 output = folder / f"{paradigm}-{tool}-{repeat}"
                 job = {"kind": tool, "paradigm": paradigm, "output": str(output)}
@@ -190,7 +190,7 @@ def _median(runs: list[dict], key: str) -> float:
 
 def report(spec: SweepSpec, runs: dict, quality: dict, rates: dict, args) -> None:
     d = spec.distill
-    steps = {p: spec.distill.steps_for(p) for p in PARADIGMS}
+    steps = {p: spec.distill.steps_for(p) for p in args.paradigms}
     setting = f"τ_kd {args.tau_kd:g}, batch {d.batch_size}, λ {d.onpolicy_fraction:g}, 1 thread"
     print(f"\nmedians over {args.repeats} repeat(s), {setting}:")
     print(
@@ -198,7 +198,7 @@ def report(spec: SweepSpec, runs: dict, quality: dict, rates: dict, args) -> Non
         "| α τ_dec=0 | α τ_dec=1 |"
     )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for paradigm in PARADIGMS:
+    for paradigm in args.paradigms:
         for tool in TOOLS:
             r, q = runs[paradigm, tool], quality[paradigm, tool]
             name = "specray" if tool == "specray" else PEER[paradigm]
@@ -210,6 +210,23 @@ def report(spec: SweepSpec, runs: dict, quality: dict, rates: dict, args) -> Non
     q = quality["undistilled"]
     alpha = f"{q['alpha'][0.0]:.4f} | {q['alpha'][1.0]:.4f}"
     print(f"| — | un-distilled draft | 0 | | | | {q['ce']:.4f} | {q['fkl']:.4f} | {alpha} |")
+    if "online" in args.paradigms:
+        _online_ratios(runs)
+    if "offline" in args.paradigms:
+        ours, sft = runs["offline", "specray"], runs["offline", "trl"]
+        ratio = _median(ours, "s/draft") / _median(sft, "s/draft")
+        per_step = _median(ours, "s/step") / _median(sft, "s/step")
+        print(
+            f"offline SeqKD, s per finished draft, specray / TRL SFT: {ratio:.3f} (per step {per_step:.3f})"
+        )
+    shown = ", ".join(
+        f"{statistics.median(r['engine'] / r['generate'] for r in rates[b]):.2f} at batch {b}"
+        for b in args.batches
+    )
+    print(f"teacher engine / model.generate tokens/s: {shown}")
+
+
+def _online_ratios(runs: dict) -> None:
     gkd = runs["online", "trl"]
     if all("s/step λ" in r for r in gkd):
         fraction = statistics.fmean(r["onpolicy"] for r in gkd)
@@ -225,15 +242,6 @@ def report(spec: SweepSpec, runs: dict, quality: dict, rates: dict, args) -> Non
         f"online KD, s per finished draft, specray / TRL GKD: {ratio:.3f} "
         f"(λ-weighted {weighted:.3f}; per step {per_step:.3f})"
     )
-    ours, sft = runs["offline", "specray"], runs["offline", "trl"]
-    ratio = _median(ours, "s/draft") / _median(sft, "s/draft")
-    per_step = _median(ours, "s/step") / _median(sft, "s/step")
-    print(f"offline SeqKD, s per finished draft, specray / TRL SFT: {ratio:.3f} (per step {per_step:.3f})")
-    shown = ", ".join(
-        f"{statistics.median(r['engine'] / r['generate'] for r in rates[b]):.2f} at batch {b}"
-        for b in args.batches
-    )
-    print(f"teacher engine / model.generate tokens/s: {shown}")
 
 
 def main() -> None:
@@ -244,6 +252,8 @@ def main() -> None:
         "--prompts", type=int, default=None, help="teacher data: default 256 (8 with --quick)"
     )
     parser.add_argument("--quick", action="store_true", help="a micro zoo and a few steps: a smoke check")
+    parser.add_argument("--paradigms", type=lambda text: tuple(text.split(",")), default=PARADIGMS)
+    parser.add_argument("overrides", nargs="*", help="key=value overrides of sweeps/tiny.yaml, both sides")
     parser.add_argument("--job", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
