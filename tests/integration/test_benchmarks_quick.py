@@ -27,6 +27,8 @@ QUICK = {
     "convergence.py": r"^wall [\d.]+ s, CPU [\d.]+ s",
     "distill.py": r"^online/offline cost ratio: [\d.]+x per trained token",
     "mlflow_lineage.py": r"^sqlite: old +[\d.]+ s, new +[\d.]+ s",
+    # without TRL (the CI lane: `pip install -e '.[peers]'` is opt-in) it prints how to install it and exits 0
+    "peers.py": r"^(teacher engine / model\.generate tokens/s: [\d.]+ at|skipped: TRL is not installed)",
     "scale.py": r"^kd step peak memory chunked / unchunked: [\d.]+$",
     "specdec.py": r"^τ=1.0: ours / HF = [\d.]+ +ours / limit = ",
     "teacher_pass.py": r"^ +states \+ prompt caches: +[\d.]+ CPU s",
@@ -37,6 +39,8 @@ QUICK = {
 ELSEWHERE = {
     "gpu.py": "its --quick runs in tests/unit/test_benchmark_gpu.py (no Ray, no pydantic: the unit lane)",
     "harness.py": "a library: specdec.py's and gpu.py's quick runs go through it",
+    "peers_eval.py": "a library: peers.py's quick run goes through it",
+    "peers_trl.py": "a library: peers.py's quick run goes through it (where TRL is installed)",
     "quick.py": "the quick mode itself",
 }
 

@@ -1,0 +1,285 @@
+"""specray against what a user would otherwise pick: its distillation against TRL's GKDTrainer and SFTTrainer,
+its teacher engine against transformers' `model.generate`. Prints the ratios and the run-time checks.
+
+    pip install -e '.[peers]'                                                  # TRL, pinned
+    .venv/bin/specray generate sweeps/tiny.yaml 'teacher.temperatures=[1.0]'   # the τ_kd shard, once
+    .venv/bin/python benchmarks/peers.py [--repeats 2] [--tau-kd 1.0]
+    .venv/bin/python benchmarks/peers.py --quick   # a smoke check on a micro zoo (benchmarks/quick.py)
+
+Without TRL it prints one line saying how to install it and exits 0.
+
+Distillation: one finished draft per (paradigm, tool), each in a fresh process with one torch thread, at
+sweeps/tiny.yaml's step counts (online 600, offline 400), batch 16, λ = 0.5, 48 new tokens, FKL, τ_kd 1.0,
+lr 3e-3 with 20 warm-up steps and a cosine to 10%, AdamW, clipping at 1, checkpoints every 100 steps. specray
+runs `train_draft` (what a sweep runs per draft: setup, kept teacher states, the acceptance probe every 10
+steps, checkpoints, publishing); TRL runs GKDTrainer (online) or SFTTrainer (offline) on the same rows in the
+same order, checked at run time (`peers_trl.py`). The tools alternate which goes first across repeats.
+Figures: s/step (the optimizer steps alone), s per finished draft (from reading the shard to the saved
+draft; imports excluded on both sides), trained tokens per step (non-padding tokens of the batches), and
+the quality of the finished drafts — CE and forward KL on held-out teacher rows (the in-domain test prompts,
+teacher samples at τ_kd) and specray's analytic acceptance (`AcceptanceProbe`) at τ_dec 0 and 1.
+GKD flips one coin per batch for on-policy data where specray mixes per row; its λ-weighted figures
+count its on-policy and fixed-data steps at weight λ and 1 − λ (what a per-row mix costs on average).
+
+Teacher data: the teacher pool's transformers engine (`TransformersEngine.generate`) against batched
+`model.generate` (do_sample, temperature τ, top_k 0, top_p 1; its logits processors checked), the same prompts
+in the same length-sorted batches, the same `max_new_tokens`; tokens/s counts response tokens up to and with
+the EOS, at batch 16 and 64. Both in one process, the same loaded model, order alternating across repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from quick import tiny_or_quick
+
+from specray.config import SweepSpec
+
+TOOLS = ("specray", "trl")
+PARADIGMS = ("online", "offline")
+PEER = {"online": "TRL GKD", "offline": "TRL SFT"}
+INSTALL = "skipped: TRL is not installed; `pip install -e '.[peers]'` to run benchmarks/peers.py"
+
+
+def _spec(args: argparse.Namespace) -> SweepSpec:
+    overrides = ["eval.empirical_temperatures=[]"]
+    if args.quick:
+        overrides += ["distill.steps=4", "distill.online_steps=4", "distill.report_every=2"]
+        overrides += ["distill.checkpoint_every=2"]
+    return tiny_or_quick(args.quick)(overrides + list(args.overrides))
+
+
+# ---------------------------------------------------------------- one job per process
+
+
+def specray_job(spec: SweepSpec, paradigm: str, tau_kd: float, output: Path) -> dict:
+    """One draft through `train_draft`, end to end (reading the shard, setup, training, probes, checkpoints,
+    publishing); s/step and tokens from its curve points, which time the optimizer steps alone."""
+    from specray.distill.loop import train_draft
+
+    started = time.perf_counter()
+    result = train_draft(spec, paradigm, {tau_kd: 1.0}, output)
+    seconds = time.perf_counter() - started
+    points, previous = [], 0
+    for point in result.curves:
+        if point.seconds_per_step is not None and point.tokens_per_s is not None:
+            steps = point.step - previous
+            points.append(
+                (steps, point.seconds_per_step * steps, point.tokens_per_s * point.seconds_per_step)
+            )
+        previous = point.step
+    step_seconds = sum(p[1] for p in points)
+    tokens = sum(p[0] * p[2] for p in points)
+    return {"seconds": seconds, "steps": result.steps, "step_seconds_total": step_seconds, "tokens": tokens}
+
+
+def trl_job(spec: SweepSpec, paradigm: str, tau_kd: float, output: Path) -> dict:
+    from peers_trl import run_trl
+
+    from specray.models.loading import resolve_model_path
+
+    draft = resolve_model_path(spec.models.draft, spec.models.zoo)
+    target = resolve_model_path(spec.models.target, spec.models.zoo)
+    return run_trl(spec, paradigm, tau_kd, output, draft, target)
+
+
+def teacher_job(spec: SweepSpec, batch: int, prompts: int, tau: float, hf_first: bool) -> dict:
+    from peers_eval import compare_generate
+
+    return compare_generate(spec, batch, prompts, tau, hf_first)
+
+
+def run_job(args: argparse.Namespace) -> None:
+    """`--job` mode: one measurement in this fresh process, its result as JSON in `--result`."""
+    torch.set_num_threads(1)
+    spec, job = _spec(args), json.loads(args.job)
+    if job["kind"] == "teacher":
+        result = teacher_job(spec, job["batch"], job["prompts"], args.tau_kd, job["hf_first"])
+    else:
+        run = specray_job if job["kind"] == "specray" else trl_job
+        result = run(spec.for_paradigm(job["paradigm"]), job["paradigm"], args.tau_kd, Path(job["output"]))
+    Path(args.result).write_text(json.dumps(result))
+
+
+def spawn(args: argparse.Namespace, job: dict, folder: Path) -> dict:
+    result = folder / f"result-{len(list(folder.iterdir()))}.json"
+    command = [sys.executable, __file__, "--job", json.dumps(job), "--result", str(result)]
+    command += ["--tau-kd", str(args.tau_kd)] + (["--quick"] if args.quick else []) + list(args.overrides)
+    subprocess.run(command, check=True)
+    return json.loads(result.read_text())
+
+
+# ---------------------------------------------------------------- the driver
+
+
+def _summarise(tool: str, result: dict, fraction: float) -> dict:
+    """s/step, s per draft and tokens per step; for GKD also the λ-weighted s/step and s per draft."""
+    if tool == "specray":
+        steps = result["steps"]
+        per_step = result["step_seconds_total"] / steps
+        return {"s/step": per_step, "s/draft": result["seconds"], "tokens/step": result["tokens"] / steps}
+    seconds, onpolicy = result["step_seconds"], result["onpolicy"]
+    steps = len(seconds)
+    summary = {
+        "s/step": sum(seconds) / steps,
+        "s/draft": result["seconds"],
+        "tokens/step": sum(result["tokens"]) / steps,
+        "onpolicy": sum(onpolicy) / steps,
+    }
+    on = [s for s, o in zip(seconds, onpolicy, strict=True) if o]
+    off = [s for s, o in zip(seconds, onpolicy, strict=True) if not o]
+    if on and off:  # what the draft would cost had exactly λ of its steps been on-policy
+        weighted = fraction * statistics.fmean(on) + (1 - fraction) * statistics.fmean(off)
+        summary["s/step λ"] = weighted
+        summary["s/draft λ"] = result["seconds"] - sum(seconds) + weighted * steps
+    return summary
+
+
+def measure_distillation(args, spec: SweepSpec, folder: Path) -> tuple[dict, dict]:
+    """Per (paradigm, tool): the summaries of every repeat, and the drafts of the first."""
+    runs: dict = {(p, t): [] for p in args.paradigms for t in TOOLS}
+    drafts: dict = {}
+    checks: list[str] = []
+    for repeat in range(args.repeats):
+        for paradigm in args.paradigms:
+            for tool in TOOLS if repeat % 2 == 0 else TOOLS[::-1]:
+                output = folder / f"{paradigm}-{tool}-{repeat}"
+                job = {"kind": tool, "paradigm": paradigm, "output": str(output)}
+                result = spawn(args, job, folder)
+                summary = _summarise(tool, result, spec.distill.onpolicy_fraction)
+                runs[paradigm, tool].append(summary)
+                shown = ", ".join(f"{k} {v:.4g}" for k, v in summary.items())
+                print(f"repeat {repeat + 1} {paradigm:>7} {tool:>7}: {shown}", flush=True)
+                drafts.setdefault((paradigm, tool), result.get("draft", str(output)))
+                checks += [line for line in result.get("checks", []) if line not in checks]
+    print("\nrun-time checks (TRL did what it was configured to do; each raises otherwise):")
+    for line in checks:
+        print(f"  {line}")
+    return runs, drafts
+
+
+def measure_teacher(args, folder: Path) -> dict:
+    rates: dict = {batch: [] for batch in args.batches}
+    for repeat in range(args.repeats):
+        for batch in args.batches:
+            job = {"kind": "teacher", "batch": batch, "prompts": args.prompts, "hf_first": repeat % 2 == 1}
+            result = spawn(args, job, folder)
+            rates[batch].append(result)
+            print(
+                f"repeat {repeat + 1} teacher batch {batch}: engine {result['engine']:.0f} tokens/s, "
+                f"generate {result['generate']:.0f} tokens/s ({result['engine_tokens']} / "
+                f"{result['generate_tokens']} tokens)",
+                flush=True,
+            )
+    print(f"  {rates[args.batches[0]][0]['check']}")
+    return rates
+
+
+def _median(runs: list[dict], key: str) -> float:
+    return statistics.median(run[key] for run in runs)
+
+
+def report(spec: SweepSpec, runs: dict, quality: dict, rates: dict, args) -> None:
+    d = spec.distill
+    steps = {p: spec.distill.steps_for(p) for p in args.paradigms}
+    setting = f"τ_kd {args.tau_kd:g}, batch {d.batch_size}, λ {d.onpolicy_fraction:g}, 1 thread"
+    print(f"\nmedians over {args.repeats} repeat(s), {setting}:")
+    print(
+        "| paradigm | tool | steps | s/step | s per finished draft | tokens/step | CE | FKL "
+        "| α τ_dec=0 | α τ_dec=1 |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for paradigm in args.paradigms:
+        for tool in TOOLS:
+            r, q = runs[paradigm, tool], quality[paradigm, tool]
+            name = "specray" if tool == "specray" else PEER[paradigm]
+            print(
+                f"| {paradigm} | {name} | {steps[paradigm]} | {_median(r, 's/step'):.4f} | "
+                f"{_median(r, 's/draft'):.1f} | {_median(r, 'tokens/step'):.0f} | {q['ce']:.4f} | "
+                f"{q['fkl']:.4f} | {q['alpha'][0.0]:.4f} | {q['alpha'][1.0]:.4f} |"
+            )
+    q = quality["undistilled"]
+    alpha = f"{q['alpha'][0.0]:.4f} | {q['alpha'][1.0]:.4f}"
+    print(f"| — | un-distilled draft | 0 | | | | {q['ce']:.4f} | {q['fkl']:.4f} | {alpha} |")
+    if "online" in args.paradigms:
+        _online_ratios(runs)
+    if "offline" in args.paradigms:
+        ours, sft = runs["offline", "specray"], runs["offline", "trl"]
+        ratio = _median(ours, "s/draft") / _median(sft, "s/draft")
+        per_step = _median(ours, "s/step") / _median(sft, "s/step")
+        print(
+            f"offline SeqKD, s per finished draft, specray / TRL SFT: {ratio:.3f} (per step {per_step:.3f})"
+        )
+    shown = ", ".join(
+        f"{statistics.median(r['engine'] / r['generate'] for r in rates[b]):.2f} at batch {b}"
+        for b in args.batches
+    )
+    print(f"teacher engine / model.generate tokens/s: {shown}")
+
+
+def _online_ratios(runs: dict) -> None:
+    gkd = runs["online", "trl"]
+    if all("s/step λ" in r for r in gkd):
+        fraction = statistics.fmean(r["onpolicy"] for r in gkd)
+        print(
+            f"GKD drew {fraction:.3f} of its batches on-policy; λ-weighted: "
+            f"{_median(gkd, 's/step λ'):.4f} s/step, {_median(gkd, 's/draft λ'):.1f} s per draft"
+        )
+    ours = runs["online", "specray"]
+    ratio = _median(ours, "s/draft") / _median(gkd, "s/draft")
+    weighted = _median(ours, "s/draft") / _median(gkd, "s/draft λ") if "s/draft λ" in gkd[0] else float("nan")
+    per_step = _median(ours, "s/step") / _median(gkd, "s/step")
+    print(
+        f"online KD, s per finished draft, specray / TRL GKD: {ratio:.3f} "
+        f"(λ-weighted {weighted:.3f}; per step {per_step:.3f})"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=None, help="default 2 (1 with --quick)")
+    parser.add_argument("--tau-kd", type=float, default=1.0)
+    parser.add_argument(
+        "--prompts", type=int, default=None, help="teacher data: default 256 (8 with --quick)"
+    )
+    parser.add_argument("--quick", action="store_true", help="a micro zoo and a few steps: a smoke check")
+    parser.add_argument("--paradigms", type=lambda text: tuple(text.split(",")), default=PARADIGMS)
+    parser.add_argument("overrides", nargs="*", help="key=value overrides of sweeps/tiny.yaml, both sides")
+    parser.add_argument("--job", help=argparse.SUPPRESS)
+    parser.add_argument("--result", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    try:
+        import trl  # noqa: F401
+    except ImportError:
+        print(INSTALL)
+        return
+    if args.job:
+        run_job(args)
+        return
+    args.repeats = args.repeats or (1 if args.quick else 2)
+    args.prompts = args.prompts or (8 if args.quick else 256)
+    args.batches = (2, 4) if args.quick else (16, 64)
+    torch.set_num_threads(1)
+    spec = _spec(args)  # quick: makes the micro zoo's shards here, once
+    print(f"{os.cpu_count()} cores, load average before: {os.getloadavg()[0]:.2f}", flush=True)
+    from peers_eval import draft_quality
+
+    with tempfile.TemporaryDirectory() as root:
+        runs, drafts = measure_distillation(args, spec, Path(root))
+        rates = measure_teacher(args, Path(root))
+        quality = draft_quality(spec, args.tau_kd, drafts)
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    report(spec, runs, quality, rates, args)
+
+
+if __name__ == "__main__":
+    main()
