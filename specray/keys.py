@@ -96,6 +96,8 @@ FIELDS: dict[str, Direct | Via] = {
     "data.validation_size": SPLITS,  # held-out splits are cut first: their sizes move the train split
     "data.in_domain_test_size": SPLITS,
     "data.out_of_domain_test_size": OOD,
+    # each named test set's prompts reach its cells' keys through its own prompts fingerprint
+    "data.test_sets": _via("named test sets' prompts fingerprints", "cell"),
     "data.template": _direct("shard", "draft", "cell"),
     "data.max_prompt_tokens": _direct("draft", "cell"),
     "data.seed": SPLITS,
@@ -159,6 +161,7 @@ FIELDS: dict[str, Direct | Via] = {
     "eval.empirical_prompts": _direct("cell"),  # analytic cells also score exactly those prompts
     "eval.empirical_drafts": _direct("grid"),
     "eval.test_sets": _direct("grid"),
+    "eval.workload": _direct("report"),  # weighs cells that exist anyway; the report computes it
     # each cell's own (function, ε) is one of its coordinates, hence in its key — only when ε < 1, so a
     # lossless cell keeps the key it had before lenience existed
     "eval.lenience.function": _direct("grid"),
@@ -186,7 +189,8 @@ def classification(path: str) -> Direct | Via | None:
 
 
 def leaf_fields(model: type[BaseModel] | None = None, prefix: str = "") -> list[str]:
-    """Dotted paths of every leaf field of a pydantic model (SweepSpec by default); lists are leaves."""
+    """Dotted paths of every leaf field of a pydantic model (SweepSpec by default); lists, mappings and
+    optional sections are leaves."""
     import typing
 
     from pydantic import BaseModel
@@ -199,7 +203,8 @@ def leaf_fields(model: type[BaseModel] | None = None, prefix: str = "") -> list[
         annotation = field.annotation
         nested = [c for c in (annotation, *typing.get_args(annotation)) if isinstance(c, type)]
         section = next((c for c in nested if issubclass(c, BaseModel)), None)
-        if section is not None and typing.get_origin(annotation) is not list:
+        optional = type(None) in typing.get_args(annotation)  # a section that may be absent: one value
+        if section is not None and typing.get_origin(annotation) not in (list, dict) and not optional:
             paths += leaf_fields(section, f"{prefix}{name}.")
         else:
             paths.append(f"{prefix}{name}")

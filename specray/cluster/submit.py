@@ -289,7 +289,9 @@ def placement_notes(spec: SweepSpec) -> list[str]:
 def data_notes(spec: SweepSpec, working_dir: Path) -> list[str]:
     """The job reads a relative data path from its working dir, so the file must be uploaded with it."""
     notes = []
-    for name, source in (("data.train", spec.data.train), ("data.out_of_domain", spec.data.out_of_domain)):
+    named = [(f"data.test_sets.{name}.source", t.source) for name, t in spec.data.test_sets.items()]
+    sources = [("data.train", spec.data.train), ("data.out_of_domain", spec.data.out_of_domain), *named]
+    for name, source in sources:
         if source.path is None or Path(source.path).is_absolute():
             continue  # synthetic, or a path read as it is on the cluster
         local = (working_dir / source.path).resolve()

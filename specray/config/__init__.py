@@ -22,10 +22,9 @@ from specray.config.base import (
     LenienceFunction,
     Paradigm,
     Temperature,
-    TestSet,
 )
-from specray.config.data import DataSpec, SourceKind, SourceSpec
-from specray.config.evaluation import EvalSpec, LenienceSpec, TuneSpec
+from specray.config.data import BUILT_IN_TEST_SETS, DataSpec, SourceKind, SourceSpec, Template, TestSetSpec
+from specray.config.evaluation import EvalSpec, LenienceSpec, TuneSpec, WorkloadSpec
 from specray.config.loading import dump_spec, format_validation_error, load_raw, load_spec, validate_part
 from specray.config.models import ModelRef, ModelsSpec, TinyLlamaSpec, ZooSpec
 from specray.config.stages import (
@@ -41,6 +40,7 @@ from specray.config.sweep import RaySpec, SweepSpec, TrackingSpec
 from specray.errors import SpecError  # what every bad spec raises
 
 __all__ = [
+    "BUILT_IN_TEST_SETS",
     "DType",
     "DataSpec",
     "DistillSpec",
@@ -61,14 +61,16 @@ __all__ = [
     "SpecError",
     "SweepSpec",
     "TeacherSpec",
+    "Template",
+    "TestSetSpec",
     "Temperature",
-    "TestSet",
     "TinyLlamaSpec",
     "TrackingSpec",
     "TuneSpec",
     "VLLM_MAX_TEMPERATURE",
     "VLLM_MIN_POSITIVE_TEMPERATURE",
     "VllmSpec",
+    "WorkloadSpec",
     "ZooSpec",
     "dump_spec",
     "format_validation_error",

@@ -26,9 +26,6 @@ Divergence = Literal["fkl", "rkl", "jsd", "tvd"]
 Estimator = Literal["analytic", "empirical"]
 
 
-TestSet = Literal["in_domain", "out_of_domain"]
-
-
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 
 

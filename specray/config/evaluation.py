@@ -13,9 +13,9 @@ from specray.config.base import (
     LenienceFunction,
     Paradigm,
     Temperature,
-    TestSet,
     unique_sorted,
 )
+from specray.data.spec_bench import WORKLOADS
 
 
 class LenienceSpec(Frozen):
@@ -60,6 +60,33 @@ class LenienceSpec(Frozen):
         return lossless + lossy
 
 
+class WorkloadSpec(Frozen):
+    """A workload (DESIGN: test prompts by category, each at its own request temperature): which test set,
+    each category's temperature (a preset such as FastChat's `mt_bench`, or a mapping) and its weight (its
+    share of the test set's prompts, or given). Its speedup is the weighted mean of the categories' speedups,
+    each at its own temperature."""
+
+    test_set: str = Field(min_length=1, description="a test set with categories (a spec_bench source)")
+    temperatures: str | dict[str, Temperature] = Field(
+        description="a preset (mt_bench) or category -> request temperature"
+    )
+    weights: Literal["share"] | dict[str, Annotated[float, Field(gt=0.0)]] = Field(
+        default="share", description="share: each category's share of the test set; or category -> weight"
+    )
+
+    @field_validator("temperatures")
+    @classmethod
+    def _known_preset(cls, v: str | dict[str, float]) -> str | dict[str, float]:
+        if isinstance(v, str) and v not in WORKLOADS:
+            raise ValueError(f"unknown workload preset {v!r}; presets: {', '.join(WORKLOADS)}")
+        return v
+
+    @property
+    def table(self) -> dict[str, float]:
+        """category -> request temperature."""
+        return dict(WORKLOADS[self.temperatures]) if isinstance(self.temperatures, str) else self.temperatures
+
+
 class EvalSpec(Frozen):
     temperatures: list[Temperature] = Field(min_length=1, description="the τ_dec grid")
     gamma: list[Annotated[int, Field(ge=1, le=64)]] = Field(
@@ -74,7 +101,14 @@ class EvalSpec(Frozen):
         default="all",
         description="diagonal: only drafts with τ_kd = τ_dec, mixtures and the un-distilled one",
     )
-    test_sets: list[TestSet] = Field(default=["in_domain", "out_of_domain"], min_length=1)
+    test_sets: list[str] = Field(
+        default=["in_domain", "out_of_domain"],
+        min_length=1,
+        description="test sets evaluated: in_domain, out_of_domain and the names in data.test_sets",
+    )
+    workload: WorkloadSpec | None = Field(
+        default=None, description="a traffic mix: each category of a test set at its request temperature"
+    )
     lenience: LenienceSpec = Field(
         default=LenienceSpec(), description="lossy decoding grid (ε = 1: lossless)"
     )

@@ -6,9 +6,10 @@ from pydantic import Field, model_validator
 
 from specray.config.base import Frozen
 from specray.config.data import DataSpec
-from specray.config.evaluation import EvalSpec, TuneSpec
+from specray.config.evaluation import EvalSpec, TuneSpec, WorkloadSpec
 from specray.config.models import ModelsSpec
 from specray.config.stages import DistillSpec, TeacherSpec
+from specray.data.spec_bench import SPEC_BENCH_CATEGORIES, resolve_categories
 from specray.distill.presets import source_name
 
 
@@ -41,6 +42,14 @@ class SweepSpec(Frozen):
         missing = sorted(set(self.eval.empirical_temperatures) - set(self.eval.temperatures))
         if missing:
             raise ValueError(f"eval.empirical_temperatures {missing} are not in eval.temperatures")
+        unnamed = [t for t in self.eval.test_sets if t not in self.data.test_set_names]
+        if unnamed:
+            raise ValueError(
+                f"eval.test_sets {unnamed} are not test sets; allowed: {', '.join(self.data.test_set_names)} "
+                "(name more under data.test_sets)"
+            )
+        if self.eval.workload is not None:
+            self._check_workload(self.eval.workload)
         max_model_len = self.teacher.vllm.max_model_len
         needed = self.data.max_prompt_tokens + self.teacher.max_new_tokens
         if self.teacher.engine == "vllm" and max_model_len is not None and max_model_len < needed:
@@ -61,6 +70,39 @@ class SweepSpec(Frozen):
                 "(only the presets tempspec and tempspec_teacher do)"
             )
         return self
+
+    def _check_workload(self, workload: WorkloadSpec) -> None:
+        """A workload names an evaluated test set with categories, gives every category of it a
+        temperature on the τ_dec grid, and weighs only those categories."""
+        if workload.test_set not in self.eval.test_sets:
+            raise ValueError(
+                f"eval.workload.test_set {workload.test_set!r} is not in eval.test_sets {self.eval.test_sets}"
+            )
+        source = self.data.test_source(workload.test_set)
+        if not source.has_categories:
+            raise ValueError(
+                f"eval.workload.test_set {workload.test_set!r} has no categories (a {source.kind} source); "
+                "a workload needs a spec_bench source"
+            )
+        categories = resolve_categories(source.categories) or SPEC_BENCH_CATEGORIES
+        table = workload.table
+        missing = [c for c in categories if c not in table]
+        if missing:
+            raise ValueError(
+                f"eval.workload.temperatures has no temperature for categories {missing} of test set "
+                f"{workload.test_set!r}; narrow its source's categories or add them"
+            )
+        off_grid = sorted({table[c] for c in categories} - set(self.eval.temperatures))
+        if off_grid:
+            raise ValueError(
+                f"eval.workload.temperatures {off_grid} are not in eval.temperatures "
+                f"{self.eval.temperatures}: add them, so every category's cells exist"
+            )
+        if isinstance(workload.weights, dict) and set(workload.weights) != set(categories):
+            raise ValueError(
+                f"eval.workload.weights must name exactly the categories {list(categories)} "
+                f"(got {sorted(workload.weights)})"
+            )
 
     @property
     def experiment(self) -> str:

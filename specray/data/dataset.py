@@ -1,14 +1,21 @@
-"""A sweep's data, from its DataSpec: train / validation / in-domain test, and the out-of-domain test."""
+"""A sweep's data, from its DataSpec: train / validation / in-domain test, the out-of-domain test, and the
+named test sets of `data.test_sets` (split `<name>_test`)."""
 
 from __future__ import annotations
 
-from specray.config import DataSpec, SourceSpec
+from specray.config import DataSpec, SourceSpec, TestSetSpec
 from specray.data.examples import Example
 from specray.data.loaders import load_examples
+from specray.data.spec_bench import load_questions, question_examples
 from specray.data.splits import split_examples
 from specray.data.synthetic import synthetic_corpus
 
 SPLITS = ("train", "validation", "in_domain_test", "out_of_domain_test")
+
+
+def test_split(test_set: str) -> str:
+    """The split holding a test set's prompts: `in_domain` -> `in_domain_test`."""
+    return f"{test_set}_test"
 
 
 def load_source(source: SourceSpec) -> list[Example]:
@@ -16,6 +23,8 @@ def load_source(source: SourceSpec) -> list[Example]:
     if source.kind == "synthetic":
         return synthetic_corpus(source.size, source.seed, source.families)
     assert source.path is not None  # guaranteed by SourceSpec's validator
+    if source.kind == "spec_bench":
+        return question_examples(load_questions(source.path, source.categories))
     return load_examples(source.kind, source.path, split=source.split, columns=source.columns)
 
 
@@ -34,4 +43,13 @@ def build_splits(data: DataSpec) -> dict[str, list[Example]]:
     ood = split_examples(
         load_source(data.out_of_domain), {"out_of_domain_test": data.out_of_domain_test_size}, seed=data.seed
     )
-    return {name: (splits | ood)[name] for name in SPLITS}
+    named = {test_split(name): _named_test_set(name, t, data.seed) for name, t in data.test_sets.items()}
+    return {name: (splits | ood)[name] for name in SPLITS} | named
+
+
+def _named_test_set(name: str, spec: TestSetSpec, seed: int) -> list[Example]:
+    """`size` examples of the source drawn with the seed, or every one in file order."""
+    examples = load_source(spec.source)
+    if spec.size is None:
+        return examples
+    return split_examples(examples, {test_split(name): spec.size}, seed=seed)[test_split(name)]

@@ -10,7 +10,9 @@ class Example:
     """An instruction example. `input` is "" when the task has no extra context.
 
     `family` names where the example came from (a synthetic task family such as "arithmetic",
-    or a source such as "gsm8k"), so reports can break results down by it.
+    a source such as "gsm8k", or a Spec-Bench category), so reports can break results down by it.
+    `turns` are the user's turns of a multi-turn conversation (the first is `instruction`); empty for a
+    single turn.
     """
 
     id: str
@@ -18,3 +20,4 @@ class Example:
     input: str
     output: str
     family: str = ""
+    turns: tuple[str, ...] = ()

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specray.data.examples import Example
 from specray.errors import DataError
 
 MT_BENCH_CATEGORIES = (
@@ -154,6 +155,23 @@ def _texts(value: Any, where: str, field: str) -> tuple[str, ...] | None:
     if field == "turns" and not all(t.strip() for t in items):
         raise DataError(f"{where}: 'turns' holds an empty turn")
     return tuple(items)
+
+
+def question_examples(questions: Iterable[Question]) -> list[Example]:
+    """Questions as examples: the first turn is the instruction, the category the family, the first turn's
+    first reference the output (quality metrics read it; "" without one), every turn kept in `turns` when
+    there are several."""
+    return [
+        Example(
+            id=str(q.question_id),
+            instruction=q.turns[0],
+            input="",
+            output=q.reference[0][0] if q.reference and q.reference[0] else "",
+            family=q.category,
+            turns=q.turns if len(q.turns) > 1 else (),
+        )
+        for q in questions
+    ]
 
 
 def workload_temperatures(

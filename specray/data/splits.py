@@ -59,6 +59,9 @@ def fingerprint(examples: Sequence[Example]) -> str:
     digest = hashlib.sha256()
     for example in examples:
         # json.dumps escapes newlines, so "\n" separates records unambiguously.
-        record = json.dumps(dataclasses.asdict(example), sort_keys=True, ensure_ascii=False)
+        fields = dataclasses.asdict(example)
+        if not fields["turns"]:  # single-turn examples keep the fingerprint they had before turns existed
+            del fields["turns"]
+        record = json.dumps(fields, sort_keys=True, ensure_ascii=False)
         digest.update(record.encode("utf-8") + b"\n")
     return digest.hexdigest()[:16]

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from specray.data.chat import render_chat, require_chat_template
+
 if TYPE_CHECKING:
     from specray.config import DataSpec
     from specray.data.examples import Example
@@ -23,21 +25,41 @@ PROMPT_NO_INPUT = (
     "Write a response that appropriately completes the request.\n\n"
     "### Instruction:\n{instruction}\n\n### Response:\n"
 )
-TEMPLATES = ("alpaca",)
+TEMPLATES = ("alpaca", "chat")
 
 
 def format_prompt(instruction: str, input: str = "", template: str = "alpaca") -> str:
-    """The prompt for one example; an empty or whitespace-only `input` selects the no-input variant."""
-    if template not in TEMPLATES:
-        raise ValueError(f"unknown template {template!r}; valid: {', '.join(TEMPLATES)}")
+    """The Alpaca prompt for one example; an empty or whitespace-only `input` selects the no-input variant.
+    (`chat` prompts need the model's tokenizer: `prompt_text`.)"""
+    if template != "alpaca":
+        raise ValueError(f"format_prompt renders the alpaca template, not {template!r} (use prompt_text)")
     if input.strip():
         return PROMPT_WITH_INPUT.format(instruction=instruction, input=input)
     return PROMPT_NO_INPUT.format(instruction=instruction)
 
 
+def prompt_text(example: Example, template: str, tokenizer: Any = None) -> str:
+    """The prompt text of one example: the Alpaca prompt, or (`chat`) the first turn through the
+    tokenizer's chat template with the generation prompt on (an `input` follows the instruction after a
+    blank line). A chat text holds its own special tokens (BOS): encode it without adding them."""
+    if template == "alpaca":
+        return format_prompt(example.instruction, example.input)
+    if template != "chat":
+        raise ValueError(f"unknown template {template!r}; valid: {', '.join(TEMPLATES)}")
+    turn = f"{example.instruction}\n\n{example.input}" if example.input.strip() else example.instruction
+    return render_chat(tokenizer, [turn])
+
+
 def encode_prompts(examples: Sequence[Example], tokenizer: Any, data: DataSpec) -> list[list[int]]:
-    """Token ids of the examples' prompts, cut to `data.max_prompt_tokens` from the left: the end of an
-    Alpaca prompt, "### Response:", is what the model continues from. The one place prompts are encoded:
-    the test sets, the validation prompts of the probe and of Tune, and the training rows agree."""
-    texts = [format_prompt(e.instruction, e.input, data.template) for e in examples]
-    return [ids[-data.max_prompt_tokens :] for ids in tokenizer(texts)["input_ids"]]
+    """Token ids of the examples' prompts, cut to `data.max_prompt_tokens` from the left: the end of a
+    prompt ("### Response:", a chat's generation prompt) is what the model continues from. The one place
+    prompts are encoded: the test sets, the validation prompts of the probe and of Tune agree.
+
+    Under the chat template a multi-turn example is prompted with its first turn: later turns need the
+    model's own earlier answers (`specray bench` decodes them turn by turn)."""
+    if data.template == "chat":
+        require_chat_template(tokenizer, str(getattr(tokenizer, "name_or_path", "the target")))
+    texts = [prompt_text(e, data.template, tokenizer) for e in examples]
+    special = data.template == "alpaca"  # a chat text writes its own BOS
+    encoded = tokenizer(texts, add_special_tokens=special)["input_ids"]
+    return [ids[-data.max_prompt_tokens :] for ids in encoded]

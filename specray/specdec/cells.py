@@ -10,14 +10,12 @@ from dataclasses import dataclass
 from transformers import PreTrainedTokenizerBase
 
 from specray.config import EvalSpec, SweepSpec
-from specray.data.dataset import build_splits
+from specray.data.dataset import build_splits, test_split
 from specray.data.splits import fingerprint
 from specray.data.templates import encode_prompts
 from specray.keys import cell_key_inputs, digest, model_id
 from specray.models.loading import check_same_vocabulary, load_tokenizer
 from specray.specdec.records import EvalJob, EvalSettings, StepCosts
-
-TEST_SPLITS = {"in_domain": "in_domain_test", "out_of_domain": "out_of_domain_test"}
 
 
 @dataclass(frozen=True)
@@ -54,8 +52,19 @@ def encode_test_prompts(spec: SweepSpec, tokenizer: PreTrainedTokenizerBase) -> 
     """Token ids of every test prompt per test set (encoded by `data.templates.encode_prompts`)."""
     splits = build_splits(spec.data)
     return {
-        test_set: encode_prompts(splits[TEST_SPLITS[test_set]], tokenizer, spec.data)
+        test_set: encode_prompts(splits[test_split(test_set)], tokenizer, spec.data)
         for test_set in spec.eval.test_sets
+    }
+
+
+def prompt_categories(spec: SweepSpec) -> dict[str, list[str]]:
+    """Per evaluated test set with categories (a spec_bench source), each test prompt's category, in the
+    order of its prompts."""
+    splits = build_splits(spec.data)
+    return {
+        test_set: [e.family for e in splits[test_split(test_set)]]
+        for test_set in spec.eval.test_sets
+        if spec.data.test_source(test_set).has_categories
     }
 
 
@@ -67,7 +76,7 @@ def prompts_fingerprints(spec: SweepSpec) -> dict[str, str]:
     return {
         test_set: digest(
             {
-                "examples": fingerprint(splits[TEST_SPLITS[test_set]]),
+                "examples": fingerprint(splits[test_split(test_set)]),
                 "template": spec.data.template,
                 "max_prompt_tokens": spec.data.max_prompt_tokens,
                 "tokenizer": tokenizer,

@@ -37,12 +37,13 @@ from specray.keys import cost_ratio_inputs, digest, model_id
 from specray.locks import output_folder
 from specray.models.loading import load_tokenizer, resolve_model_path
 from specray.report.build import build_report
+from specray.specdec.categories import with_categories
 from specray.specdec.cells import (
-    TEST_SPLITS,
     encode_test_prompts,
     eval_settings,
     passes,
     plan_jobs,
+    prompt_categories,
     prompts_fingerprints,
 )
 from specray.specdec.evaluator import continuations_file, default_continuations_dir
@@ -214,10 +215,10 @@ class LazyEvalPool:
 
     def get(self) -> EvalPool:
         if self.pool is None:
-            from specray.data.dataset import build_splits
+            from specray.data.dataset import build_splits, test_split
 
             settings, splits = eval_settings(self.spec.eval), build_splits(self.spec.data)
-            examples = {test_set: splits[TEST_SPLITS[test_set]] for test_set in self.prompts}
+            examples = {test_set: splits[test_split(test_set)] for test_set in self.prompts}
             self.pool = make_eval_pool(
                 self.spec,
                 self.target_path,
@@ -426,7 +427,8 @@ def _evaluate_all(
     """Evaluate the cells without a record under their key; every record ends up once on disk and once in
     MLflow (metrics carry γ, ε and the lenience function when the sweep has more than one)."""
     axes = CellAxes.of(spec)
-    saved = read_cells(folder)
+    categories = prompt_categories(spec)
+    saved = {key: with_categories(record, categories) for key, record in read_cells(folder).items()}
     stage, todo = cell_stage(jobs, saved, folder)
     logged = {name: tracker.metric_keys(run_id) for name, run_id in runs.items()}
     for job in jobs:  # backfill what a killed driver saved but had not logged
@@ -437,7 +439,7 @@ def _evaluate_all(
     display.advance(stage.reused, reused=True)
 
     def on_result(records: list[CellRecord]) -> None:
-        for record in records:
+        for record in map(lambda r: with_categories(r, categories), records):
             write_json(folder / f"{record.key}.json", record.to_json(), indent=None)
             tracker.log_metrics(runs[record.draft], cell_metrics(record, axes=axes))
             saved[record.key] = record
@@ -458,7 +460,7 @@ def _target_outputs(
     """The target's cached test outputs (response token ids) per test set and τ_dec."""
     settings, device = eval_settings(spec.eval), device_kind(spec.eval.num_gpus)
     outputs: dict[str, dict[float, list[list[int]]]] = {}
-    for test_set in TEST_SPLITS:
+    for test_set in spec.eval.test_sets:
         for tau in spec.eval.temperatures:
             if test_set not in prompts:
                 continue

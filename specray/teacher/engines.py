@@ -41,7 +41,9 @@ class TransformersEngine:
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         import torch
 
-        prompt_ids = self.tokenizer([r.prompt for r in requests])["input_ids"]
+        prompt_ids = [
+            self.tokenizer(r.prompt, add_special_tokens=r.add_special_tokens)["input_ids"] for r in requests
+        ]
         # Similar lengths share a batch (less padding); safe because results do not depend on batching.
         order = sorted(range(len(requests)), key=lambda i: len(prompt_ids[i]))
         device = next(self.model.parameters()).device

@@ -23,13 +23,15 @@ from specray.sampling import FinishReason
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """One response to sample: `prompt` at temperature `tau` (0 = greedy) with at most `max_new_tokens`."""
+    """One response to sample: `prompt` at temperature `tau` (0 = greedy) with at most `max_new_tokens`.
+    `add_special_tokens` False: the text already holds them (a chat template's BOS)."""
 
     prompt_id: str
     prompt: str
     tau: float
     seed: int
     max_new_tokens: int
+    add_special_tokens: bool = True
 
 
 @dataclass(frozen=True)

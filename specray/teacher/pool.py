@@ -40,6 +40,7 @@ import ray
 from specray.cluster.actors import Demand, LoadError, Replicas, check_local_fits
 from specray.cluster.runtime import ray_session
 from specray.config import SweepSpec, TeacherSpec
+from specray.data.chat import require_chat_template
 from specray.data.examples import Example
 from specray.data.shards import (
     ShardKey,
@@ -50,7 +51,7 @@ from specray.data.shards import (
     shard_key,
     write_part,
 )
-from specray.data.templates import format_prompt
+from specray.data.templates import prompt_text
 from specray.devices import Resources
 from specray.errors import DataError
 from specray.faults import Faults
@@ -253,18 +254,33 @@ class _Progress:
 
 
 def _requests(
-    progress: Mapping[float, _Progress], examples: Sequence[Example], template: str
+    progress: Mapping[float, _Progress], examples: Sequence[Example], template: str, tokenizer: Any = None
 ) -> list[GenerationRequest]:
-    """Every missing (prompt, τ), sorted by τ so a temperature's batches run together."""
+    """Every missing (prompt, τ), sorted by τ so a temperature's batches run together. A chat prompt is
+    rendered by the teacher's `tokenizer` and holds its own special tokens."""
     requests = []
+    texts = {e.id: prompt_text(e, template, tokenizer) for e in examples}
     for tau, state in sorted(progress.items()):
         for example in examples:
             if example.id in state.missing:
-                prompt = format_prompt(example.instruction, example.input, template)
+                key = state.key
                 requests.append(
-                    GenerationRequest(example.id, prompt, tau, state.key.seed, state.key.max_new_tokens)
+                    GenerationRequest(
+                        example.id, texts[example.id], tau, key.seed, key.max_new_tokens, template == "alpaca"
+                    )
                 )
     return requests
+
+
+def _chat_tokenizer(spec: SweepSpec) -> Any:
+    """The teacher's tokenizer, which renders chat prompts (refused without a chat template)."""
+    from specray.models.loading import load_tokenizer, resolve_model_path
+
+    target = spec.models.target
+    path = resolve_model_path(target, spec.models.zoo)
+    tokenizer = load_tokenizer(path, target.trust_remote_code)
+    require_chat_template(tokenizer, path)
+    return tokenizer
 
 
 def _row(result: GenerationResult, prompt: str, teacher: str) -> dict[str, Any]:
@@ -384,7 +400,8 @@ def generate_shards(
         report = on_progress or (lambda done, total, saved: None)
         report(done, total, saved)
         if progress:
-            requests = _requests(progress, examples, spec.data.template)
+            tokenizer = _chat_tokenizer(spec) if spec.data.template == "chat" else None
+            requests = _requests(progress, examples, spec.data.template, tokenizer)
             prompt_ids = [example.id for example in examples]
             with (
                 nullcontext(pool) if pool is not None else _own_pool(spec) as active,

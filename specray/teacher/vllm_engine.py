@@ -166,8 +166,16 @@ class VllmEngine:
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         params = [self._sampling_params(**to_sampling_kwargs(r)) for r in requests]
-        outputs = self.llm.generate([r.prompt for r in requests], params, use_tqdm=False)
+        outputs = self.llm.generate([self._prompt(r) for r in requests], params, use_tqdm=False)
         return [to_result(r, o) for r, o in zip(requests, outputs, strict=True)]
+
+    def _prompt(self, request: GenerationRequest) -> str | dict[str, list[int]]:
+        """A text prompt, or (a chat text that holds its own BOS) its token ids: vLLM's text prompts always
+        get the tokenizer's special tokens, its `TokensPrompt` form takes ids as they are."""
+        if request.add_special_tokens:
+            return request.prompt
+        tokenizer = self.llm.get_tokenizer()
+        return {"prompt_token_ids": tokenizer(request.prompt, add_special_tokens=False)["input_ids"]}
 
     def close(self) -> None:
         del self.llm

@@ -80,10 +80,10 @@ class SweepData:
 
 def sweep_data(spec: SweepSpec) -> SweepData:
     """The sweep's datasets, keyed as the caches key them (builds the splits; loads no model)."""
-    from specray.data.dataset import build_splits
+    from specray.data.dataset import build_splits, test_split
     from specray.data.shards import shard_dir, train_shard_keys
     from specray.data.splits import fingerprint
-    from specray.specdec.cells import TEST_SPLITS, prompts_fingerprints
+    from specray.specdec.cells import prompts_fingerprints
 
     splits = build_splits(spec.data)
     train = splits["train"]
@@ -92,11 +92,10 @@ def sweep_data(spec: SweepSpec) -> SweepData:
         tau: DatasetRef(f"teacher τ_kd={tau:g}", key.digest, "training", str(shard_dir(key)), len(train))
         for tau, key in train_shard_keys(spec, train).items()
     }
-    sources = {"in_domain": spec.data.train, "out_of_domain": spec.data.out_of_domain}
     tests = []
     for test_set, digest in prompts_fingerprints(spec).items():
-        where_test, kind_test = _source(sources[test_set])
-        rows = len(splits[TEST_SPLITS[test_set]])
+        where_test, kind_test = _source(spec.data.test_source(test_set))
+        rows = len(splits[test_split(test_set)])
         tests.append(DatasetRef(f"{test_set} test", digest, "evaluation", where_test, rows, kind_test))
     prompts = DatasetRef("train prompts", fingerprint(train), "generation", where, len(train), kind)
     return SweepData(prompts, shards, tuple(tests))

@@ -58,6 +58,12 @@ CELL_METRICS = {
     },
     "ends": {"quality_target": QUALITY_TARGET, "quality_draft": QUALITY_DRAFT},
 }
+# what an analytic cell keeps per category (`specray.specdec.categories`) -> its metric name
+CATEGORY_FIGURES = {
+    "acceptance_rate": ACCEPTANCE_RATE,
+    "block_efficiency": BLOCK_EFFICIENCY,
+    "speedup_model": SPEEDUP_MODEL,
+}
 ROLE, SWEEP_KEY, PARENT = "specray.role", "specray.sweep_key", "mlflow.parentRunId"
 DRAFT_KEY = "specray.draft_key"
 BEST, TRIAL_ID = "specray.best", "trial_id"
@@ -144,6 +150,24 @@ def cell_metrics(
             else {key: value}
         )
         points |= {k: float(v) for k, v in named.items() if v is not None and math.isfinite(float(v))}
+    return points | _category_metrics(record, gamma, epsilon, lenience)
+
+
+def _category_metrics(
+    record: CellRecord, gamma: int | None, epsilon: float | None, lenience: str | None
+) -> dict[str, float]:
+    """`speedup_model/<test set>/tau_dec_<τ>/category_<name>` for each figure a cell keeps per category
+    (`specray.specdec.categories`)."""
+    by_category = record.metrics.get("by_category")
+    if not isinstance(by_category, dict):
+        return {}
+    points = {}
+    for category, figures in by_category.items():
+        for field, value in figures.items():
+            if field in CATEGORY_FIGURES and math.isfinite(float(value)):
+                metric = CATEGORY_FIGURES[field]
+                key = cell_key(metric, record.test_set, record.tau_dec, gamma, epsilon, lenience)
+                points[f"{key}/category_{category}"] = float(value)
     return points
 
 

@@ -29,16 +29,18 @@ from tests.conftest import REPO
 
 SMOKE = load_spec(REPO / "sweeps" / "smoke.yaml")
 # Fields whose change cannot be tried alone on the synthetic smoke spec: the loader options of a file
-# source (a synthetic source has no path, split or columns), the model fields that are one choice between
-# a zoo entry and a name (their key input, the model id, is tested in test_model_ids), the one template
-# there is, and vLLM's tensor parallelism (it must equal teacher.num_gpus).
+# source (a synthetic source has no path, split, columns or categories), the model fields that are one
+# choice between a zoo entry and a name (their key input, the model id, is tested in test_model_ids), vLLM's
+# tensor parallelism (it must equal teacher.num_gpus), and the named test sets and the workload, which need
+# a question file (tested below: `test_a_named_test_set_...`, `test_a_workload_...`).
 FILE_SOURCE_OPTIONS = {
     f"data.{src}.{name}"
     for src in ("train", "out_of_domain")
-    for name in ("kind", "path", "split", "columns")
+    for name in ("kind", "path", "split", "columns", "categories")
 }
 MODEL_CHOICE = {f"models.{role}.{name}" for role in ("target", "draft") for name in ("zoo", "name_or_path")}
-INERT_ON_SMOKE = FILE_SOURCE_OPTIONS | MODEL_CHOICE | {"data.template", "teacher.vllm.tensor_parallel_size"}
+NEED_QUESTIONS = {"data.test_sets", "eval.workload"}
+INERT_ON_SMOKE = FILE_SOURCE_OPTIONS | MODEL_CHOICE | NEED_QUESTIONS | {"teacher.vllm.tensor_parallel_size"}
 
 
 def test_every_spec_field_is_classified_for_the_result_keys() -> None:
@@ -85,6 +87,7 @@ def _candidates(value: Any) -> list[Any]:
             "diagonal",
             "random",
             "subset",
+            "chat",
             value + "x",
         ]
     if value is None:

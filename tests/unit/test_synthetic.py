@@ -14,7 +14,8 @@ from specray.data.synthetic import (
     OUT_OF_DOMAIN,
     synthetic_corpus,
 )
-from specray.data.templates import PROMPT_NO_INPUT, PROMPT_WITH_INPUT, format_prompt
+from specray.data.examples import Example
+from specray.data.templates import PROMPT_NO_INPUT, PROMPT_WITH_INPUT, format_prompt, prompt_text
 
 
 def test_same_seed_same_corpus_other_seed_other_corpus() -> None:
@@ -64,5 +65,5 @@ def test_templates_select_the_input_variant() -> None:
     assert format_prompt("Sort.", "3, 1") == PROMPT_WITH_INPUT.format(instruction="Sort.", input="3, 1")
     assert format_prompt("List two fruits.", "  ") == PROMPT_NO_INPUT.format(instruction="List two fruits.")
     assert format_prompt("x").endswith("### Response:\n")
-    with pytest.raises(ValueError, match="unknown template 'vicuna'; valid: alpaca"):
-        format_prompt("x", template="vicuna")
+    with pytest.raises(ValueError, match="unknown template 'vicuna'; valid: alpaca, chat"):
+        prompt_text(Example("1", "x", "", ""), "vicuna")
