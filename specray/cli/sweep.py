@@ -78,7 +78,7 @@ def report(
     parts = (records["cells"], records["drafts"], curves, records["lengths"])
     cost = StepCosts.from_json(records["step_costs"]) if records.get("step_costs") else None
     extra = {"step_costs": cost, "projected_cost_ratio": records["projected_cost_ratio"]}
-    extra |= {"token_lengths": records.get("token_lengths")}
+    extra |= {"token_lengths": records.get("token_lengths"), "workload": records.get("workload") or None}
     if tune is not None:
         with user_errors():
             extra["composition"] = load_composition(tune)

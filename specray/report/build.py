@@ -15,7 +15,7 @@ import pandas as pd
 from specray.distill.curves import CurvePoint
 from specray.names import BASELINE
 from specray.ops import speedup_model
-from specray.report import batching, distillspec, figures, lossy, tables
+from specray.report import batching, categories, distillspec, figures, lossy, tables
 from specray.report.convergence import CONVERGENCE_NOTE, convergence_table, projected_heading
 from specray.report.paired import prompt_cells
 from specray.report.replicates import (
@@ -147,10 +147,12 @@ def build_report(
     projected_cost_ratio: float | None = None,
     token_lengths: Mapping[str, Mapping[Any, Mapping[Any, int]]] | None = None,
     composition: Composition | None = None,
+    workload: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write every figure and table into `out_dir`; returns the Markdown report's path. `token_lengths`:
     test set -> τ_dec -> characters -> generated tokens (Fig. 5; JSON's string keys accepted);
-    `composition`: a finished `specray tune`'s results (Table 3 and its verdict)."""
+    `composition`: a finished `specray tune`'s results (Table 3 and its verdict); `workload`: the sweep's
+    eval.workload ({test_set, temperatures: category -> τ, weights}) for the per-category section."""
     out_dir.mkdir(parents=True, exist_ok=True)
     replicated = cells_frame(cells, drafts)
     replicated.to_csv(out_dir / "cells.csv", index=False)  # every replicate's own rows
@@ -196,6 +198,7 @@ def build_report(
     sections += ["", markdown_table(peaks[peaks.tau_dec <= 1.0])]
     sections += _table2_section(at_best, peaks)
     sections += _distillspec_section(frame, with_lists, probe_curves, out_dir)
+    sections += categories.section(with_lists, workload)
     sections += ["## Table 3: composition of τ_kd (from `specray tune`)\n", TABLE3_NOTE]
     sections += [markdown_table(tables.table3(composition)) if composition is not None else NO_TUNE]
     sections += _figure5_section(token_lengths or {}, lengths, out_dir)

@@ -18,6 +18,7 @@ import numpy as np
 from specray.specdec.records import CellRecord, CostTerms
 
 BY_CATEGORY = "by_category"  # the metrics entry: category -> {figure: value}
+PROMPT_CATEGORIES = "prompt_categories"  # the metrics entry: each test prompt's category, in order
 
 
 def category_figures(metrics: Mapping[str, Any], categories: Sequence[str]) -> dict[str, dict[str, float]]:
@@ -47,12 +48,13 @@ def category_figures(metrics: Mapping[str, Any], categories: Sequence[str]) -> d
 
 
 def with_categories(record: CellRecord, categories: Mapping[str, Sequence[str]]) -> CellRecord:
-    """The record with its per-category figures (`BY_CATEGORY` in its metrics) when its test set has
-    categories and the cell is analytic; otherwise unchanged."""
+    """The record with its per-category figures (`BY_CATEGORY`) and its prompts' categories
+    (`PROMPT_CATEGORIES`, what the report's intervals resample within) in its metrics, when its test set
+    has categories and the cell is analytic; otherwise unchanged."""
     labels = categories.get(record.test_set)
     if not labels or record.estimator != "analytic":
         return record
     figures = category_figures(record.metrics, labels)
     if not figures or record.metrics.get(BY_CATEGORY) == figures:
         return record
-    return replace(record, metrics={**record.metrics, BY_CATEGORY: figures})
+    return replace(record, metrics={**record.metrics, BY_CATEGORY: figures, PROMPT_CATEGORIES: list(labels)})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
@@ -66,6 +67,14 @@ def prompt_categories(spec: SweepSpec) -> dict[str, list[str]]:
         for test_set in spec.eval.test_sets
         if spec.data.test_source(test_set).has_categories
     }
+
+
+def workload_json(spec: SweepSpec) -> dict[str, Any] | None:
+    """The sweep's workload as the report reads it: test set, category -> τ (a preset resolved), weights."""
+    workload = spec.eval.workload
+    if workload is None:
+        return None
+    return {"test_set": workload.test_set, "temperatures": workload.table, "weights": workload.weights}
 
 
 def prompts_fingerprints(spec: SweepSpec) -> dict[str, str]:

@@ -45,6 +45,7 @@ from specray.specdec.cells import (
     plan_jobs,
     prompt_categories,
     prompts_fingerprints,
+    workload_json,
 )
 from specray.specdec.evaluator import continuations_file, default_continuations_dir
 from specray.specdec.records import CellRecord, EvalJob, StepCosts
@@ -511,11 +512,13 @@ def _report(spec, tracker, parent, records, drafts, curves, outputs, cost: StepC
         step_costs=cost,
         projected_cost_ratio=spec.eval.projected_cost_ratio,
         token_lengths=characters,
+        workload=workload_json(spec),
     )
     json_lengths = {test_set: {str(t): v for t, v in by_tau.items()} for test_set, by_tau in lengths.items()}
     json_curves = {name: curves_to_json(points) for name, points in curves.items()}
     inputs = {"cells": cells, "drafts": drafts, "curves": json_curves, "lengths": json_lengths}
     inputs["step_costs"] = cost.to_json()
+    inputs["workload"] = workload_json(spec) or {}
     inputs["token_lengths"] = {
         test_set: {str(t): {str(k): n for k, n in c.items()} for t, c in by.items()}
         for test_set, by in characters.items()

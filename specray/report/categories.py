@@ -1,0 +1,140 @@
+"""The report's per-category section: each draft's figures per category of a test set with categories
+(Spec-Bench's, MT-bench's), and a workload's weighted speedup — each category at its own request
+temperature, weighted by its share of the test set or as given.
+
+Intervals resample training replicates and, within each category, its prompts (`replicated.py`): the
+categories are strata of fixed size, so a workload's weights stay what the workload says in every resample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from specray.report.paired import PromptCells, prompt_cells
+from specray.report.replicated import replicated_interval
+from specray.report.tables import markdown_table
+from specray.specdec.categories import PROMPT_CATEGORIES
+
+NOTE = (
+    "Each analytic cell's figures over the prompts of one category (at the draft's best γ for the τ_dec, "
+    "chosen on the whole test set): modelled speedup, with α in brackets. Empirical cells keep totals only.\n"
+)
+WORKLOAD_NOTE = (
+    "Workload-weighted speedup: Σ_c w_c · speedup_model(draft at its best γ, τ_dec = τ_c, prompts of c), "
+    "each category c at its request temperature τ_c with weight w_c; 95% interval over training "
+    "replicates and, within each category, its prompts.\n"
+)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """category -> request temperature, and category -> weight (summing to 1)."""
+
+    test_set: str
+    temperatures: Mapping[str, float]
+    weights: Mapping[str, float]
+
+
+def workload_of(
+    test_set: str,
+    temperatures: Mapping[str, float],
+    weights: str | Mapping[str, float],
+    labels: Sequence[str],
+) -> Workload:
+    """A workload over the categories present in `labels` (each prompt's category): `weights` "share" is
+    each category's share of the prompts; given weights are normalised over the present categories."""
+    present = list(dict.fromkeys(labels))
+    if weights == "share":
+        raw = {c: float(sum(1 for label in labels if label == c)) for c in present}
+    else:
+        assert not isinstance(weights, str)
+        raw = {c: float(weights[c]) for c in present}
+    total = sum(raw.values())
+    return Workload(
+        test_set, {c: float(temperatures[c]) for c in present}, {c: w / total for c, w in raw.items()}
+    )
+
+
+def _categories(rows: pd.DataFrame) -> list[str] | None:
+    """The test set's per-prompt categories, from any of its cells that keep them."""
+    if PROMPT_CATEGORIES not in rows:
+        return None
+    kept = [v for v in rows[PROMPT_CATEGORIES] if isinstance(v, list) and v]
+    return list(kept[0]) if kept else None
+
+
+def per_category(table: PromptCells, labels: Sequence[str]) -> pd.DataFrame:
+    """Rows (draft, τ_dec, γ) × columns category: speedup_model and α per category, mean over replicates."""
+    groups = {c: np.flatnonzero(np.asarray(labels) == c)[None, :] for c in dict.fromkeys(labels)}
+    rows = []
+    for i, cell in table.cells.iterrows():
+        row: dict[str, object] = {"draft": cell.draft, "tau_dec": cell.tau_dec, "gamma": cell.gamma}
+        for category, index in groups.items():
+            speedup = float(table.speedup(int(i), index).mean())
+            alpha = float(table.acceptance(int(i), index).mean())
+            row[category] = f"{speedup:.3f} ({alpha:.2f})"
+        rows.append(row)
+    return pd.DataFrame(rows).sort_values(["tau_dec", "draft"]).reset_index(drop=True)
+
+
+def workload_table(table: PromptCells, labels: Sequence[str], workload: Workload) -> pd.DataFrame:
+    """Per draft with a cell at every category's temperature: the workload-weighted speedup and its 95%
+    interval, best first."""
+    strata = {c: np.flatnonzero(np.asarray(labels) == c) for c in workload.weights}
+    rows = []
+    for draft in dict.fromkeys(table.cells.draft):
+        found = {c: table.row(draft, workload.temperatures[c]) for c in strata}
+        if any(r is None for r in found.values()):
+            continue
+        cells = {c: int(r) for c, r in found.items() if r is not None}
+        replicates = min(table.replicates(r) for r in cells.values())
+
+        def effect(reps: np.ndarray, prompts: Mapping[str, np.ndarray], cells=cells) -> np.ndarray:
+            total = 0.0
+            for c, row in cells.items():
+                speedup = table.speedup(row, strata[c][prompts[c]])  # [resamples, replicates]
+                picked = speedup[:, np.minimum(reps, speedup.shape[1] - 1)]
+                total = total + workload.weights[c] * picked.mean(-1)
+            return np.asarray(total)
+
+        interval = replicated_interval(effect, replicates, {c: len(i) for c, i in strata.items()})
+        rows.append(
+            {
+                "draft": draft,
+                "workload_speedup": round(interval.effect, 4),
+                "ci95": f"[{interval.low:.3f}, {interval.high:.3f}]",
+                "replicates": replicates,
+            }
+        )
+    frame = pd.DataFrame(rows)
+    return frame.sort_values("workload_speedup", ascending=False).reset_index(drop=True) if rows else frame
+
+
+def section(with_lists: pd.DataFrame, workload: Mapping[str, object] | None = None) -> list[str]:
+    """Markdown lines: per test set with categories, the per-category table, and the workload's table when
+    the sweep has one on that test set (`workload`: eval.workload as JSON, its temperatures resolved)."""
+    if with_lists.empty or PROMPT_CATEGORIES not in with_lists:
+        return []
+    tables = prompt_cells(with_lists)
+    lines: list[str] = []
+    for test_set, rows in with_lists[with_lists.estimator == "analytic"].groupby("test_set"):
+        labels = _categories(rows)
+        if labels is None or str(test_set) not in tables:
+            continue
+        table = tables[str(test_set)]
+        lines += [f"\n## Per category: {test_set}\n", NOTE, markdown_table(per_category(table, labels)), ""]
+        if workload and workload.get("test_set") == test_set:
+            mix = workload_of(
+                str(test_set),
+                workload["temperatures"],  # type: ignore[arg-type]
+                workload.get("weights", "share"),  # type: ignore[arg-type]
+                labels,
+            )
+            listed = ", ".join(f"{c} τ={mix.temperatures[c]:g} w={w:.3f}" for c, w in mix.weights.items())
+            lines += [f"### Workload on {test_set}\n", WORKLOAD_NOTE, f"Categories: {listed}.\n"]
+            lines += [markdown_table(workload_table(table, labels, mix)), ""]
+    return lines
