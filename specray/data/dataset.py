@@ -13,7 +13,7 @@ from specray.data.synthetic import synthetic_corpus
 SPLITS = ("train", "validation", "in_domain_test", "out_of_domain_test")
 
 
-def test_split(test_set: str) -> str:
+def held_out_split(test_set: str) -> str:
     """The split holding a test set's prompts: `in_domain` -> `in_domain_test`."""
     return f"{test_set}_test"
 
@@ -43,7 +43,7 @@ def build_splits(data: DataSpec) -> dict[str, list[Example]]:
     ood = split_examples(
         load_source(data.out_of_domain), {"out_of_domain_test": data.out_of_domain_test_size}, seed=data.seed
     )
-    named = {test_split(name): _named_test_set(name, t, data.seed) for name, t in data.test_sets.items()}
+    named = {held_out_split(name): _named_test_set(name, t, data.seed) for name, t in data.test_sets.items()}
     return {name: (splits | ood)[name] for name in SPLITS} | named
 
 
@@ -52,4 +52,4 @@ def _named_test_set(name: str, spec: TestSetSpec, seed: int) -> list[Example]:
     examples = load_source(spec.source)
     if spec.size is None:
         return examples
-    return split_examples(examples, {test_split(name): spec.size}, seed=seed)[test_split(name)]
+    return split_examples(examples, {held_out_split(name): spec.size}, seed=seed)[held_out_split(name)]

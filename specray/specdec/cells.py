@@ -11,7 +11,7 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from specray.config import EvalSpec, SweepSpec
-from specray.data.dataset import build_splits, test_split
+from specray.data.dataset import build_splits, held_out_split
 from specray.data.splits import fingerprint
 from specray.data.templates import encode_prompts
 from specray.keys import cell_key_inputs, digest, model_id
@@ -53,7 +53,7 @@ def encode_test_prompts(spec: SweepSpec, tokenizer: PreTrainedTokenizerBase) -> 
     """Token ids of every test prompt per test set (encoded by `data.templates.encode_prompts`)."""
     splits = build_splits(spec.data)
     return {
-        test_set: encode_prompts(splits[test_split(test_set)], tokenizer, spec.data)
+        test_set: encode_prompts(splits[held_out_split(test_set)], tokenizer, spec.data)
         for test_set in spec.eval.test_sets
     }
 
@@ -63,7 +63,7 @@ def prompt_categories(spec: SweepSpec) -> dict[str, list[str]]:
     order of its prompts."""
     splits = build_splits(spec.data)
     return {
-        test_set: [e.family for e in splits[test_split(test_set)]]
+        test_set: [e.family for e in splits[held_out_split(test_set)]]
         for test_set in spec.eval.test_sets
         if spec.data.test_source(test_set).has_categories
     }
@@ -85,7 +85,7 @@ def prompts_fingerprints(spec: SweepSpec) -> dict[str, str]:
     return {
         test_set: digest(
             {
-                "examples": fingerprint(splits[test_split(test_set)]),
+                "examples": fingerprint(splits[held_out_split(test_set)]),
                 "template": spec.data.template,
                 "max_prompt_tokens": spec.data.max_prompt_tokens,
                 "tokenizer": tokenizer,

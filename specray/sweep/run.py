@@ -27,6 +27,7 @@ import ray
 
 from specray.cluster.runtime import ray_session
 from specray.config import SweepSpec, dump_spec
+from specray.data.chat import require_chat_template
 from specray.data.shards import is_complete, train_shard_keys
 from specray.devices import device_kind
 from specray.distill.checkpoints import read_curves
@@ -216,10 +217,10 @@ class LazyEvalPool:
 
     def get(self) -> EvalPool:
         if self.pool is None:
-            from specray.data.dataset import build_splits, test_split
+            from specray.data.dataset import build_splits, held_out_split
 
             settings, splits = eval_settings(self.spec.eval), build_splits(self.spec.data)
-            examples = {test_set: splits[test_split(test_set)] for test_set in self.prompts}
+            examples = {test_set: splits[held_out_split(test_set)] for test_set in self.prompts}
             self.pool = make_eval_pool(
                 self.spec,
                 self.target_path,
@@ -255,6 +256,8 @@ def preflight(spec: SweepSpec) -> None:
     tokenizers = {name: load_tokenizer(path, refs[name].trust_remote_code) for name, path in paths.items()}
     for path in paths.values():
         check_model_dir(path)
+    if spec.data.template == "chat" and "target" in tokenizers:  # the zoo's tokenizer carries one
+        require_chat_template(tokenizers["target"], paths["target"])
     if len(tokenizers) == 2:
         check_same_vocabulary(tokenizers["target"], tokenizers["draft"], paths["target"], paths["draft"])
 
