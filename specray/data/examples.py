@@ -11,8 +11,8 @@ class Example:
 
     `family` names where the example came from (a synthetic task family such as "arithmetic",
     a source such as "gsm8k", or a Spec-Bench category), so reports can break results down by it.
-    `turns` are the user's turns of a multi-turn conversation (the first is `instruction`); empty for a
-    single turn.
+    `turns` are the user's turns of a multi-turn conversation (the first is `instruction`), and
+    `references` a reference answer per turn ("" where there is none); both empty for a single turn.
     """
 
     id: str
@@ -21,3 +21,4 @@ class Example:
     output: str
     family: str = ""
     turns: tuple[str, ...] = ()
+    references: tuple[str, ...] = ()

@@ -159,19 +159,52 @@ def _texts(value: Any, where: str, field: str) -> tuple[str, ...] | None:
 
 def question_examples(questions: Iterable[Question]) -> list[Example]:
     """Questions as examples: the first turn is the instruction, the category the family, the first turn's
-    first reference the output (quality metrics read it; "" without one), every turn kept in `turns` when
-    there are several."""
-    return [
-        Example(
-            id=str(q.question_id),
-            instruction=q.turns[0],
-            input="",
-            output=q.reference[0][0] if q.reference and q.reference[0] else "",
-            family=q.category,
-            turns=q.turns if len(q.turns) > 1 else (),
+    first reference the output (quality metrics read it; "" without one); a multi-turn question keeps every
+    turn in `turns` and each turn's first reference in `references` (`expand_turns` makes one example per
+    turn)."""
+    examples = []
+    for q in questions:
+        references = tuple(r[0] if r else "" for r in q.reference or ())
+        references += ("",) * (len(q.turns) - len(references))
+        several = len(q.turns) > 1
+        examples.append(
+            Example(
+                id=str(q.question_id),
+                instruction=q.turns[0],
+                input="",
+                output=references[0],
+                family=q.category,
+                turns=q.turns if several else (),
+                references=references if several else (),
+            )
         )
-        for q in questions
-    ]
+    return examples
+
+
+TURN = "/turn_"  # a later turn's example id: <conversation id>/turn_<k>
+
+
+def conversation_id(example_id: str) -> str:
+    """The conversation a turn's example belongs to (its question's id)."""
+    return example_id.split(TURN)[0]
+
+
+def expand_turns(examples: Iterable[Example]) -> list[Example]:
+    """One example per turn of each conversation, in order: turn 1 is the question's own example without
+    its later turns; turn k > 1 has id `<id>/turn_<k>`, its turn as the instruction, its reference as the
+    output and the user's turns up to it in `turns` (its prompt needs the model's answers to the earlier
+    ones: `specdec.turns`)."""
+    expanded = []
+    for e in examples:
+        if len(e.turns) < 2:
+            expanded.append(e)
+            continue
+        expanded.append(Example(e.id, e.turns[0], "", e.references[0], e.family))
+        for k in range(2, len(e.turns) + 1):
+            turn_id = f"{e.id}{TURN}{k}"
+            turns = e.turns[:k]
+            expanded.append(Example(turn_id, turns[-1], "", e.references[k - 1], e.family, turns))
+    return expanded
 
 
 def workload_temperatures(

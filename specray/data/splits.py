@@ -60,8 +60,9 @@ def fingerprint(examples: Sequence[Example]) -> str:
     for example in examples:
         # json.dumps escapes newlines, so "\n" separates records unambiguously.
         fields = dataclasses.asdict(example)
-        if not fields["turns"]:  # single-turn examples keep the fingerprint they had before turns existed
-            del fields["turns"]
+        for name in ("turns", "references"):  # single-turn examples keep the fingerprint they had before
+            if not fields[name]:
+                del fields[name]
         record = json.dumps(fields, sort_keys=True, ensure_ascii=False)
         digest.update(record.encode("utf-8") + b"\n")
     return digest.hexdigest()[:16]

@@ -6,7 +6,7 @@ Two variants: one for tasks with an extra "input" field and one without. The pro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from specray.data.chat import render_chat, require_chat_template
@@ -38,28 +38,38 @@ def format_prompt(instruction: str, input: str = "", template: str = "alpaca") -
     return PROMPT_NO_INPUT.format(instruction=instruction)
 
 
-def prompt_text(example: Example, template: str, tokenizer: Any = None) -> str:
-    """The prompt text of one example: the Alpaca prompt, or (`chat`) the first turn through the
-    tokenizer's chat template with the generation prompt on (an `input` follows the instruction after a
-    blank line). A chat text holds its own special tokens (BOS): encode it without adding them."""
+def prompt_text(example: Example, template: str, tokenizer: Any = None, earlier: Sequence[str] = ()) -> str:
+    """The prompt text of one example: the Alpaca prompt, or (`chat`) through the tokenizer's chat template
+    with the generation prompt on — one turn (an `input` follows the instruction after a blank line), or a
+    later turn's conversation (`example.turns`) with the model's `earlier` answers. A chat text holds its
+    own special tokens (BOS): encode it without adding them."""
     if template == "alpaca":
         return format_prompt(example.instruction, example.input)
     if template != "chat":
         raise ValueError(f"unknown template {template!r}; valid: {', '.join(TEMPLATES)}")
+    if len(example.turns) > 1:
+        return render_chat(tokenizer, example.turns, earlier)
     turn = f"{example.instruction}\n\n{example.input}" if example.input.strip() else example.instruction
     return render_chat(tokenizer, [turn])
 
 
-def encode_prompts(examples: Sequence[Example], tokenizer: Any, data: DataSpec) -> list[list[int]]:
+def encode_prompts(
+    examples: Sequence[Example],
+    tokenizer: Any,
+    data: DataSpec,
+    answers: Mapping[str, Sequence[str]] | None = None,
+) -> list[list[int]]:
     """Token ids of the examples' prompts, cut to `data.max_prompt_tokens` from the left: the end of a
     prompt ("### Response:", a chat's generation prompt) is what the model continues from. The one place
     prompts are encoded: the test sets, the validation prompts of the probe and of Tune agree.
 
-    Under the chat template a multi-turn example is prompted with its first turn: later turns need the
-    model's own earlier answers (`specray bench` decodes them turn by turn)."""
+    Under the chat template a later turn of a conversation (`data.spec_bench.expand_turns`) is prompted
+    with the turns before it and `answers[its id]`, the model's answers to them (`specdec.turns`); under
+    the Alpaca template a conversation is its first turn."""
     if data.template == "chat":
         require_chat_template(tokenizer, str(getattr(tokenizer, "name_or_path", "the target")))
-    texts = [prompt_text(e, data.template, tokenizer) for e in examples]
+    answers = answers or {}
+    texts = [prompt_text(e, data.template, tokenizer, answers.get(e.id, ())) for e in examples]
     special = data.template == "alpaca"  # a chat text writes its own BOS
     encoded = tokenizer(texts, add_special_tokens=special)["input_ids"]
     return [ids[-data.max_prompt_tokens :] for ids in encoded]

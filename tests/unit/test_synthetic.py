@@ -6,6 +6,7 @@ from collections import defaultdict
 
 import pytest
 
+from specray.data.examples import Example
 from specray.data.synthetic import (
     FAMILIES,
     HIGH_ENTROPY,
@@ -14,7 +15,6 @@ from specray.data.synthetic import (
     OUT_OF_DOMAIN,
     synthetic_corpus,
 )
-from specray.data.examples import Example
 from specray.data.templates import PROMPT_NO_INPUT, PROMPT_WITH_INPUT, format_prompt, prompt_text
 
 

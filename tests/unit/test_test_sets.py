@@ -20,7 +20,7 @@ from specray.report import categories as report_categories
 from specray.report.paired import prompt_cells
 from specray.specdec.categories import BY_CATEGORY, category_figures, with_categories
 from specray.specdec.cells import prompt_categories, prompts_fingerprints
-from specray.specdec.records import CellRecord, CostTerms
+from specray.specdec.records import CellRecord
 from specray.tracking.names import cell_metrics
 from tests.conftest import REPO
 

@@ -1,0 +1,76 @@
+"""Multi-turn test prompts: a later turn is prompted with the conversation so far, the model's own earlier
+answers included, as Spec-Bench and MT-bench do.
+
+Every draft must be scored on the same prompts, so the earlier answers are the *target's*, decoded greedily
+(τ = 0, `eval.max_new_tokens`) once per test set and cached under a key of what they depend on: the target,
+the conversations, the length and the device. Greedy rather than sampled: a conversation then does not
+depend on the τ_dec it is scored at, and one set of answers serves the whole grid.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+
+from specray.data.chat import render_chat
+from specray.data.examples import Example
+from specray.data.spec_bench import conversation_id
+from specray.data.splits import fingerprint
+from specray.files import cache_dir, write_json
+from specray.keys import digest
+from specray.teacher.engines import TransformersEngine
+from specray.teacher.generation import GenerationRequest
+
+log = logging.getLogger(__name__)
+FORMAT = 1  # bump when how the answers are decoded changes
+
+
+def later_turns(examples: Iterable[Example]) -> list[Example]:
+    """The examples whose prompts need earlier answers (turn 2 on of `data.spec_bench.expand_turns`)."""
+    return [e for e in examples if len(e.turns) > 1]
+
+
+def answers_key(examples: Sequence[Example], target: str, max_new_tokens: int, device: str) -> str:
+    """What the earlier answers depend on (`target` is the target's model id)."""
+    inputs = {"conversations": fingerprint(later_turns(examples)), "target": target}
+    return digest(inputs | {"max_new_tokens": max_new_tokens, "device": device, "answers_format": FORMAT})
+
+
+def conversation_answers(
+    examples: Sequence[Example], target_path: str, key: str, max_new_tokens: int, device: str = "cpu"
+) -> dict[str, tuple[str, ...]]:
+    """Per later-turn example id, the target's greedy answers to the turns before it (cached under `key`)."""
+    needed = later_turns(examples)
+    if not needed:
+        return {}
+    path = cache_dir() / "conversations" / f"{key}.json"
+    if path.exists():
+        return {k: tuple(v) for k, v in json.loads(path.read_text()).items()}
+    answers = _decode_conversations(needed, target_path, max_new_tokens, device)
+    by_turn = {e.id: tuple(answers[conversation_id(e.id)][: len(e.turns) - 1]) for e in needed}
+    write_json(path, {k: list(v) for k, v in by_turn.items()})
+    return by_turn
+
+
+def _decode_conversations(
+    needed: Sequence[Example], target_path: str, max_new_tokens: int, device: str
+) -> dict[str, list[str]]:
+    """conversation id -> the target's greedy answers to its turns but the last, decoded turn by turn."""
+    longest: dict[str, tuple[str, ...]] = {}
+    for e in needed:
+        if len(e.turns) > len(longest.get(conversation_id(e.id), ())):
+            longest[conversation_id(e.id)] = e.turns
+    engine = TransformersEngine(target_path, device=device)
+    answers: dict[str, list[str]] = {c: [] for c in longest}
+    try:
+        for k in range(1, max(len(t) for t in longest.values())):
+            open_ = [c for c, turns in longest.items() if len(turns) > k]
+            log.info("earlier answers: turn %d of %d conversations (target, greedy)", k, len(open_))
+            prompts = {c: render_chat(engine.tokenizer, longest[c][:k], answers[c]) for c in open_}
+            requests = [GenerationRequest(c, prompts[c], 0.0, 0, max_new_tokens, False) for c in open_]
+            for result in engine.generate(requests):
+                answers[result.prompt_id].append(result.response_text.strip())
+    finally:
+        engine.close()
+    return answers

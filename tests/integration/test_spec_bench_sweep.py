@@ -1,0 +1,92 @@
+"""The smoke sweep with a Spec-Bench test set, as a user writes it: MT-bench's questions through the chat
+template, the `mt_bench` workload — per-category figures in the records, MLflow and the report, and the
+teacher's prompts rendered by the chat template with one BOS."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from specray.config import load_spec
+from specray.data.spec_bench import MT_BENCH_CATEGORIES
+from specray.tracking.names import ROLE
+from tests.sweeps import SMOKE, SPECRAY, run_cli
+
+pytestmark = pytest.mark.integration
+
+
+def bench_sweep(tmp_path: Path, questions: Path) -> Path:
+    raw = load_spec(SMOKE).model_dump(mode="json")
+    raw["name"] = "smoke-mt"
+    raw["data"]["template"] = "chat"
+    source = {"kind": "spec_bench", "path": str(questions), "categories": ["mt_bench"]}
+    raw["data"]["test_sets"] = {"mt": {"source": source, "size": 16}}
+    raw["teacher"]["temperatures"] = [1.0]
+    raw["distill"]["paradigms"] = ["offline"]
+    raw["eval"] |= {
+        "test_sets": ["mt"],
+        "temperatures": [0.0, 0.1, 0.7],
+        "empirical_temperatures": [0.7],
+        "workload": {"test_set": "mt", "temperatures": "mt_bench"},
+    }
+    path = tmp_path / "smoke_mt.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def test_a_spec_bench_test_set_under_the_chat_template(tmp_path: Path, shared_data: Path) -> None:
+    questions = shared_data / "spec_bench" / "question.jsonl"
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    command = [SPECRAY, "run", str(bench_sweep(tmp_path, questions)), f"tracking.uri={uri}"]
+    result = run_cli([*command, f"output_dir={tmp_path}"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    # the records: every analytic cell of the test set keeps its figures per MT-bench category
+    cells = [json.loads(p.read_text()) for p in (tmp_path / "smoke-mt" / "cells").glob("*.json")]
+    analytic = [c for c in cells if c["estimator"] == "analytic" and c["test_set"] == "mt"]
+    assert len(analytic) == 2 * 3  # (non-distill, offline/tau_kd=1) × 3 τ_dec
+    for cell in analytic:
+        labels = cell["metrics"]["prompt_categories"]
+        assert len(labels) == 16 and set(labels) <= set(MT_BENCH_CATEGORIES)
+        by_category = cell["metrics"]["by_category"]
+        assert set(by_category) == set(labels)
+        assert sum(f["prompts"] for f in by_category.values()) == 16
+        # the categories' tokens-weighted α gives back the cell's
+        tokens = {
+            c: sum(t for t, lab in zip(cell["metrics"]["per_prompt_tokens"], labels, strict=True) if lab == c)
+            for c in by_category
+        }
+        pooled = sum(by_category[c]["acceptance_rate"] * tokens[c] for c in tokens) / sum(tokens.values())
+        assert pooled == pytest.approx(cell["metrics"]["acceptance_rate"], rel=1e-6)
+
+    # MLflow: the per-category metrics on the drafts' runs
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("smoke-mt").experiment_id
+    runs = client.search_runs([experiment])
+    child = next(r for r in runs if r.data.tags.get("draft") == "offline/tau_kd=1")
+    category = analytic[0]["metrics"]["prompt_categories"][0]
+    assert f"speedup_model/mt/tau_dec_0.7/category_{category}" in child.data.metrics
+    assert f"acceptance_rate/mt/tau_dec_0/category_{category}" in child.data.metrics
+    parent = next(r for r in runs if r.data.tags.get(ROLE) == "sweep")
+    assert parent.info.status == "FINISHED"
+
+    # the report: the per-category table and the workload's weighted speedup per draft
+    report = (tmp_path / "smoke-mt" / "report" / "report.md").read_text()
+    assert "## Per category: mt" in report and "### Workload on mt" in report
+    workload = report.split("### Workload on mt")[1]
+    assert "offline/tau_kd=1" in workload and "non-distill" in workload
+
+    # the teacher's prompts went through the chat template: one BOS, the template's own
+    shards = [pq.read_table(p) for p in Path(os.environ["SPECRAY_CACHE"]).rglob("*.parquet")]
+    rows = [r for t in shards if "prompt_token_ids" in t.column_names for r in t.to_pylist()]
+    chat_rows = [r for r in rows if r["prompt"].startswith("<s>")]
+    assert chat_rows, "no teacher row was rendered by the chat template"
+    for row in chat_rows:
+        ids = row["prompt_token_ids"]
+        assert ids.count(ids[0]) == 1 and ids[1] != ids[0], row["prompt"][:80]
