@@ -101,7 +101,7 @@ def evaluate(
         paths = drafts or [draft_path]
         named = {(BASELINE if not drafts else path): path for path in paths}
         check_drafts(target_path, named)
-        prompts = encode_test_prompts(spec, load_tokenizer(target_path))
+        prompts = encode_test_prompts(spec, load_tokenizer(target_path), target_path)
     e = spec.eval
     jobs = plan_jobs(e, [DraftRef(name, path) for name, path in named.items()])
     with ray_session(spec.ray), user_errors(), LazyEvalPool(spec, target_path, prompts) as lazy:

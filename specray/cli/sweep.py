@@ -133,6 +133,13 @@ def _print_routes(outcome) -> None:
         if len(per_batch) > 1:  # γ per batch-size band (0: no speculation at that load)
             gammas = ", ".join(f"B≥{entry['low']}: γ={entry['gamma']}" for entry in per_batch)
             typer.echo(f"  {'':12s} by batch size: {gammas}")
+    if "workload" in outcome.plan:
+        workload = outcome.plan["workload"]
+        drafts = ", ".join(f"{d['draft']} {d['workload_speedup']:.3f}" for d in workload["drafts"][:3])
+        typer.echo(
+            f"workload on {workload['test_set']}: the plan's weighted speedup {workload['plan_speedup']:.3f} "
+            f"(each draft alone, best first: {drafts})"
+        )
     if outcome.model_name:
         versions = ", ".join(f"{folder} v{v}" for folder, v in outcome.registered.items()) or "none"
         typer.echo(f"MLflow registry: {outcome.model_name}: {versions}; export run {outcome.export_run_id}")

@@ -93,7 +93,8 @@ def verify_outcome(outcome: ExportOutcome, prompts_limit: int, seed: int = 0) ->
 
     spec, test_set = outcome.results.spec, outcome.plan["sweep"]["test_set"]
     tokenizer = load_tokenizer(outcome.plan["target"]["name_or_path"])
-    prompts = encode_test_prompts(spec, tokenizer)[test_set][:prompts_limit]
+    target = outcome.plan["target"]["name_or_path"]
+    prompts = encode_test_prompts(spec, tokenizer, target)[test_set][:prompts_limit]
     settings = {
         "max_new_tokens": spec.eval.max_new_tokens,
         "eos": tokenizer.eos_token_id,

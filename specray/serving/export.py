@@ -40,6 +40,7 @@ from specray.serving.engines import (
 )
 from specray.serving.plan import BandPlan, BatchRoute, Route
 from specray.serving.source import SweepResults, copy_draft, draft_recipe
+from specray.serving.workload import workload_entry
 
 ROUTING_FILE = "routing.json"
 METADATA_KEY = "specray_config"
@@ -231,6 +232,8 @@ def export_plan(results: SweepResults, plans: Sequence[BandPlan], to: Path, test
     }
     folders = {key: draft_folder_name(name) for key, name in chosen.items()}
     plan = routing_plan(results, plans, test_set, folders)
+    workload = workload_entry(results.spec, results.cells, plans)
+    plan |= {"workload": workload} if workload is not None else {}
     for key, folder in folders.items():
         write_draft(results, plan, key, to / "drafts" / folder)
     write_engines(plan, to)

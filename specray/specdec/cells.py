@@ -12,11 +12,15 @@ from transformers import PreTrainedTokenizerBase
 
 from specray.config import EvalSpec, SweepSpec
 from specray.data.dataset import build_splits, held_out_split
+from specray.data.examples import Example
+from specray.data.spec_bench import expand_turns
 from specray.data.splits import fingerprint
 from specray.data.templates import encode_prompts
+from specray.devices import device_kind
 from specray.keys import cell_key_inputs, digest, model_id
 from specray.models.loading import check_same_vocabulary, load_tokenizer
 from specray.specdec.records import EvalJob, EvalSettings, StepCosts
+from specray.specdec.turns import answers_key, conversation_answers, later_turns
 
 
 @dataclass(frozen=True)
@@ -49,22 +53,41 @@ def fixed_step_costs(spec: EvalSpec) -> StepCosts:
     return StepCosts.fixed(spec.draft_cost_ratio, spec.batch_sizes, spec.gamma)
 
 
-def encode_test_prompts(spec: SweepSpec, tokenizer: PreTrainedTokenizerBase) -> dict[str, list[list[int]]]:
-    """Token ids of every test prompt per test set (encoded by `data.templates.encode_prompts`)."""
+def evaluated_examples(spec: SweepSpec) -> dict[str, list[Example]]:
+    """Every evaluated test set's examples, one per test prompt: under the chat template a conversation is
+    one prompt per turn (`expand_turns`), under the Alpaca template its first turn."""
     splits = build_splits(spec.data)
+    chat = spec.data.template == "chat"
     return {
-        test_set: encode_prompts(splits[held_out_split(test_set)], tokenizer, spec.data)
+        test_set: expand_turns(splits[held_out_split(test_set)]) if chat else splits[held_out_split(test_set)]
         for test_set in spec.eval.test_sets
     }
+
+
+def encode_test_prompts(
+    spec: SweepSpec, tokenizer: PreTrainedTokenizerBase, target_path: str
+) -> dict[str, list[list[int]]]:
+    """Token ids of every test prompt per test set (encoded by `data.templates.encode_prompts`); a later
+    turn's prompt holds the target's own greedy answers to the turns before it (`specdec.turns`, cached)."""
+    device, length = device_kind(spec.eval.num_gpus), spec.eval.max_new_tokens
+    prompts = {}
+    for test_set, rows in evaluated_examples(spec).items():
+        answers = conversation_answers(rows, target_path, _answers_key(spec, rows), length, device)
+        prompts[test_set] = encode_prompts(rows, tokenizer, spec.data, answers)
+    return prompts
+
+
+def _answers_key(spec: SweepSpec, examples: Sequence[Example]) -> str:
+    target = model_id(spec.models.target, spec.models)
+    return answers_key(examples, target, spec.eval.max_new_tokens, device_kind(spec.eval.num_gpus))
 
 
 def prompt_categories(spec: SweepSpec) -> dict[str, list[str]]:
     """Per evaluated test set with categories (a spec_bench source), each test prompt's category, in the
     order of its prompts."""
-    splits = build_splits(spec.data)
     return {
-        test_set: [e.family for e in splits[held_out_split(test_set)]]
-        for test_set in spec.eval.test_sets
+        test_set: [e.family for e in examples]
+        for test_set, examples in evaluated_examples(spec).items()
         if spec.data.test_source(test_set).has_categories
     }
 
@@ -80,19 +103,19 @@ def workload_json(spec: SweepSpec) -> dict[str, Any] | None:
 def prompts_fingerprints(spec: SweepSpec) -> dict[str, str]:
     """Per test set, a key of its prompts' token ids without tokenizing: the examples, the template, the
     cut and the tokenizer (the target's) determine them."""
-    splits = build_splits(spec.data)
     tokenizer = model_id(spec.models.target, spec.models)
-    return {
-        test_set: digest(
-            {
-                "examples": fingerprint(splits[held_out_split(test_set)]),
-                "template": spec.data.template,
-                "max_prompt_tokens": spec.data.max_prompt_tokens,
-                "tokenizer": tokenizer,
-            }
-        )
-        for test_set in spec.eval.test_sets
-    }
+    fingerprints = {}
+    for test_set, examples in evaluated_examples(spec).items():
+        inputs = {
+            "examples": fingerprint(examples),
+            "template": spec.data.template,
+            "max_prompt_tokens": spec.data.max_prompt_tokens,
+            "tokenizer": tokenizer,
+        }
+        if later_turns(examples):  # the target's earlier answers are part of these prompts
+            inputs["earlier_answers"] = _answers_key(spec, examples)
+        fingerprints[test_set] = digest(inputs)
+    return fingerprints
 
 
 def plan_jobs(

@@ -42,6 +42,7 @@ from specray.specdec.categories import with_categories
 from specray.specdec.cells import (
     encode_test_prompts,
     eval_settings,
+    evaluated_examples,
     passes,
     plan_jobs,
     prompt_categories,
@@ -183,7 +184,7 @@ def _run_sweep(
         runs[baseline.name] = tracker.child_run(parent, baseline.name, baseline.key, baseline.tags, note)
         tracker.log_datasets(runs[baseline.name], data.tests)
         tokenizer = load_tokenizer(target_path)
-        prompts = encode_test_prompts(spec, tokenizer)
+        prompts = encode_test_prompts(spec, tokenizer, target_path)
         everything = [baseline, *work.drafts]
         pool = LazyEvalPool(spec, target_path, prompts)
         with pool:
@@ -217,10 +218,8 @@ class LazyEvalPool:
 
     def get(self) -> EvalPool:
         if self.pool is None:
-            from specray.data.dataset import build_splits, held_out_split
-
-            settings, splits = eval_settings(self.spec.eval), build_splits(self.spec.data)
-            examples = {test_set: splits[held_out_split(test_set)] for test_set in self.prompts}
+            settings, everything = eval_settings(self.spec.eval), evaluated_examples(self.spec)
+            examples = {test_set: everything[test_set] for test_set in self.prompts}
             self.pool = make_eval_pool(
                 self.spec,
                 self.target_path,

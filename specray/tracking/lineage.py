@@ -80,10 +80,10 @@ class SweepData:
 
 def sweep_data(spec: SweepSpec) -> SweepData:
     """The sweep's datasets, keyed as the caches key them (builds the splits; loads no model)."""
-    from specray.data.dataset import build_splits, held_out_split
+    from specray.data.dataset import build_splits
     from specray.data.shards import shard_dir, train_shard_keys
     from specray.data.splits import fingerprint
-    from specray.specdec.cells import prompts_fingerprints
+    from specray.specdec.cells import evaluated_examples, prompts_fingerprints
 
     splits = build_splits(spec.data)
     train = splits["train"]
@@ -93,9 +93,10 @@ def sweep_data(spec: SweepSpec) -> SweepData:
         for tau, key in train_shard_keys(spec, train).items()
     }
     tests = []
+    examples = evaluated_examples(spec)
     for test_set, digest in prompts_fingerprints(spec).items():
         where_test, kind_test = _source(spec.data.test_source(test_set))
-        rows = len(splits[held_out_split(test_set)])
+        rows = len(examples[test_set])
         tests.append(DatasetRef(f"{test_set} test", digest, "evaluation", where_test, rows, kind_test))
     prompts = DatasetRef("train prompts", fingerprint(train), "generation", where, len(train), kind)
     return SweepData(prompts, shards, tuple(tests))

@@ -114,7 +114,11 @@ def test_analytic_acceptance_lies_in_the_empirical_interval(tiny_zoo, tau: float
     whenever the zoo changes (the one-layer draft's τ = 0.6 came out at 0.0403 against a 95% half-width of
     0.0371); a bias as large as the 95% half-width's double still fails."""
     spec = load_spec(REPO / "sweeps" / "tiny.yaml")
-    prompts = {"in_domain": encode_test_prompts(spec, load_tokenizer(str(tiny_zoo.target)))["in_domain"][:32]}
+    prompts = {
+        "in_domain": encode_test_prompts(spec, load_tokenizer(str(tiny_zoo.target)), str(tiny_zoo.target))[
+            "in_domain"
+        ][:32]
+    }
     settings = EvalSettings(
         repeats=3, max_new_tokens=48, empirical_prompts=32, step_costs=StepCosts.fixed(0.3), seed=1
     )

@@ -53,10 +53,10 @@ def test_a_spec_bench_test_set_under_the_chat_template(tmp_path: Path, shared_da
     assert len(analytic) == 2 * 3  # (non-distill, offline/tau_kd=1) × 3 τ_dec
     for cell in analytic:
         labels = cell["metrics"]["prompt_categories"]
-        assert len(labels) == 16 and set(labels) <= set(MT_BENCH_CATEGORIES)
+        assert len(labels) == 2 * 16 and set(labels) <= set(MT_BENCH_CATEGORIES)  # two turns each
         by_category = cell["metrics"]["by_category"]
         assert set(by_category) == set(labels)
-        assert sum(f["prompts"] for f in by_category.values()) == 16
+        assert sum(f["prompts"] for f in by_category.values()) == 2 * 16
         # the categories' tokens-weighted α gives back the cell's
         tokens = {
             c: sum(t for t, lab in zip(cell["metrics"]["per_prompt_tokens"], labels, strict=True) if lab == c)
@@ -81,6 +81,22 @@ def test_a_spec_bench_test_set_under_the_chat_template(tmp_path: Path, shared_da
     assert "## Per category: mt" in report and "### Workload on mt" in report
     workload = report.split("### Workload on mt")[1]
     assert "offline/tau_kd=1" in workload and "non-distill" in workload
+
+    # the export: the routing plan's workload-weighted speedup, from the cells' per-category figures
+    export = tmp_path / "export"
+    exported = run_cli(
+        [SPECRAY, "export", str(tmp_path / "smoke-mt"), "--to", str(export), "--test-set", "mt"], cwd=tmp_path
+    )
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert "workload on mt: the plan's weighted speedup" in exported.stdout
+    routing = json.loads((export / "routing.json").read_text())
+    block = routing["workload"]
+    assert {c["category"] for c in block["categories"]} == set(analytic[0]["metrics"]["by_category"])
+    assert sum(c["weight"] for c in block["categories"]) == pytest.approx(1.0)
+    assert block["plan_speedup"] == pytest.approx(
+        sum(c["weight"] * c["speedup_model"] for c in block["categories"])
+    )
+    assert {d["draft"] for d in block["drafts"]} == {"non-distill", "offline/tau_kd=1"}
 
     # the teacher's prompts went through the chat template: one BOS, the template's own
     shards = [pq.read_table(p) for p in Path(os.environ["SPECRAY_CACHE"]).rglob("*.parquet")]

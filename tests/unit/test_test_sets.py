@@ -19,8 +19,15 @@ from specray.keys import cell_key_inputs, digest, spec_key
 from specray.report import categories as report_categories
 from specray.report.paired import prompt_cells
 from specray.specdec.categories import BY_CATEGORY, category_figures, with_categories
-from specray.specdec.cells import prompt_categories, prompts_fingerprints
+from specray.specdec.cells import (
+    encode_test_prompts,
+    evaluated_examples,
+    prompt_categories,
+    prompts_fingerprints,
+)
 from specray.specdec.records import CellRecord
+from specray.teacher.engines import TransformersEngine
+from specray.teacher.generation import GenerationRequest
 from specray.tracking.names import cell_metrics
 from tests.conftest import REPO
 
@@ -249,3 +256,119 @@ def test_the_report_section_names_every_category_and_the_workload() -> None:
     assert "## Per category: bench" in lines and "### Workload on bench" in lines
     assert "a τ=0 w=0.500, b τ=1 w=0.500" in lines
     assert report_categories.section(cells_frame(rows)[lambda f: f.test_set == "x"]) == []
+
+
+# ---------------------------------------------------------------- multi-turn prompts
+
+
+def test_a_conversation_is_one_prompt_per_turn_under_the_chat_template(tmp_path: Path) -> None:
+    alpaca = with_bench(tmp_path, ["writing"])
+    chat = with_data(alpaca, template="chat")
+    assert [e.id for e in evaluated_examples(alpaca)["bench"]] == [
+        "81",
+        "82",
+    ]  # a conversation: its first turn
+    expanded = evaluated_examples(chat)["bench"]
+    assert [e.id for e in expanded] == ["81", "81/turn_2", "82"]
+    assert expanded[1].turns == ("Write a poem.", "Shorter.") and expanded[1].instruction == "Shorter."
+    assert prompt_categories(chat) == {"bench": ["writing", "writing", "writing"]}
+    math = evaluated_examples(with_data(with_bench(tmp_path, ["math"]), template="chat"))["bench"]
+    assert [e.output for e in math] == ["4", "6", "8"]  # each turn's reference
+
+
+def test_a_later_turn_is_prompted_with_the_targets_own_earlier_answer(tmp_path: Path, micro_zoo: Any) -> None:
+    from transformers import AutoTokenizer
+
+    from specray.data.chat import render_chat
+    from specray.specdec import turns
+
+    target = str(micro_zoo.target)
+    spec = with_data(with_bench(tmp_path, ["writing"]), template="chat")
+    examples = evaluated_examples(spec)["bench"]
+    key = turns.answers_key(examples, "t", 8, "cpu")
+    answers = turns.conversation_answers(examples, target, key, 8)
+    assert list(answers) == ["81/turn_2"] and len(answers["81/turn_2"]) == 1
+    # the answer is the target's greedy continuation of turn 1's chat prompt
+    engine = TransformersEngine(target)
+    tokenizer = AutoTokenizer.from_pretrained(target)
+    first = GenerationRequest("81", render_chat(tokenizer, ["Write a poem."]), 0.0, 0, 8, False)
+    assert answers["81/turn_2"][0] == engine.generate([first])[0].response_text.strip()
+    prompts = encode_test_prompts(spec, tokenizer, target)["bench"]
+    golden = render_chat(tokenizer, ["Write a poem.", "Shorter."], answers["81/turn_2"])
+    assert (
+        prompts[1] == tokenizer(golden, add_special_tokens=False)["input_ids"][-spec.data.max_prompt_tokens :]
+    )
+    # cached: a second call reads the answers back, and they are in the test set's prompts key
+    assert turns.conversation_answers(examples, "/nonexistent", key, 8) == answers
+    assert (
+        prompts_fingerprints(spec)["bench"]
+        != prompts_fingerprints(with_data(spec, template="alpaca"))["bench"]
+    )
+    longer = SweepSpec.model_validate(
+        spec.model_dump(mode="json") | {"eval": spec.eval.model_dump(mode="json") | {"max_new_tokens": 9}}
+    )
+    assert prompts_fingerprints(longer)["bench"] != prompts_fingerprints(spec)["bench"]
+
+
+# ---------------------------------------------------------------- the export's workload block
+
+
+def plan_cell(draft: str, tau: float, gamma: int, speedups: dict[str, float]) -> CellRecord:
+    """An analytic cell whose modelled speedup is the categories' mean, with per-category figures."""
+    overall = sum(speedups.values()) / len(speedups)
+    metrics = {
+        "speedup_model": overall,
+        "speedup_model_by_batch": {"1": overall},
+        "speedup_model_by_batch_ci95": {"1": 0.01},
+        BY_CATEGORY: {
+            c: {"speedup_model": s, "prompts": 1.0 if c == "a" else 3.0} for c, s in speedups.items()
+        },
+    }
+    return CellRecord(
+        draft, draft, "bench", tau, "analytic", gamma, f"{draft}{tau}{gamma}", 0.1, 0.0, metrics
+    )
+
+
+def test_the_export_weighs_the_plans_route_at_each_categorys_temperature(tmp_path: Path) -> None:
+    from specray.serving.plan import plan_batched
+    from specray.serving.workload import workload_entry
+
+    cells = [
+        plan_cell("d1", 0.0, 3, {"a": 2.0, "b": 1.6}),  # d1 γ=3 wins τ 0
+        plan_cell("d1", 0.0, 5, {"a": 1.5, "b": 1.5}),
+        plan_cell("d2", 0.0, 3, {"a": 1.2, "b": 1.2}),
+        plan_cell("d1", 1.0, 3, {"a": 0.9, "b": 0.7}),  # nothing clears 1 at τ 1: no speculation
+        plan_cell("d2", 1.0, 3, {"a": 0.95, "b": 0.8}),
+    ]
+    spec = with_bench(
+        tmp_path,
+        ["writing", "math"],
+        temperatures=[0.0, 1.0],
+        workload={"test_set": "bench", "temperatures": {"writing": 1.0, "math": 0.0}},
+    )
+    cells = [replace_categories(c, {"a": "writing", "b": "math"}) for c in cells]
+    entry = workload_entry(spec, cells, plan_batched(cells, "bench"))
+    assert entry is not None
+    by_category = {c["category"]: c for c in entry["categories"]}
+    assert by_category["math"] | {"weight": 0} == {
+        "category": "math",
+        "temperature": 0.0,
+        "weight": 0,
+        "draft_key": "d1",
+        "gamma": 3,
+        "speedup_model": 1.6,
+    }
+    assert by_category["writing"]["gamma"] == 0 and by_category["writing"]["speedup_model"] == 1.0
+    assert by_category["writing"]["weight"] == pytest.approx(0.25)  # its share of the prompts
+    assert entry["plan_speedup"] == pytest.approx(0.25 * 1.0 + 0.75 * 1.6)
+    # each draft alone at its best γ per category: d1 = 0.25·0.9 + 0.75·1.6, d2 = 0.25·0.95 + 0.75·1.2
+    assert [d["draft"] for d in entry["drafts"]] == ["d1", "d2"]
+    assert entry["drafts"][0]["workload_speedup"] == pytest.approx(0.25 * 0.9 + 0.75 * 1.6)
+    assert workload_entry(SMOKE, cells, plan_batched(cells, "bench")) is None
+
+
+def replace_categories(cell: CellRecord, names: dict[str, str]) -> CellRecord:
+    from dataclasses import replace
+
+    figures = {names[c]: f for c, f in cell.metrics[BY_CATEGORY].items()}
+    return replace(cell, metrics={**cell.metrics, BY_CATEGORY: figures})

@@ -225,7 +225,10 @@ def _prepare(run: _Run) -> TrialContext:
     with run.display.stage("teacher shards", responses, "response"):  # a cache hit after `specray generate`
         generate_teacher_shards(spec, show_progress=False, on_progress=run.display.set_counts)
     tokenizer = load_tokenizer(run.target_path, spec.models.target.trust_remote_code)
-    run.prompts = {VALIDATION: _validation_prompts(spec, tokenizer), **encode_test_prompts(spec, tokenizer)}
+    run.prompts = {
+        VALIDATION: _validation_prompts(spec, tokenizer),
+        **encode_test_prompts(spec, tokenizer, run.target_path),
+    }
     if run.state.step_costs is None:
         run.state.step_costs = _measure_step_costs(run)
         _save_state(run)
