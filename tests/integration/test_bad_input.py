@@ -122,6 +122,14 @@ CASES = {
         _data_file("wrong.parquet", _wrong_schema, kind="parquet"),
         lambda t: [str(t / "wrong.parquet"), "instruction", "question"],
     ),
+    "unknown-test-set": Case(_run("eval.test_sets=[gsm]"), lambda t: ["eval.test_sets", "gsm", "in_domain"]),
+    "missing-question-file": Case(
+        _run(
+            "data.test_sets={bench: {source: {kind: spec_bench, path: /nonexistent/question.jsonl}}}",
+            "eval.test_sets=[in_domain, bench]",
+        ),
+        lambda t: ["/nonexistent/question.jsonl", "not found"],
+    ),
     "missing-model-dir": Case(
         _models(lambda t, z: str(t / "no-such-model")), lambda t: [str(t / "no-such-model"), "not found"]
     ),
