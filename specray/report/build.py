@@ -15,7 +15,7 @@ import pandas as pd
 from specray.distill.curves import CurvePoint
 from specray.names import BASELINE
 from specray.ops import speedup_model
-from specray.report import batching, categories, distillspec, figures, lossy, tables
+from specray.report import batching, categories, distillspec, entropy, figures, lossy, tables
 from specray.report.convergence import CONVERGENCE_NOTE, convergence_table, projected_heading
 from specray.report.paired import prompt_cells
 from specray.report.replicates import (
@@ -199,6 +199,7 @@ def build_report(
     sections += _table2_section(at_best, peaks)
     sections += _distillspec_section(frame, with_lists, probe_curves, out_dir)
     sections += categories.section(with_lists, workload)
+    sections += entropy.section(with_lists)
     sections += ["## Table 3: composition of τ_kd (from `specray tune`)\n", TABLE3_NOTE]
     sections += [markdown_table(tables.table3(composition)) if composition is not None else NO_TUNE]
     sections += _figure5_section(token_lengths or {}, lengths, out_dir)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import NamedTuple
 
 import torch
@@ -76,10 +76,15 @@ class Betas:
     eos_stop: Tensor | None = (
         None  # [n, T]: P(a rejected proposal was the EOS), ops.draft_stop_after_rejection
     )
+    # [n, T]: the entropy (nats) of the target's warped distribution p_τ at each position: how open the
+    # target's next token is there, whatever the draft (DistillSpec's per-example view sorts prompts by it)
+    target_entropy: Tensor | None = None
 
     def subset(self, count: int) -> Betas:
         """The first `count` sequences (the prompts the empirical estimator decodes)."""
-        rows = [x[:count] if x is not None else None for x in (self.sampled, self.eos_stop)]
+        rows = [
+            x[:count] if x is not None else None for x in (self.sampled, self.eos_stop, self.target_entropy)
+        ]
         return Betas(self.beta[:count], self.mask[:count], *rows)
 
 
@@ -275,16 +280,23 @@ class AnalyticEstimator:
         width = max((b.valid.shape[1] for b in self.batches), default=0)
         buffers = [{point: _Buffers.empty(n, width) for point in points} for _ in drafts]
         mask = torch.zeros(n, width, dtype=torch.bool)
+        entropy = torch.zeros(n, width, dtype=torch.float32)
         for i, batch in enumerate(self.batches):
             p = self._target_probs(i)  # [batch, T, vocab]
-            mask[torch.tensor(batch.rows), : batch.valid.shape[1]] = batch.valid
+            rows, span = torch.tensor(batch.rows), batch.valid.shape[1]
+            mask[rows, :span] = batch.valid
+            # entr(0) = 0, so a one-hot (τ = 0) row has entropy 0 without a log of 0
+            entropy[rows, :span] = (torch.special.entr(p.float()).sum(-1).cpu() * batch.valid).float()
             for by_point, draft in zip(buffers, drafts, strict=True):
                 q = response_probs(draft, batch, self.continuations.tau).to(p.device)
                 for point, out in by_point.items():
                     out.fill(batch, *_score(p, q, batch, point, self.eos_id))
                 del q
             del p
-        return [{point: out.betas(mask) for point, out in by_point.items()} for by_point in buffers]
+        return [
+            {point: replace(out.betas(mask), target_entropy=entropy) for point, out in by_point.items()}
+            for by_point in buffers
+        ]
 
     def beta(self, draft: PreTrainedModel) -> tuple[Tensor, Tensor]:
         """β [n, T] of one draft and the valid mask [n, T], in the continuations' order."""
@@ -345,8 +357,17 @@ def analytic_result(
         per_prompt_beta_sum=beta.sum(dim=1).tolist(),
         per_prompt_target_calls=(counts.steps * reached).tolist(),
         per_prompt_drafted=(counts.drafted * reached).tolist(),
+        per_prompt_target_entropy=_mean_entropy(betas, lengths),
         **server,
     )
+
+
+def _mean_entropy(betas: Betas, lengths: Tensor) -> list[float]:
+    """Per prompt, the target's mean entropy over its response positions (0 for an empty response)."""
+    if betas.target_entropy is None:
+        return []
+    total = (betas.target_entropy.double() * betas.mask).sum(dim=1)
+    return (total / lengths.clamp(min=1)).tolist()
 
 
 def _speedups(costs: StepCosts, server: dict, gamma: int) -> dict:

@@ -69,7 +69,7 @@ def encode_test_prompts(
 ) -> dict[str, list[list[int]]]:
     """Token ids of every test prompt per test set (encoded by `data.templates.encode_prompts`); a later
     turn's prompt holds the target's own greedy answers to the turns before it (`specdec.turns`, cached)."""
-    device, length = device_kind(spec.eval.num_gpus), spec.eval.max_new_tokens
+    device, length = answers_device(spec), spec.eval.max_new_tokens
     prompts = {}
     for test_set, rows in evaluated_examples(spec).items():
         answers = conversation_answers(rows, target_path, _answers_key(spec, rows), length, device)
@@ -77,9 +77,17 @@ def encode_test_prompts(
     return prompts
 
 
+def answers_device(spec: SweepSpec) -> str:
+    """Where the driver decodes the earlier answers of multi-turn prompts: the eval device when this process
+    has it, else the CPU (a cluster's driver often has no GPU; the answers' key says which it was)."""
+    import torch
+
+    return "cuda" if device_kind(spec.eval.num_gpus) == "cuda" and torch.cuda.is_available() else "cpu"
+
+
 def _answers_key(spec: SweepSpec, examples: Sequence[Example]) -> str:
     target = model_id(spec.models.target, spec.models)
-    return answers_key(examples, target, spec.eval.max_new_tokens, device_kind(spec.eval.num_gpus))
+    return answers_key(examples, target, spec.eval.max_new_tokens, answers_device(spec))
 
 
 def prompt_categories(spec: SweepSpec) -> dict[str, list[str]]:

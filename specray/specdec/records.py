@@ -307,6 +307,8 @@ class AnalyticResult:
     draft_acceptance_ci95: float
     draft_acceptance_hf: float  # accepted / drafted as HF assisted generation counts (see ops/blocks.py)
     acceptance_per_position: list[float]  # steps accepting ≥ k+1 tokens / steps, k < γ (vLLM's)
+    # per test prompt, the target's mean entropy (nats) of p_τ over its response: the report's entropy tiers
+    per_prompt_target_entropy: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,13 @@ from specray.config import EvalSpec
 from specray.errors import ModelError
 from specray.models.loading import load_model, load_tokenizer
 from specray.specdec import evaluator as evaluator_module
-from specray.specdec.analytic import AnalyticEstimator, Continuations, ratio_ci95, sample_continuations
+from specray.specdec.analytic import (
+    AnalyticEstimator,
+    Continuations,
+    analytic_result,
+    ratio_ci95,
+    sample_continuations,
+)
 from specray.specdec.cells import DraftRef, check_drafts, passes, plan_jobs
 from specray.specdec.evaluator import EvalJob, EvalSettings, Evaluator
 from specray.specdec.records import StepCosts
@@ -169,6 +175,14 @@ def test_analytic_matches_a_hand_computed_beta() -> None:
     assert beta[0].tolist() == pytest.approx(expected_first, abs=1e-6)
     assert mask.tolist() == [[True, True, True], [True, False, False]]
     assert beta[1, 0] == pytest.approx(float(torch.minimum(p[0], q[0]).sum()), abs=1e-6)
+    # the target's entropy along the same positions, whatever the draft; its per-prompt mean in the record
+    (betas,) = estimator.betas([Fixed(draft_table)])
+    entropy = -(p * p.log()).sum(-1)  # [positions]
+    assert betas.target_entropy is not None
+    assert betas.target_entropy[0].tolist() == pytest.approx(entropy[1:4].tolist(), abs=1e-5)
+    assert betas.target_entropy[1].tolist() == pytest.approx([float(entropy[0]), 0.0, 0.0], abs=1e-5)
+    record = analytic_result(betas, 2, StepCosts.fixed(0.1, [1], [2]))
+    assert record.per_prompt_target_entropy == pytest.approx([float(entropy[1:4].mean()), float(entropy[0])])
 
 
 def test_ratio_ci_shrinks_with_more_clusters() -> None:
