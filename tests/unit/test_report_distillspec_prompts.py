@@ -127,3 +127,14 @@ def test_per_example_figure_is_written_and_empty_input_draws_nothing(tmp_path: P
     assert dsp.per_example([], tmp_path) == [] and dsp.rankings(dsp.estimator_pairs(pd.DataFrame())) == []
     lines = dsp.figure_lines(estimator_frame(), estimator_frame(), pairs, tmp_path)
     assert any(line.startswith("- in_domain, τ_dec 1, γ 4: Spearman's ρ") for line in lines)
+
+
+def test_the_report_section_carries_the_figures_rho_and_all_five_verdicts(tmp_path: Path) -> None:
+    from specray.report.build import _distillspec_section
+
+    frame = sweep(lambda s, d, t: MOSTLY if s == "gkd" else 0.0)
+    lines = "\n".join(_distillspec_section(frame, frame, frame, pd.DataFrame(), tmp_path))
+    assert "![distillspec_per_example](distillspec_per_example.png)" in lines
+    assert "- no cell was measured both ways" in lines  # analytic cells only: no ρ to state
+    for claim in (dsp.WHITE_BOX, dsp.DIVERGENCE_DEPENDS, dsp.MOST_IMPROVE, "GKD is at or near the best"):
+        assert claim in lines
