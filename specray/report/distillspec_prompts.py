@@ -314,24 +314,25 @@ def white_box(tables: Mapping[str, PromptCells]) -> Verdict:
     table = tables[test_set]
     grid, offline = grid_drafts(table.cells), single_drafts(table, "offline")
     shared = [t for t in offline if np.isclose(grid.tau_kd, t).any()] if not grid.empty else []
-    pairs = [
-        (online, table.row(offline[t], tau))
-        for t in shared
-        for tau in in_range(table)
-        if (online := [i for i in grid.index if np.isclose(grid.tau_kd[i], t) and grid.tau_dec[i] == tau])
-    ]
-    if not pairs or any(row is None for _, row in pairs):
+    pairs = []  # (the online grid rows, the offline draft's row) per (τ_kd, τ_dec)
+    for t, tau in ((t, tau) for t in shared for tau in in_range(table)):
+        online = [i for i in grid.index if np.isclose(grid.tau_kd[i], t) and np.isclose(grid.tau_dec[i], tau)]
+        row = table.row(offline[t], tau)
+        if not online or row is None:
+            return untestable(
+                WHITE_BOX, test_set, definition, f"no online and offline cells at τ_dec {tau:g}"
+            )
+        pairs.append((online, row))
+    if not pairs:
         return untestable(WHITE_BOX, test_set, definition, "needs an offline draft at a grid τ_kd")
 
     def gap(index: Mapping[str, np.ndarray]) -> np.ndarray:
         i = index[test_set]
-        return np.mean(
-            [
-                stacked([table.speedup(r, i) for r in online]).mean(0) - table.speedup(int(row or 0), i)
-                for online, row in pairs
-            ],
-            axis=0,
-        )
+        gaps = [
+            stacked([table.speedup(r, i) for r in online]).mean(0) - table.speedup(row, i)
+            for online, row in pairs
+        ]
+        return np.mean(gaps, axis=0)
 
     return judged(WHITE_BOX, test_set, definition, +1, gap, {test_set: prompt_count(table)})
 
