@@ -15,7 +15,16 @@ import pandas as pd
 from specray.distill.curves import CurvePoint
 from specray.names import BASELINE
 from specray.ops import speedup_model
-from specray.report import batching, categories, distillspec, entropy, figures, lossy, tables
+from specray.report import (
+    batching,
+    categories,
+    distillspec,
+    distillspec_prompts,
+    entropy,
+    figures,
+    lossy,
+    tables,
+)
 from specray.report.convergence import CONVERGENCE_NOTE, convergence_table, projected_heading
 from specray.report.paired import prompt_cells
 from specray.report.replicates import (
@@ -197,7 +206,7 @@ def build_report(
     peaks = peak_table(frame)
     sections += ["", markdown_table(peaks[peaks.tau_dec <= 1.0])]
     sections += _table2_section(at_best, peaks)
-    sections += _distillspec_section(frame, with_lists, probe_curves, out_dir)
+    sections += _distillspec_section(frame, with_lists, everything, probe_curves, out_dir)
     sections += categories.section(with_lists, workload)
     sections += entropy.section(with_lists)
     sections += ["## Table 3: composition of τ_kd (from `specray tune`)\n", TABLE3_NOTE]
@@ -256,17 +265,25 @@ def _verdict_section(
 
 
 def _distillspec_section(
-    frame: pd.DataFrame, with_lists: pd.DataFrame, curves: pd.DataFrame, out_dir: Path
+    frame: pd.DataFrame,
+    with_lists: pd.DataFrame,
+    everything: pd.DataFrame,
+    curves: pd.DataFrame,
+    out_dir: Path,
 ) -> list[str]:
-    """KD algorithm × divergence (DistillSpec), only where the sweep varies either."""
+    """KD algorithm × divergence (DistillSpec), only where the sweep varies either. `everything` keeps the
+    `ends` records (draft-alone quality, Fig. 5a)."""
     if not distillspec.varies(frame):
         return []
     lines = ["\n## DistillSpec: KD algorithm × divergence\n", distillspec.NOTE]
     lines += [f"![{p.stem}]({p.name})" for p in distillspec.heatmaps(frame, out_dir)]
     lines += [f"![{p.stem}]({p.name})" for p in distillspec.acceptance_over_steps(curves, out_dir)]
     lines += ["", "Table D.1:\n", markdown_table(distillspec.table_d1(frame)), ""]
-    lines += [distillspec.VERDICT_NOTE]
-    verdicts = distillspec.verdicts(prompt_cells(with_lists))
+    pairs = distillspec_prompts.prompt_pairs(with_lists)
+    lines += distillspec_prompts.figure_lines(frame, everything, pairs, out_dir)
+    lines += ["", distillspec.VERDICT_NOTE, distillspec_prompts.VERDICT_NOTE]
+    tables = prompt_cells(with_lists)
+    verdicts = [*distillspec.verdicts(tables), *distillspec_prompts.verdicts(tables, pairs)]
     return lines + [markdown_table(verdict_frame(verdicts)), ""]
 
 

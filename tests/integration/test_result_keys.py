@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from specray.report import distillspec
+from specray.report import distillspec, distillspec_prompts
 from specray.tracking.names import PARENT, ROLE
 from tests.sweeps import CELLS_PER_DRAFT, finished_drafts, run_cli, smoke_command
 
@@ -144,3 +144,5 @@ def test_a_changed_setting_recomputes_exactly_what_it_changes(tmp_path: Path) ->
     assert "GKD" in section and "tempspec_teacher" in section and "tvd" in section
     assert "distillspec_block_efficiency_sampled_in_domain_tau_kd=1.png" in section
     assert distillspec.GKD_NEAR_BEST in section
+    assert "distillspec_per_example.png" in section  # Fig. 3b
+    assert distillspec_prompts.WHITE_BOX in section and distillspec_prompts.MOST_IMPROVE in section
