@@ -110,7 +110,7 @@ def main() -> None:
     spec = tiny_or_quick(args.quick)(())
     zoo = build_zoo(spec.models.zoo)
     tokenizer = load_tokenizer(str(zoo.target))
-    prompts = encode_test_prompts(spec, tokenizer)["in_domain"]
+    prompts = encode_test_prompts(spec, tokenizer, str(zoo.target))["in_domain"]
     target, draft = load_model(str(zoo.target)), load_model(args.draft or str(zoo.draft))
     print(
         f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "

@@ -222,7 +222,7 @@ def main() -> None:
     spec = tiny_or_quick(args.quick)(())
     zoo = build_zoo(spec.models.zoo)
     tokenizer = load_tokenizer(str(zoo.target))
-    prompts = encode_test_prompts(spec, tokenizer)["in_domain"]
+    prompts = encode_test_prompts(spec, tokenizer, str(zoo.target))["in_domain"]
     target, draft = load_model(str(zoo.target)), load_model(str(zoo.draft))
     machine = platform.processor() or platform.machine()
     print(f"machine: {machine}, torch {torch.__version__}, {torch.get_num_threads()} threads; zoo {zoo.root}")
