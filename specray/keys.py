@@ -90,6 +90,9 @@ FIELDS: dict[str, Direct | Via] = {
     "models.draft.dtype": NONE,  # training is fp32 master weights; drafts are evaluated in the target's dtype
     "models.draft.trust_remote_code": NONE,
     "models.zoo.": ZOO,
+    # a model garden's targets: the garden's own distillations and points are keyed by the models they use
+    # (`garden/run.py`); no sweep result depends on which models a garden lists
+    "models.garden": _direct("garden"),
     "data.train.": SPLITS,
     "data.out_of_domain.": OOD,
     "data.train_size": _via("train split fingerprint (cut after the held-out splits)", "shard", "draft"),

@@ -27,6 +27,9 @@ def run(
 
     with user_errors():
         spec = load_spec(sweep, overrides or [])
+        if spec.models.garden:
+            _run_garden(spec, dry_run)
+            return
         if dry_run:
             _print_plan(plan_sweep(spec), spec.name)
             return
@@ -48,6 +51,31 @@ def run(
             f"MLflow UI: mlflow ui --backend-store-uri {spec.tracking.uri} --host 127.0.0.1, then open"
         )
     typer.echo(f"MLflow runs: {outcome.runs_page}")
+
+
+def _run_garden(spec, dry_run: bool) -> None:  # noqa: ANN001 (a SweepSpec; imported lazily)
+    """A spec with `models.garden` runs DistillSpec's model garden (`specray/garden/`) instead of a sweep."""
+    from specray.garden.plan import check_garden, garden_models
+    from specray.garden.run import run_garden
+    from specray.sweep.plan import sweep_dir
+
+    check_garden(spec)
+    labels = [m.label for m in garden_models(spec)]
+    typer.echo(
+        f"garden {spec.name}: targets {', '.join(labels)} (teacher {labels[-1]}); distils {len(labels) - 1} "
+        f"targets and {2 * len(labels) - 1} drafts, then measures every point at batch 1"
+    )
+    if dry_run:
+        return
+    set_threads()
+    with resumable(sweep_dir(spec)):
+        outcome = run_garden(spec)
+    typer.echo(f"garden {spec.name}: {len(outcome.points)} points; MLflow run {outcome.parent_run_id}")
+    for stage, figures in outcome.stages.items():
+        typer.echo(
+            f"  {stage:15s} {figures['seconds']:8.1f}s   peak memory in use {figures['peak_gib']:.2f} GiB"
+        )
+    typer.echo(f"report: {outcome.report}")
 
 
 @app.command()

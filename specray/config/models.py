@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field, model_validator
 
 from specray.config.base import DType, Frozen
@@ -45,12 +43,28 @@ class ZooSpec(Frozen):
         hidden_size=128, num_layers=1, num_heads=4, intermediate_size=344, train_steps=60, lr=3e-3
     )
     seed: int = 0
+    # More targets, trained exactly as the target is (same corpus, tokenizer and schedule) at their own
+    # shapes: the size ladder of a model garden (`models.garden`). Empty for an ordinary sweep, and then
+    # left out of the zoo's key, so zoos built before ladders keep theirs.
+    ladder: dict[str, TinyLlamaSpec] = Field(
+        default={}, description="extra zoo targets by name (a model garden's sizes)"
+    )
+
+    @model_validator(mode="after")
+    def _ladder_names(self) -> ZooSpec:
+        for name in self.ladder:
+            if name in ("target", "draft") or not name.isidentifier():
+                raise ValueError(
+                    f"ladder entry {name!r}: a name must be an identifier other than target or draft"
+                )
+        return self
 
 
 class ModelRef(Frozen):
-    """One model: an entry of the tiny zoo (`zoo: target`) or an HF hub name or local path."""
+    """One model: an entry of the tiny zoo (`zoo: target`, `draft` or a ladder name) or an HF hub name
+    or local path."""
 
-    zoo: Literal["target", "draft"] | None = None
+    zoo: str | None = None
     name_or_path: str | None = None
     dtype: DType = "auto"
     trust_remote_code: bool = False
@@ -58,7 +72,10 @@ class ModelRef(Frozen):
     @model_validator(mode="after")
     def _exactly_one_source(self) -> ModelRef:
         if (self.zoo is None) == (self.name_or_path is None):
-            raise ValueError("set exactly one of 'zoo' (target or draft) or 'name_or_path' (HF name or path)")
+            raise ValueError(
+                "set exactly one of 'zoo' (target, draft or a models.zoo.ladder name) or 'name_or_path' "
+                "(HF name or path)"
+            )
         return self
 
 
@@ -66,3 +83,33 @@ class ModelsSpec(Frozen):
     target: ModelRef
     draft: ModelRef
     zoo: ZooSpec = ZooSpec()
+    # DistillSpec's model garden: targets smallest first, the last the teacher of the others and the same
+    # model as `target`; `specray run` then runs the garden (`specray/garden/`) instead of a sweep
+    garden: list[ModelRef] = Field(
+        default=[], description="a model garden's targets, smallest first; the last is `target`, the teacher"
+    )
+
+    @model_validator(mode="after")
+    def _zoo_entries_exist(self) -> ModelsSpec:
+        allowed = ("target", "draft", *self.zoo.ladder)
+        named = [("target", self.target), ("draft", self.draft)]
+        named += [(f"garden[{i}]", ref) for i, ref in enumerate(self.garden)]
+        for field, ref in named:
+            if ref.zoo is not None and ref.zoo not in allowed:
+                raise ValueError(
+                    f"{field}.zoo: {ref.zoo!r} is not a model of the zoo; allowed: {', '.join(allowed)}"
+                )
+        if self.garden:
+            if len(self.garden) < 2:
+                raise ValueError(
+                    "garden: give at least two targets, smallest first (the last is the teacher)"
+                )
+            if self.garden[-1] != self.target:
+                raise ValueError(
+                    "garden: its last (largest) model is the teacher and must be the same as `target`"
+                )
+            if len(set(self.garden)) != len(self.garden):
+                raise ValueError("garden: a model is listed twice")
+            if self.draft in self.garden:
+                raise ValueError("garden: the draft cannot also be one of the garden's targets")
+        return self

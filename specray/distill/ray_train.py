@@ -57,7 +57,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from specray.cluster.actors import Demand, check_local_fits
 from specray.cluster.runtime import ray_session
-from specray.config import DistillSpec, SweepSpec
+from specray.config import DistillSpec, ModelsSpec, SweepSpec
 from specray.devices import Resources
 from specray.distill.checkpoints import (
     RunState,
@@ -202,6 +202,14 @@ class _TrainJob:
     inputs: DistillInputs
     replicate: int = 0
     variant: tuple[str, str] = ("", "")  # (divergence, data source): DraftJob's
+    models: dict[str, Any] | None = None  # DraftJob's `models`, as JSON (the workers validate it again)
+
+    def spec(self, spec: SweepSpec) -> SweepSpec:
+        """The spec this draft trains under (`DraftJob.spec`, on the worker's side)."""
+        on_its_own = spec.for_draft(self.paradigm, self.replicate, *self.variant)
+        if self.models is None:
+            return on_its_own
+        return on_its_own.model_copy(update={"models": ModelsSpec.model_validate(self.models)})
 
 
 @dataclass(frozen=True)
@@ -228,7 +236,7 @@ def _train_worker(config: dict[str, Any]) -> None:
     spec = SweepSpec.model_validate(run.spec)
     for job in run.jobs:
         if not is_finished(job.output_dir, job.key):
-            _train_job(spec.for_draft(job.paradigm, job.replicate, *job.variant), job, run)
+            _train_job(job.spec(spec), job, run)
             gc.collect()  # the draft's models, states and caches go now, not whenever cycles are next swept
 
 
@@ -350,7 +358,9 @@ class DraftJob:
     """One draft of a Train run: its paradigm, its τ_kd mixture, where it is published, which training
     replicate it is (`SweepSpec.for_replicate`: replicate r trains with distill.seed + r) and, online in
     DistillSpec's grid, its divergence and data source (`SweepSpec.for_variant`; "" = the spec's only one).
-    `label`: the sweep's name for it (`sweep.plan`), else `offline/tau_kd=0.6` and the like."""
+    `label`: the sweep's name for it (`sweep.plan`), else `offline/tau_kd=0.6` and the like. `models`: its
+    own target (teacher) and student where they are not the run's (a model garden distils several pairs
+    in one run)."""
 
     paradigm: str
     mixture: Mapping[float, float]
@@ -359,6 +369,7 @@ class DraftJob:
     divergence: str = ""
     data_source: str = ""
     label: str = ""
+    models: ModelsSpec | None = None
 
     @property
     def name(self) -> str:
@@ -366,7 +377,8 @@ class DraftJob:
 
     def spec(self, spec: SweepSpec) -> SweepSpec:
         """The spec this draft trains under."""
-        return spec.for_draft(self.paradigm, self.replicate, self.divergence, self.data_source)
+        on_its_own = spec.for_draft(self.paradigm, self.replicate, self.divergence, self.data_source)
+        return on_its_own if self.models is None else on_its_own.model_copy(update={"models": self.models})
 
 
 def distill(
@@ -457,7 +469,8 @@ def _claim_run_dir(jobs: Sequence[DraftJob], keys: Sequence[str]) -> Path:
 def _train_job_of(job: DraftJob, key: str, inputs: DistillInputs) -> _TrainJob:
     mixture, folder = dict(job.mixture), str(job.output_dir)
     variant = (job.divergence, job.data_source)
-    return _TrainJob(job.paradigm, mixture, folder, key, job.name, inputs, job.replicate, variant)
+    models = job.models.model_dump(mode="json") if job.models is not None else None
+    return _TrainJob(job.paradigm, mixture, folder, key, job.name, inputs, job.replicate, variant, models)
 
 
 def _run_trainer(

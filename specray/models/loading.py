@@ -39,7 +39,7 @@ def resolve_model_path(ref: ModelRef, zoo: ZooSpec | None = None) -> str:
         from specray.config import ZooSpec
         from specray.models.zoo import build_zoo
 
-        return str(getattr(build_zoo(zoo or ZooSpec()), ref.zoo))
+        return str(build_zoo(zoo or ZooSpec()).model(ref.zoo))
     assert ref.name_or_path is not None  # guaranteed by ModelRef's validator
     return ref.name_or_path
 

@@ -43,34 +43,55 @@ log = logging.getLogger(__name__)
 
 ZOO_FORMAT = 3  # bump when the build recipe changes, so old caches are not reused
 MODEL_FORMAT = 1  # bump when one model's own recipe changes, so that model is rebuilt
-MODELS = ("target", "draft")
+MODELS = ("target", "draft")  # every zoo has these two; `ZooSpec.ladder` adds more targets by name
 PAD, BOS, EOS = "<pad>", "<s>", "</s>"
 
 
 def zoo_key(spec: ZooSpec) -> str:
     """Hash of the recipe, the build format and a sample of the corpus (so a changed generator rebuilds)."""
     sample = fingerprint(synthetic_corpus(64, spec.corpus_seed, IN_DOMAIN + OUT_OF_DOMAIN))
-    payload = json.dumps(
-        {"format": ZOO_FORMAT, "spec": spec.model_dump(mode="json"), "corpus": sample}, sort_keys=True
-    )
+    payload = json.dumps({"format": ZOO_FORMAT, "spec": _recipe(spec), "corpus": sample}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def zoo_models(spec: ZooSpec) -> tuple[str, ...]:
+    """The zoo's models by name: target, draft, then the ladder's."""
+    return (*MODELS, *spec.ladder)
+
+
+def shape_of(spec: ZooSpec, name: str) -> TinyLlamaSpec:
+    """The shape of the zoo's model `name` (target, draft or a ladder entry)."""
+    if name in MODELS:
+        shape: TinyLlamaSpec = getattr(spec, name)
+        return shape
+    if name not in spec.ladder:
+        allowed = ", ".join(zoo_models(spec))
+        raise KeyError(f"{name!r} is not a model of the zoo; it has {allowed}")
+    return spec.ladder[name]
+
+
+def _recipe(spec: ZooSpec) -> dict:
+    """The zoo spec as its keys hash it: without an empty ladder, so zoos from before ladders keep keys."""
+    return spec.model_dump(mode="json", exclude={"ladder"} if not spec.ladder else set())
 
 
 def model_key(spec: ZooSpec, name: str) -> str:
     """Hash of what one model of the zoo is made from: corpus, tokenizer and pre-training settings, seed
-    and its own shape — not the other model's shape."""
-    other = next(m for m in MODELS if m != name)
+    and its own shape — not the other models' shapes."""
     sample = fingerprint(synthetic_corpus(64, spec.corpus_seed, IN_DOMAIN + OUT_OF_DOMAIN))
-    recipe = spec.model_dump(mode="json", exclude={other})
-    payload = json.dumps(
-        {"format": MODEL_FORMAT, "model": name, "spec": recipe, "corpus": sample}, sort_keys=True
-    )
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+    recipe = spec.model_dump(mode="json", exclude={"target", "draft", "ladder"})
+    recipe[name if name in MODELS else "shape"] = shape_of(spec, name).model_dump(mode="json")
+    payload: dict = {"format": MODEL_FORMAT, "model": name, "spec": recipe, "corpus": sample}
+    if name not in MODELS:
+        payload["seed"] = _model_seed(spec, name)
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _model_seed(spec: ZooSpec, name: str) -> int:
-    # each model its own seed, so one model's recipe changing never changes the other's weights
-    return spec.seed if name == "target" else spec.seed + 1
+    # each model its own seed, so one model's recipe changing never changes another's weights
+    if name in MODELS:
+        return spec.seed if name == "target" else spec.seed + 1
+    return spec.seed + 2 + sorted(spec.ladder).index(name)
 
 
 def find_built_model(root: Path, spec: ZooSpec, name: str) -> Path | None:
@@ -101,6 +122,10 @@ class Zoo:
     @property
     def draft(self) -> Path:
         return self.root / "draft"
+
+    def model(self, name: str) -> Path:
+        """The folder of the zoo's model `name` (target, draft or a ladder entry)."""
+        return self.root / name
 
     @property
     def info(self) -> dict:
@@ -142,21 +167,27 @@ def packed_tokens(texts: list[str], tokenizer: PreTrainedTokenizerFast) -> torch
     return torch.tensor(stream, dtype=torch.long)
 
 
-def build_model(shape: TinyLlamaSpec, tokenizer: PreTrainedTokenizerFast, seq_len: int) -> LlamaForCausalLM:
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
+def llama_config(
+    shape: TinyLlamaSpec, vocab_size: int, seq_len: int, tokenizer: PreTrainedTokenizerFast | None = None
+) -> LlamaConfig:
+    """The Llama configuration of a zoo model of `shape` (its size can be read from it before it is built)."""
+    return LlamaConfig(
+        vocab_size=vocab_size,
         hidden_size=shape.hidden_size,
         intermediate_size=shape.intermediate_size,
         num_hidden_layers=shape.num_layers,
         num_attention_heads=shape.num_heads,
         num_key_value_heads=shape.num_heads,
         max_position_embeddings=max(512, 4 * seq_len),  # room for prompt + long generations
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=False,
+        bos_token_id=tokenizer.bos_token_id if tokenizer is not None else None,
+        eos_token_id=tokenizer.eos_token_id if tokenizer is not None else None,
+        pad_token_id=tokenizer.pad_token_id if tokenizer is not None else None,
     )
-    return LlamaForCausalLM(config)
+
+
+def build_model(shape: TinyLlamaSpec, tokenizer: PreTrainedTokenizerFast, seq_len: int) -> LlamaForCausalLM:
+    return LlamaForCausalLM(llama_config(shape, len(tokenizer), seq_len, tokenizer))
 
 
 def pretrain(
@@ -202,7 +233,7 @@ def _build_model(
 ) -> dict:
     """Initialise (from the model's own seed), pre-train and save one model; what zoo.json says of it."""
     started = time.perf_counter()
-    shape = getattr(spec, name)
+    shape = shape_of(spec, name)
     torch.manual_seed(_model_seed(spec, name))
     model = build_model(shape, tokenizer, spec.seq_len)
     losses = pretrain(model, stream, shape, spec, name)
@@ -231,9 +262,9 @@ def _build_zoo(spec: ZooSpec, final: Path) -> Zoo:
     tokenizer = train_tokenizer(texts, spec.vocab_size)
     stream = packed_tokens(texts, tokenizer)
     info: dict = {"spec": spec.model_dump(mode="json"), "corpus_tokens": len(stream), "models": {}}
-    info["model_keys"] = {name: model_key(spec, name) for name in MODELS}
+    info["model_keys"] = {name: model_key(spec, name) for name in zoo_models(spec)}
     with tempfile.TemporaryDirectory(dir=final.parent, prefix=f".{final.name}-") as tmp:
-        for name in MODELS:
+        for name in zoo_models(spec):
             built = find_built_model(final.parent, spec, name)
             if built is None:
                 info["models"][name] = _build_model(spec, name, tokenizer, stream, Path(tmp) / name)

@@ -264,7 +264,7 @@ def preflight(spec: SweepSpec) -> None:
 # ---------------------------------------------------------------- distillation
 
 
-def _concurrent_runs(spec: SweepSpec) -> int:
+def concurrent_runs(spec: SweepSpec) -> int:
     """How many distillations fit side by side on the cluster (Ray still decides where each goes)."""
     d = spec.distill
     cpus = ray.cluster_resources().get("CPU", 1.0)
@@ -316,7 +316,7 @@ def _distill_all(
 
     lanes = [
         lane
-        for lane in split_runs(spec, work.drafts, _concurrent_runs(spec))
+        for lane in split_runs(spec, work.drafts, concurrent_runs(spec))
         if {plan.name for plan in lane} & set(todo)
     ]
     with ThreadPoolExecutor(max_workers=max(1, len(lanes))) as executor:

@@ -113,6 +113,10 @@ class Tracker:
         """The parent run; an unfinished one with the same sweep key is resumed. -> (run id, resumed)."""
         return self._parent(spec, "sweep", f"{spec.name} · sweep ", resume=True)
 
+    def garden_run(self, spec: SweepSpec) -> tuple[str, bool]:
+        """A model garden's parent run (`specray/garden/`); an unfinished one of the same spec is resumed."""
+        return self._parent(spec, "garden", f"{spec.name} · garden ", resume=True)
+
     def child_run(
         self, parent_id: str, draft: str, draft_key: str, tags: Mapping[str, str], note: str = ""
     ) -> str:

@@ -86,6 +86,16 @@ def _other_vocabulary(tmp: Path, zoo) -> str:
     return str(build_zoo(micro_zoo_spec(vocab_size=300), root=tmp / "zoo300").draft)
 
 
+def _garden_of_other_vocabularies(tmp: Path, zoo) -> list[str]:
+    target, draft, other = str(zoo.target), str(zoo.draft), _other_vocabulary(tmp, zoo)
+    models = [f"models.target={{name_or_path: {target}}}", f"models.draft={{name_or_path: {draft}}}"]
+    garden = f"models.garden=[{{name_or_path: {other}}}, {{name_or_path: {target}}}]"
+    return _run(*models, garden, "teacher.temperatures=[1.0]")(tmp, zoo)
+
+
+BIG = "{hidden_size: 128, num_layers: 4, num_heads: 4, intermediate_size: 256, train_steps: 2, lr: 0.001}"
+
+
 def _wrong_schema(path: Path) -> None:
     pq.write_table(pa.table({"question": ["What is 2+2?"], "answer": ["4"]}), path)
 
@@ -140,6 +150,15 @@ CASES = {
     "vocabulary-mismatch": Case(
         _models(lambda t, z: str(z.target), _other_vocabulary), lambda t: ["different vocabularies"]
     ),
+    "garden-not-growing": Case(
+        _run(
+            f"models.zoo.ladder={{big: {BIG}}}",
+            "models.garden=[{zoo: big}, {zoo: target}]",
+            "teacher.temperatures=[1.0]",
+        ),
+        lambda t: ["models.garden", "grow in size", "big 0.", "target 0."],
+    ),
+    "garden-tokenizer-mismatch": Case(_garden_of_other_vocabularies, lambda t: ["different vocabularies"]),
 }
 
 

@@ -40,7 +40,11 @@ FILE_SOURCE_OPTIONS = {
 }
 MODEL_CHOICE = {f"models.{role}.{name}" for role in ("target", "draft") for name in ("zoo", "name_or_path")}
 NEED_QUESTIONS = {"data.test_sets", "eval.workload"}
-INERT_ON_SMOKE = FILE_SOURCE_OPTIONS | MODEL_CHOICE | NEED_QUESTIONS | {"teacher.vllm.tensor_parallel_size"}
+# a garden needs a ladder of zoo targets ending in the target; tests/unit/test_garden.py checks their keys
+GARDEN = {"models.garden", "models.zoo.ladder"}
+INERT_ON_SMOKE = (
+    FILE_SOURCE_OPTIONS | MODEL_CHOICE | NEED_QUESTIONS | GARDEN | {"teacher.vllm.tensor_parallel_size"}
+)
 
 
 def test_every_spec_field_is_classified_for_the_result_keys() -> None:

@@ -48,11 +48,14 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("sampling, cluster", ("specray.sampling", "specray.cluster")),
-    ("teacher, specdec", ("specray.teacher", "specray.specdec")),
+    (
+        "teacher, specdec",
+        ("specray.teacher", "specray.specdec", "specray.garden.measure", "specray.garden.plan"),
+    ),
     ("distill", ("specray.distill",)),
     ("report", ("specray.report",)),
     ("tracking", ("specray.tracking",)),
-    ("sweep", ("specray.sweep",)),
+    ("sweep", ("specray.sweep", "specray.garden")),
     ("serving", ("specray.serving",)),
     ("cli", ("specray.cli",)),
 )

@@ -1,0 +1,349 @@
+"""`specray run` on a spec with `models.garden`: DistillSpec's model garden (Fig. 6), end to end.
+
+1. distil each smaller target from the largest (the teacher): the teacher's shards, then one online Train
+   run per target (`distill.ray_train.distill_drafts`, as a sweep's drafts);
+2. distil the draft from every raw and every distilled target, the same way (each target's own shards);
+3. measure every point of the plot on one eval actor, one after another (batch 1; points never share the
+   machine, so their latencies compare): each target alone, raw and distilled; raw target + raw draft;
+   raw target + its distilled draft; distilled target + its distilled draft (DistillSpec), also lossily at
+   `eval.lenience`'s ε < 1; at every τ_dec of `eval.empirical_temperatures` (else `eval.temperatures`) and
+   γ of `eval.gamma`;
+4. the report's garden section and MLflow: a parent run with every point's figures, a child run per
+   distilled model with its training curves.
+
+Every distilled model is published under its draft key and every point under a key of what it decoded, so a
+re-run reuses what is finished and a changed setting recomputes what it changes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from specray.cluster.runtime import ray_session
+from specray.config import ModelRef, SweepSpec, dump_spec
+from specray.distill.checkpoints import fingerprint, read_curves
+from specray.distill.curves import curves_to_json
+from specray.files import write_json, write_text
+from specray.garden.measure import MEASURE_FORMAT, GardenPoint, PointResult
+from specray.garden.plan import (
+    GARDEN_DIR,
+    GardenModel,
+    distilled_ref,
+    garden_models,
+    kd_mixture,
+    model_label,
+    pair_spec,
+)
+from specray.keys import digest
+from specray.locks import output_folder
+from specray.models.loading import load_tokenizer, resolve_model_path
+from specray.sweep.plan import SPEC_FILE, sweep_dir
+from specray.sweep.progress import SweepDisplay
+from specray.tracking.client import Tracker, open_tracker
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GardenOutcome:
+    parent_run_id: str
+    report: Path
+    points: list[PointResult]
+    stages: dict[str, dict[str, float]]
+
+
+@dataclass(frozen=True)
+class Distilled:
+    """A model the garden distilled: `student` from `teacher`, published at `ref.name_or_path`."""
+
+    name: str
+    role: str  # "target" (a smaller target distilled from the teacher) or "draft"
+    ref: ModelRef
+    key: str
+
+
+def run_garden(spec: SweepSpec, show_progress: bool = True) -> GardenOutcome:
+    """Run (or resume) the garden; its folder is held for the run (a second run on it is refused)."""
+    from specray.sweep.run import preflight
+
+    with output_folder(sweep_dir(spec)):
+        preflight(spec)
+        from specray.garden.plan import check_garden
+
+        check_garden(spec)
+        return _run_garden(spec, show_progress)
+
+
+def _run_garden(spec: SweepSpec, show_progress: bool) -> GardenOutcome:
+    out = sweep_dir(spec)
+    root = out / GARDEN_DIR
+    write_text(out / SPEC_FILE, dump_spec(spec))
+    tracker = open_tracker(spec.tracking.uri, spec.experiment)
+    parent, _ = tracker.garden_run(spec)
+    models = garden_models(spec)
+    teacher, smaller = models[-1], models[:-1]
+    display = SweepDisplay(enabled=show_progress)
+    with ray_session(spec.ray), display:
+        with display.stage("zoo", 1, "model"):
+            for ref in [*spec.models.garden, spec.models.draft]:
+                resolve_model_path(ref, spec.models.zoo)
+            display.advance()
+        with display.stage("distill targets", len(smaller), "model"):
+            pairs = [(teacher.ref, m, "target") for m in smaller]
+            targets = _distil_all(spec, pairs, root, tracker, parent, display)
+        raw_and_distilled = [*models, *(GardenModel(d.name, d.ref) for d in targets)]
+        draft = GardenModel(model_label(spec.models.draft), spec.models.draft)
+        with display.stage("distill drafts", len(raw_and_distilled), "draft"):
+            pairs = [(m.ref, draft, "draft") for m in raw_and_distilled]
+            made = _distil_all(spec, pairs, root, tracker, parent, display)
+            drafts = {m.label: d for m, d in zip(raw_and_distilled, made, strict=True)}
+        points = garden_points(spec, models, targets, drafts)
+        with display.stage("garden points", len(points), "point"):
+            results = measure_points(spec, points, teacher, root / "points", display)
+    report = _report(spec, results, tracker, parent, out)
+    tracker.finish(parent)
+    return GardenOutcome(parent, report, results, display.summary)
+
+
+def _distil_all(
+    spec: SweepSpec,
+    pairs: Sequence[tuple[ModelRef, GardenModel, str]],
+    root: Path,
+    tracker: Tracker,
+    parent: str,
+    display: SweepDisplay,
+) -> list[Distilled]:
+    """Each (teacher, student, role) pair: the student distilled from the teacher online under the pair's
+    spec and published under its draft key (reused when published already). Every teacher's shards first,
+    then the distillations in as many Train runs side by side as the cluster fits, each run distilling its
+    share one after another (a pair's models ride on its `DraftJob`)."""
+    from specray.distill.ray_train import DraftJob, distill_drafts
+    from specray.sweep.run import concurrent_runs
+    from specray.teacher.pool import generate_teacher_shards
+
+    mixture = kd_mixture(spec)
+    (tau_kd,) = mixture
+    jobs, made, labels = [], [], []
+    for teacher, student, role in pairs:
+        pair = pair_spec(spec, teacher, student.ref)
+        generate_teacher_shards(pair, show_progress=False)  # cached: a teacher's shards are made once
+        key = fingerprint(pair, "online", mixture)
+        teacher_label = model_label(teacher)
+        name = f"{student.label}-distilled" if role == "target" else f"draft-of-{teacher_label}"
+        output_dir = (root / f"{role}s" / f"{name}-{key[:12]}").absolute()
+        jobs.append(DraftJob("online", mixture, output_dir, label=name, models=pair.models))
+        made.append(Distilled(name, role, distilled_ref(spec, student.ref, output_dir), key))
+        labels.append(teacher_label)
+    base = pair_spec(spec, pairs[0][0], pairs[0][1].ref)
+    runs = max(1, min(concurrent_runs(base), len(jobs)))
+    lanes = [jobs[i::runs] for i in range(runs)]
+    with ThreadPoolExecutor(max_workers=runs) as executor:
+        for done in executor.map(lambda lane: distill_drafts(base, lane), lanes):
+            display.advance(len(done))
+    for model, job, teacher_label in zip(made, jobs, labels, strict=True):
+        tags = {
+            "paradigm": "online",
+            "tau_kd": f"{tau_kd:g}",
+            "garden_role": model.role,
+            "teacher": teacher_label,
+        }
+        run_id = tracker.child_run(parent, model.name, model.key, tags)
+        if "loss" not in tracker.metric_keys(run_id):
+            tracker.set_tags(run_id, {"mlflow.runName": f"{spec.name} · {model.name}"})
+            tracker.log_curves(run_id, curves_to_json(read_curves(job.output_dir)))
+            tracker.finish(run_id)
+    return made
+
+
+def garden_points(
+    spec: SweepSpec, models: Sequence[GardenModel], targets: Sequence[Distilled], drafts: dict[str, Distilled]
+) -> list[GardenPoint]:
+    """Every point of the plot (`garden.measure.GardenPoint`); a point whose decodes another already does
+    (the teacher is its own distilled target) is listed once per curve but measured once."""
+    e, zoo = spec.eval, spec.models.zoo
+    path = lambda ref: resolve_model_path(ref, zoo)  # noqa: E731
+    raw_draft = path(spec.models.draft)
+    teacher = models[-1]
+    distilled = [(d.name, d.ref) for d in targets] + [(teacher.label, teacher.ref)]
+    lossy = [(f, eps) for f in e.lenience.function for eps in e.lenience.epsilon if eps < 1.0]
+    points = []
+    for tau in e.empirical_temperatures or e.temperatures:
+        for m in models:
+            points.append(GardenPoint("raw", m.label, path(m.ref), None, tau))
+        for name, ref in distilled:
+            points.append(GardenPoint("distilled", name, path(ref), None, tau))
+        for gamma in e.gamma:
+            for m in models:
+                points.append(GardenPoint("speculative", m.label, path(m.ref), raw_draft, tau, gamma))
+                kd = path(drafts[m.label].ref)
+                points.append(GardenPoint("speculative_kd", m.label, path(m.ref), kd, tau, gamma))
+            for name, ref in distilled:
+                kd = path(drafts[name].ref)
+                points.append(GardenPoint("distillspec", name, path(ref), kd, tau, gamma))
+                for function, eps in lossy:
+                    points.append(
+                        GardenPoint("distillspec_lossy", name, path(ref), kd, tau, gamma, function, eps)
+                    )
+    return points
+
+
+def point_key(spec: SweepSpec, point: GardenPoint, prompts_fingerprint: str) -> str:
+    """What a point's figures depend on: the models it decodes with (their folders carry their keys, or
+    the zoo's), how (τ, γ, lenience), on which prompts, how long, how often, with which seeds, and on
+    what (device and threads: the latencies)."""
+    e = spec.eval
+    decodes = {k: v for k, v in point.to_json().items() if k not in ("curve", "model")}
+    return digest(
+        {
+            "garden_point": MEASURE_FORMAT,
+            "decodes": decodes,
+            "prompts": prompts_fingerprint,
+            "max_new_tokens": e.max_new_tokens,
+            "repeats": e.repeats,
+            "seed": e.seed,
+            "device": {"num_cpus": e.num_cpus, "num_gpus": e.num_gpus},
+        }
+    )
+
+
+def garden_prompts(spec: SweepSpec, teacher_path: str) -> tuple[list[list[int]], list[Any], str]:
+    """The first `eval.empirical_prompts` prompts of the first test set (as the empirical cells take),
+    their examples, and a fingerprint of the prompts' token ids."""
+    from specray.specdec.cells import encode_test_prompts, evaluated_examples
+
+    test_set = spec.eval.test_sets[0]
+    n = spec.eval.empirical_prompts
+    prompts = encode_test_prompts(spec, load_tokenizer(teacher_path), teacher_path)[test_set][:n]
+    examples = evaluated_examples(spec)[test_set][:n]
+    return prompts, examples, digest({"prompts": prompts}, 16)
+
+
+def measure_points(
+    spec: SweepSpec, points: Sequence[GardenPoint], teacher: GardenModel, folder: Path, display: SweepDisplay
+) -> list[PointResult]:
+    """Every point's figures: read back where saved under its key, else measured on the one eval actor and
+    saved as it ends (a killed run keeps the points it finished)."""
+    teacher_path = resolve_model_path(teacher.ref, spec.models.zoo)
+    prompts, examples, fingerprint_ = garden_prompts(spec, teacher_path)
+    keys = [point_key(spec, p, fingerprint_) for p in points]
+    saved: dict[str, PointResult] = {}
+    for key in set(keys):
+        file = folder / f"{key}.json"
+        if file.exists():
+            saved[key] = PointResult.from_json(json.loads(file.read_text()))
+    display.advance(sum(k in saved for k in keys), reused=True)
+    todo = [(p, k) for p, k in zip(points, keys, strict=True) if k not in saved]
+    if todo:
+        e = spec.eval
+        meter: Any = ray.remote(GardenMeter).options(num_cpus=e.num_cpus, num_gpus=e.num_gpus)
+        actor: Any = meter.remote(
+            teacher_path, prompts, examples, e.max_new_tokens, e.repeats, e.seed, e.num_cpus
+        )
+        for point, key in todo:
+            if key not in saved:
+                display.note(point.label)
+                payload = ray.get(actor.measure.remote(point))
+                result = PointResult.from_json(payload)
+                result.key = key
+                write_json(folder / f"{key}.json", result.to_json(), indent=None)
+                saved[key] = result
+            display.advance()
+        ray.kill(actor)
+    return [_as(saved[k], p) for p, k in zip(points, keys, strict=True)]
+
+
+def _as(result: PointResult, point: GardenPoint) -> PointResult:
+    """A saved point's figures under the name this run gives it (the same decodes may serve two curves)."""
+    return PointResult(
+        point, result.metric, result.seconds, result.tokens, result.quality, result.steps, result.key
+    )
+
+
+class GardenMeter:
+    """The eval actor of a garden: decodes one point at a time on its reserved CPUs (or GPU), keeping the
+    last models it loaded (consecutive points often share their target)."""
+
+    def __init__(
+        self,
+        tokenizer_path: str,
+        prompts: list[list[int]],
+        examples: list[Any],
+        max_new_tokens: int,
+        repeats: int,
+        seed: int,
+        num_cpus: float,
+    ) -> None:
+        import torch
+
+        from specray.devices import Resources
+
+        resources = Resources(num_cpus)
+        torch.set_num_threads(resources.threads)
+        self.tokenizer = load_tokenizer(tokenizer_path)
+        self.prompts, self.examples = prompts, examples
+        self.settings = (max_new_tokens, repeats, seed)
+        self.loaded: dict[str, Any] = {}
+
+    def _model(self, path: str) -> Any:
+        from specray.models.loading import load_model
+
+        if path not in self.loaded:
+            if len(self.loaded) >= 3:
+                self.loaded.pop(next(iter(self.loaded)))
+            self.loaded[path] = load_model(path)
+        return self.loaded[path]
+
+    def measure(self, point: GardenPoint) -> dict[str, Any]:
+        from specray.garden.measure import measure_point
+
+        target = self._model(point.target)
+        draft = self._model(point.draft) if point.draft is not None else None
+        max_new_tokens, repeats, seed = self.settings
+
+        def text(tokens: list[int]) -> str:
+            return str(self.tokenizer.decode(tokens, skip_special_tokens=True))
+
+        result = measure_point(
+            point,
+            target,
+            draft,
+            self.prompts,
+            self.examples,
+            text,
+            max_new_tokens,
+            self.tokenizer.eos_token_id,
+            repeats,
+            seed,
+        )
+        return result.to_json()
+
+
+def _report(spec: SweepSpec, results: list[PointResult], tracker: Tracker, parent: str, out: Path) -> Path:
+    """The garden's report (Markdown and figure) and its MLflow side: every point's figures as metrics,
+    the points' records and the report as artifacts."""
+    from specray.report.garden import figures, garden_section
+
+    folder = out / "report"
+    folder.mkdir(parents=True, exist_ok=True)
+    body = f"# specray model garden: {spec.name}\n\n" + garden_section(results, folder, spec.eval.seed)
+    report = folder / "report.md"
+    write_text(report, body)
+    latency, quality = figures(results)
+    metrics = {}
+    for result, lat, qual in zip(results, latency, quality, strict=True):
+        label = result.point.label
+        metrics[f"garden/{label}/latency_ms_per_token"] = float(lat)
+        if qual == qual:
+            metrics[f"garden/{label}/quality"] = float(qual)
+    tracker.log_metrics(parent, metrics)
+    tracker.log_dict(parent, [r.to_json() for r in results], "records/garden_points.json")
+    tracker.log_artifacts(parent, folder, "report")
+    return report

@@ -1,0 +1,217 @@
+"""The model garden: its spec checks, the zoo's size ladder keys, the points it measures, and the report's
+Pareto fronts and latency reduction at matched quality (hand-computed)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from specray.config import SweepSpec, TinyLlamaSpec, ZooSpec, load_spec
+from specray.errors import ModelError, SpecError
+from specray.garden.measure import GardenPoint, PointResult, measure_point
+from specray.garden.plan import check_garden, kd_mixture, pair_spec, parameter_count
+from specray.models.zoo import model_key, shape_of, zoo_key, zoo_models
+from specray.report.garden import garden_section, matched_reduction, pareto_front, reductions
+from tests.conftest import REPO
+
+SMOKE = load_spec(REPO / "sweeps" / "smoke.yaml")
+SMALL = TinyLlamaSpec(
+    hidden_size=48, num_layers=1, num_heads=2, intermediate_size=128, train_steps=4, lr=3e-3
+)
+BIG = TinyLlamaSpec(hidden_size=128, num_layers=4, num_heads=4, intermediate_size=256, train_steps=4, lr=3e-3)
+
+
+def garden_spec(ladder: dict[str, TinyLlamaSpec], garden: list[dict], **changes) -> SweepSpec:
+    raw = SMOKE.model_dump(mode="json")
+    raw["models"]["zoo"]["ladder"] = {name: shape.model_dump() for name, shape in ladder.items()}
+    raw["models"]["garden"] = garden
+    raw["teacher"]["temperatures"] = [1.0]
+    for path, value in changes.items():
+        node = raw
+        *parents, last = path.split("__")
+        for part in parents:
+            node = node[part]
+        node[last] = value
+    return SweepSpec.model_validate(raw)
+
+
+def test_a_garden_of_zoo_sizes_validates_and_pairs_its_models() -> None:
+    spec = garden_spec({"small": SMALL}, [{"zoo": "small"}, {"zoo": "target"}])
+    check_garden(spec)
+    assert zoo_models(spec.models.zoo) == ("target", "draft", "small")
+    assert kd_mixture(spec) == {1.0: 1.0}
+    pair = pair_spec(spec, spec.models.target, spec.models.garden[0])
+    assert pair.models.draft.zoo == "small" and pair.models.target.zoo == "target"
+    assert pair.distill.paradigms == ["online"] and pair.models.garden == []
+    sizes = [parameter_count(spec, ref) for ref in spec.models.garden]
+    assert sizes[0] < sizes[1]
+
+
+@pytest.mark.parametrize(
+    ("ladder", "garden", "message"),
+    [
+        ({"small": SMALL}, [{"zoo": "tiny"}, {"zoo": "target"}], "'tiny' is not a model of the zoo; allowed"),
+        ({"small": SMALL}, [{"zoo": "small"}], "at least two"),
+        ({"small": SMALL}, [{"zoo": "target"}, {"zoo": "small"}], "must be the same as `target`"),
+        ({"small": SMALL}, [{"zoo": "small"}, {"zoo": "small"}, {"zoo": "target"}], "listed twice"),
+        ({"draft": SMALL}, [{"zoo": "draft"}, {"zoo": "target"}], "other than target or draft"),
+    ],
+)
+def test_a_malformed_garden_is_refused_naming_the_field(ladder, garden, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        garden_spec(ladder, garden)
+
+
+def test_a_garden_that_does_not_grow_in_size_is_refused_listing_the_sizes() -> None:
+    spec = garden_spec({"big": BIG}, [{"zoo": "big"}, {"zoo": "target"}])
+    with pytest.raises(SpecError, match=r"models.garden: the models must grow in size.*big 0\.\d+M, target"):
+        check_garden(spec)
+
+
+def test_a_garden_distils_one_way() -> None:
+    several = garden_spec(
+        {"small": SMALL}, [{"zoo": "small"}, {"zoo": "target"}], teacher__temperatures=[0.5, 1]
+    )
+    with pytest.raises(SpecError, match="one τ_kd"):
+        check_garden(several)
+    grid = garden_spec(
+        {"small": SMALL}, [{"zoo": "small"}, {"zoo": "target"}], distill__divergence=["fkl", "tvd"]
+    )
+    with pytest.raises(SpecError, match="one divergence"):
+        check_garden(grid)
+
+
+def test_garden_models_by_path_must_share_a_tokenizer(tmp_path: Path, micro_zoo) -> None:
+    from specray.models.zoo import train_tokenizer
+
+    other = tmp_path / "other"
+    train_tokenizer(["a b c d e f g"] * 20, 300).save_pretrained(other)
+    target, draft = str(micro_zoo.target), str(micro_zoo.draft)
+    spec = garden_spec(
+        {},
+        [{"name_or_path": str(other)}, {"name_or_path": target}],
+        models__target={"name_or_path": target},
+        models__draft={"name_or_path": draft},
+    )
+    with pytest.raises(ModelError, match="different vocabularies"):
+        check_garden(spec)
+    mixed = garden_spec(
+        {"small": SMALL}, [{"zoo": "small"}, {"zoo": "target"}], models__draft={"name_or_path": draft}
+    )
+    with pytest.raises(ModelError, match="cannot share a tokenizer"):
+        check_garden(mixed)
+
+
+def test_a_ladder_keeps_the_target_and_draft_keys_and_keys_each_size_on_its_own() -> None:
+    plain = SMOKE.models.zoo
+    laddered = ZooSpec.model_validate(plain.model_dump() | {"ladder": {"small": SMALL, "big": BIG}})
+    assert zoo_key(laddered) != zoo_key(plain)  # a zoo with more models is another zoo...
+    for name in ("target", "draft"):  # ...whose target and draft are copied from the plain one, not retrained
+        assert model_key(laddered, name) == model_key(plain, name)
+    assert model_key(laddered, "small") != model_key(laddered, "big")
+    only_small = ZooSpec.model_validate(plain.model_dump() | {"ladder": {"small": SMALL}})
+    assert model_key(only_small, "small") != model_key(laddered, "small")  # its seed follows the ladder
+    assert shape_of(laddered, "big") == BIG
+    # an empty ladder leaves the zoo key as it was before ladders existed (golden: the fast zoo's key)
+    assert zoo_key(ZooSpec.model_validate(plain.model_dump() | {"ladder": {}})) == zoo_key(plain)
+
+
+def test_a_lossless_greedy_speculative_point_decodes_what_its_target_alone_does(micro_zoo) -> None:
+    from specray.data.synthetic import IN_DOMAIN, synthetic_corpus
+    from specray.data.templates import format_prompt
+    from specray.models.loading import load_model, load_tokenizer
+
+    tokenizer = load_tokenizer(str(micro_zoo.target))
+    target, draft = load_model(str(micro_zoo.target)), load_model(str(micro_zoo.draft))
+    examples = synthetic_corpus(3, 5, IN_DOMAIN)
+    prompts = [tokenizer(format_prompt(e.instruction, e.input))["input_ids"] for e in examples]
+    texts: list[str] = []
+
+    def text(tokens: list[int]) -> str:
+        texts.append(tokenizer.decode(tokens, skip_special_tokens=True))
+        return texts[-1]
+
+    def point(draft_path: str | None) -> GardenPoint:
+        return GardenPoint("raw" if draft_path is None else "speculative", "t", "T", draft_path, 0.0, 3)
+
+    alone = measure_point(point(None), target, None, prompts, examples, text, 12, None, 2, 0)
+    alone_texts = list(texts)
+    texts.clear()
+    spec = measure_point(point("D"), target, draft, prompts, examples, text, 12, None, 2, 0)
+    assert texts == alone_texts and spec.quality == alone.quality and spec.tokens == alone.tokens
+    assert alone.tokens == [24, 24, 24] and alone.steps == [24, 24, 24]  # 2 repeats × 12 tokens, one a step
+    # the target as its own draft accepts every proposal: 12 tokens in blocks of γ + 1 = 4, three steps
+    itself = measure_point(point("T"), target, target, prompts, examples, text, 12, None, 2, 0)
+    assert itself.steps == [6, 6, 6] and itself.tokens == alone.tokens
+    assert alone.latency_ms_per_token == pytest.approx(1e3 * sum(alone.seconds) / 72)
+    again = PointResult.from_json(spec.to_json())
+    assert again.point == spec.point and again.quality == spec.quality
+
+
+def result(curve: str, model: str, seconds: list[float], quality: list[float], draft: str | None = None):
+    point = GardenPoint(curve, model, f"/{model}", draft, 1.0, 3 if draft else 0)
+    return PointResult(point, "exact_match", seconds, [10] * len(seconds), quality)
+
+
+def test_a_pareto_front_keeps_the_points_nothing_beats_on_both_axes() -> None:
+    latency = np.array([1.0, 2.0, 3.0, 2.5, 0.5])
+    quality = np.array([0.2, 0.5, 0.9, 0.4, 0.1])
+    assert pareto_front(latency, quality) == [4, 0, 1, 2]  # 3 is slower and worse than 1
+
+
+def test_the_latency_reduction_at_matched_quality_by_hand() -> None:
+    # raw: small 1 ms/token q .3, big 4 ms q .8; distillspec: small' 0.5 ms q .4, big' 2 ms q .8
+    # small' is matched by big (the cheapest raw at least .4): 4 / 0.5 = 8; big' by big: 4 / 2 = 2 -> 8x
+    points = [
+        result("raw", "small", [0.01] * 4, [0.3] * 4),
+        result("raw", "big", [0.04] * 4, [0.8] * 4),
+        result("distillspec", "small'", [0.005] * 4, [0.4] * 4, "d"),
+        result("distillspec", "big'", [0.02] * 4, [0.8] * 4, "d"),
+        result("distilled", "tiny'", [0.001] * 4, [0.9] * 4),  # better than every raw: unmatched, left out
+    ]
+    latency = np.array([1.0, 4.0, 0.5, 2.0, 0.1])
+    quality = np.array([0.3, 0.8, 0.4, 0.8, 0.9])
+    assert matched_reduction(latency, quality, [2, 3], [0, 1]) == (8.0, 2, 1)
+    assert matched_reduction(latency, quality, [4], [0, 1]) is None
+    found = {r.curve: r for r in reductions(points)}
+    assert set(found) == {"distillspec"}
+    r = found["distillspec"]
+    assert r.factor == pytest.approx(8.0) and r.point == "small' γ=3" and r.raw == "big"
+    assert r.low == pytest.approx(8.0) and r.high == pytest.approx(8.0)  # no spread over prompts: no width
+
+
+def test_the_interval_of_a_reduction_holds_its_estimate_and_widens_with_noise(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    noisy = lambda mean: list(np.clip(rng.normal(mean, 0.15, 24), 0, 1))  # noqa: E731
+    points = [
+        result("raw", "small", list(rng.uniform(0.008, 0.012, 24)), noisy(0.3)),
+        result("raw", "big", list(rng.uniform(0.035, 0.045, 24)), noisy(0.8)),
+        result("distillspec", "small'", list(rng.uniform(0.004, 0.006, 24)), noisy(0.5), "d"),
+    ]
+    (r,) = reductions(points)
+    assert r.low <= r.factor <= r.high and r.high - r.low > 0
+    assert math.isclose(r.factor, np.sum(points[1].seconds) / np.sum(points[2].seconds))
+    section = garden_section(points, tmp_path)
+    assert "Latency reduction at matched quality" in section and "distillspec" in section
+    assert (tmp_path / "garden_quality_latency.png").stat().st_size > 0
+
+
+def test_a_draft_job_with_its_own_models_trains_and_is_keyed_under_them() -> None:
+    from specray.distill.checkpoints import fingerprint
+    from specray.distill.ray_train import DraftJob, _train_job_of
+
+    spec = garden_spec({"small": SMALL}, [{"zoo": "small"}, {"zoo": "target"}])
+    pair = pair_spec(spec, spec.models.target, spec.models.garden[0])
+    base = pair_spec(spec, spec.models.target, spec.models.draft)
+    job = DraftJob("online", {1.0: 1.0}, Path("/x"), label="small-distilled", models=pair.models)
+    assert job.spec(base).models == pair.models  # the run's spec is the base; the job brings its pair
+    assert DraftJob("online", {1.0: 1.0}, Path("/x")).spec(base).models == base.models
+    # what the workers get rebuilds the same spec from JSON
+    worker_side = _train_job_of(job, "KEY", None)  # type: ignore[arg-type]
+    assert worker_side.spec(base).models == pair.models
+    assert fingerprint(job.spec(base), "online", {1.0: 1.0}) == fingerprint(pair, "online", {1.0: 1.0})
+    assert fingerprint(pair, "online", {1.0: 1.0}) != fingerprint(base, "online", {1.0: 1.0})
