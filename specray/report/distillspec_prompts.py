@@ -23,6 +23,7 @@ import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -147,21 +148,35 @@ def per_example(pairs: list[PromptPair], out_dir: Path) -> list[Path]:
     """DistillSpec Fig. 3b: one panel per (test set, τ_dec), a point per test prompt, the diagonal y = x."""
     if not pairs:
         return []
-    fig, axes = plt.subplots(1, len(pairs), figsize=(4 * len(pairs), 4), squeeze=False)
-    for ax, pair in zip(axes[0], pairs, strict=True):
-        ax.scatter(pair.undistilled, pair.distilled, s=12, alpha=0.7)
-        both = np.concatenate([pair.undistilled, pair.distilled])
-        ends = [float(both.min()), float(both.max())]
-        ax.plot(ends, ends, "k--", linewidth=1)
-        ax.set_xlabel("un-distilled draft: block efficiency")
-        ax.set_ylabel("distilled draft: block efficiency")
-        ax.set_title(
+    panels = [
+        (
+            pair.undistilled,
+            pair.distilled,
             f"{pair.test_set}, τ_dec {pair.tau_dec:g}, γ {pair.gamma}\n{pair.draft}: "
             f"{100 * pair.share_improved:.0f}% of prompts improve",
-            fontsize=8,
         )
-    fig.suptitle("per-example block efficiency (DistillSpec Fig. 3b)")
-    return [save_figure(fig, out_dir / "distillspec_per_example.png")]
+        for pair in pairs
+    ]
+    axes = ("un-distilled draft: block efficiency", "distilled draft: block efficiency")
+    title = "per-example block efficiency (DistillSpec Fig. 3b)"
+    return [_scatter_panels(panels, axes, title, out_dir / "distillspec_per_example.png", size=12)]
+
+
+def _scatter_panels(
+    panels: list[tuple[Any, Any, str]], labels: tuple[str, str], title: str, path: Path, size: int
+) -> Path:
+    """One scatter panel per (x, y, panel title), each with the diagonal y = x."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4), squeeze=False)
+    for ax, (x, y, panel) in zip(axes[0], panels, strict=True):
+        ax.scatter(x, y, s=size, alpha=0.7 if size < 14 else 1.0)
+        both = np.concatenate([np.asarray(x), np.asarray(y)])
+        ends = [float(both.min()), float(both.max())]
+        ax.plot(ends, ends, "k--", linewidth=1)
+        ax.set_xlabel(labels[0])
+        ax.set_ylabel(labels[1])
+        ax.set_title(panel, fontsize=8)
+    fig.suptitle(title)
+    return save_figure(fig, path)
 
 
 # ---------------------------------------------------------------- Fig. 3c
@@ -213,25 +228,21 @@ def estimator_ranking(pairs: pd.DataFrame, found: list[Ranking], out_dir: Path) 
     """DistillSpec Fig. 3c: empirical vs analytic block efficiency, a point per draft, a panel per ρ."""
     if not found:
         return []
-    fig, axes = plt.subplots(1, len(found), figsize=(4 * len(found), 4), squeeze=False)
-    for ax, ranking in zip(axes[0], found, strict=True):
+    panels = []
+    for ranking in found:
         rows = pairs[
             (pairs.test_set == ranking.test_set)
             & np.isclose(pairs.tau_dec, ranking.tau_dec)
             & (pairs.gamma == ranking.gamma)
         ]
-        ax.scatter(rows.analytic, rows.empirical, s=14)
-        both = np.concatenate([rows.analytic, rows.empirical])
-        ax.plot([both.min(), both.max()], [both.min(), both.max()], "k--", linewidth=1)
-        ax.set_xlabel("analytic block efficiency")
-        ax.set_ylabel("empirical block efficiency")
-        ax.set_title(
+        panel = (
             f"{ranking.test_set}, τ_dec {ranking.tau_dec:g}, γ {ranking.gamma}\n"
-            f"ρ {ranking.rho:+.2f} [{ranking.low:+.2f}, {ranking.high:+.2f}]",
-            fontsize=8,
+            f"ρ {ranking.rho:+.2f} [{ranking.low:+.2f}, {ranking.high:+.2f}]"
         )
-    fig.suptitle("empirical vs analytic block efficiency per draft (DistillSpec Fig. 3c)")
-    return [save_figure(fig, out_dir / "distillspec_estimators.png")]
+        panels.append((rows.analytic, rows.empirical, panel))
+    axes = ("analytic block efficiency", "empirical block efficiency")
+    title = "empirical vs analytic block efficiency per draft (DistillSpec Fig. 3c)"
+    return [_scatter_panels(panels, axes, title, out_dir / "distillspec_estimators.png", size=14)]
 
 
 # ---------------------------------------------------------------- Fig. 5a
