@@ -30,7 +30,8 @@ import ray
 from specray.cluster.runtime import ray_session
 from specray.config import ModelRef, SweepSpec, dump_spec
 from specray.distill.checkpoints import fingerprint, read_curves
-from specray.distill.curves import curves_to_json
+from specray.distill.curves import CurvePoint, curves_to_json
+from specray.distill.progress import curve_note
 from specray.files import write_json, write_text
 from specray.garden.measure import MEASURE_FORMAT, GardenPoint, PointResult
 from specray.garden.plan import (
@@ -145,8 +146,13 @@ def _distil_all(
     base = pair_spec(spec, pairs[0][0], pairs[0][1].ref)
     runs = max(1, min(concurrent_runs(base), len(jobs)))
     lanes = [jobs[i::runs] for i in range(runs)]
+    steps, tau_decs = base.distill.steps_for("online"), base.eval.temperatures
+
+    def note(draft: str, curve: CurvePoint) -> None:  # each run's latest step, loss and acceptance
+        display.note(curve_note(draft, curve, steps, tau_decs))
+
     with ThreadPoolExecutor(max_workers=runs) as executor:
-        for done in executor.map(lambda lane: distill_drafts(base, lane), lanes):
+        for done in executor.map(lambda lane: distill_drafts(base, lane, report=note), lanes):
             display.advance(len(done))
     for model, job, teacher_label in zip(made, jobs, labels, strict=True):
         tags = {
