@@ -179,9 +179,10 @@ def garden_points(
     raw_draft = path(spec.models.draft)
     teacher = models[-1]
     distilled = [(d.name, d.ref) for d in targets] + [(teacher.label, teacher.ref)]
-    lossy = [(f, eps) for f in e.lenience.function for eps in e.lenience.epsilon if eps < 1.0]
     points = []
     for tau in e.empirical_temperatures or e.temperatures:
+        # lossy points only at τ > 0: greedy verification has no ratio to relax (`LenienceSpec.points`)
+        lossy = [(f, eps) for f, eps in e.lenience.points(tau) if f is not None and eps < 1.0]
         for m in models:
             points.append(GardenPoint("raw", m.label, path(m.ref), None, tau))
         for name, ref in distilled:

@@ -165,7 +165,7 @@ def point_table(points: Sequence[PointResult], seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def garden_figure(points: Sequence[PointResult], out_dir: Path) -> Path:
+def garden_figure(points: Sequence[PointResult], out_dir: Path, name: str = "garden_quality_latency") -> Path:
     """The quality–latency plot: every curve's points, its Pareto front as a line, models labelled."""
     latency, quality = figures(points)
     fig, ax = plt.subplots(figsize=(7.5, 5))
@@ -189,46 +189,59 @@ def garden_figure(points: Sequence[PointResult], out_dir: Path) -> Path:
     ax.set_xscale("log")
     ax.set_xlabel("latency (ms per generated token, batch 1)")
     ax.set_ylabel(f"task quality ({points[0].metric})")
-    ax.set_title("Model garden: quality against latency (lines: Pareto fronts)")
+    ax.set_title(
+        f"Model garden at τ_dec {points[0].point.tau:g}: quality against latency (lines: Pareto fronts)"
+    )
     ax.legend(fontsize=7, loc="best")
-    return save_figure(fig, out_dir / "garden_quality_latency.png")
+    return save_figure(fig, out_dir / f"{name}.png")
 
 
 def garden_section(points: Sequence[PointResult], out_dir: Path, seed: int = 0) -> str:
-    """The report's "Model garden" section in Markdown, its figure written under `out_dir`."""
-    figure = garden_figure(points, out_dir)
+    """The report's "Model garden" section in Markdown: per τ_dec its plot (written under `out_dir`), its
+    points and its curves' latency reductions (the curves are compared at one τ_dec at a time)."""
     lines = [
         "## Model garden (DistillSpec Fig. 6)",
-        "",
-        f"![quality against latency]({figure.name})",
         "",
         "Latency: milliseconds per generated token at batch 1, the summed wall time of a point's decodes "
         "over their tokens. Quality: the mean per-prompt task quality of the same decodes. Intervals: 95% "
         f"percentile bootstrap over the {len(points[0].seconds)} test prompts, shared by all points.",
         "",
-        markdown_table(point_table(points, seed)),
-        "",
-        "### Latency reduction at matched quality",
-        "",
-        "For each curve, the front point with the largest reduction against the cheapest raw target at "
-        "least as good (a curve is missing when every raw target is worse than all its points).",
+    ]
+    taus = sorted({p.point.tau for p in points})
+    for tau in taus:
+        at = [p for p in points if p.point.tau == tau]
+        name = "garden_quality_latency" if len(taus) == 1 else f"garden_quality_latency_tau_{tau:g}"
+        figure = garden_figure(at, out_dir, name)
+        lines += [
+            f"### τ_dec = {tau:g}",
+            "",
+            f"![quality against latency at τ_dec {tau:g}]({figure.name})",
+            "",
+        ]
+        lines += [markdown_table(point_table(at, seed)), "", _reduction_lines(at, seed), ""]
+    return "\n".join(lines)
+
+
+def _reduction_lines(points: Sequence[PointResult], seed: int) -> str:
+    lines = [
+        "Latency reduction at matched quality: for each curve, the front point with the largest reduction "
+        "against the cheapest raw target at least as good (a curve is missing when every raw target is "
+        "worse than all its points).",
         "",
     ]
     found = reductions(points, seed)
-    if found:
-        frame = pd.DataFrame(
-            [
-                {
-                    "curve": r.curve,
-                    "point": r.point,
-                    "matched raw target": r.raw,
-                    "reduction": r.factor,
-                    "95% CI": f"[{r.low:.2f}, {r.high:.2f}]",
-                }
-                for r in found
-            ]
-        )
-        lines.append(markdown_table(frame, "{:.2f}"))
-    else:
-        lines.append("No curve has a point that a raw target matches in quality.")
-    return "\n".join(lines) + "\n"
+    if not found:
+        return "\n".join([*lines, "No curve has a point that a raw target matches in quality."])
+    frame = pd.DataFrame(
+        [
+            {
+                "curve": r.curve,
+                "point": r.point,
+                "matched raw target": r.raw,
+                "reduction": r.factor,
+                "95% CI": f"[{r.low:.2f}, {r.high:.2f}]",
+            }
+            for r in found
+        ]
+    )
+    return "\n".join([*lines, markdown_table(frame, "{:.2f}")])

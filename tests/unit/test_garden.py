@@ -215,3 +215,27 @@ def test_a_draft_job_with_its_own_models_trains_and_is_keyed_under_them() -> Non
     assert worker_side.spec(base).models == pair.models
     assert fingerprint(job.spec(base), "online", {1.0: 1.0}) == fingerprint(pair, "online", {1.0: 1.0})
     assert fingerprint(pair, "online", {1.0: 1.0}) != fingerprint(base, "online", {1.0: 1.0})
+
+
+def test_each_decoding_temperature_gets_its_own_plot_and_reductions(tmp_path: Path) -> None:
+    at_one = [
+        result("raw", "small", [0.01] * 4, [0.3] * 4),
+        result("raw", "big", [0.04] * 4, [0.8] * 4),
+        result("distillspec", "small'", [0.005] * 4, [0.4] * 4, "d"),
+    ]
+    greedy = [
+        PointResult(
+            GardenPoint(r.point.curve, r.point.model, r.point.target, r.point.draft, 0.0, r.point.gamma),
+            r.metric,
+            [s * 2 for s in r.seconds],
+            r.tokens,
+            r.quality,
+        )
+        for r in at_one
+    ]
+    section = garden_section([*greedy, *at_one], tmp_path)
+    assert "### τ_dec = 0" in section and "### τ_dec = 1" in section
+    for tau in ("0", "1"):
+        assert (tmp_path / f"garden_quality_latency_tau_{tau}.png").stat().st_size > 0
+    # each τ_dec's reduction uses its own points only: 8x at both (the greedy points are all twice as slow)
+    assert section.count("| 8.00 |") == 2
