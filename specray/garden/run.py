@@ -98,12 +98,12 @@ def _run_garden(spec: SweepSpec, show_progress: bool) -> GardenOutcome:
                 resolve_model_path(ref, spec.models.zoo)
             display.advance()
         with display.stage("distill targets", len(smaller), "model"):
-            pairs = [(teacher.ref, m, "target") for m in smaller]
+            pairs = [(teacher, m, "target") for m in smaller]
             targets = _distil_all(spec, pairs, root, tracker, parent, display)
         raw_and_distilled = [*models, *(GardenModel(d.name, d.ref) for d in targets)]
         draft = GardenModel(model_label(spec.models.draft), spec.models.draft)
         with display.stage("distill drafts", len(raw_and_distilled), "draft"):
-            pairs = [(m.ref, draft, "draft") for m in raw_and_distilled]
+            pairs = [(m, draft, "draft") for m in raw_and_distilled]
             made = _distil_all(spec, pairs, root, tracker, parent, display)
             drafts = {m.label: d for m, d in zip(raw_and_distilled, made, strict=True)}
         points = garden_points(spec, models, targets, drafts)
@@ -116,7 +116,7 @@ def _run_garden(spec: SweepSpec, show_progress: bool) -> GardenOutcome:
 
 def _distil_all(
     spec: SweepSpec,
-    pairs: Sequence[tuple[ModelRef, GardenModel, str]],
+    pairs: Sequence[tuple[GardenModel, GardenModel, str]],
     root: Path,
     tracker: Tracker,
     parent: str,
@@ -134,16 +134,16 @@ def _distil_all(
     (tau_kd,) = mixture
     jobs, made, labels = [], [], []
     for teacher, student, role in pairs:
-        pair = pair_spec(spec, teacher, student.ref)
+        pair = pair_spec(spec, teacher.ref, student.ref)
         generate_teacher_shards(pair, show_progress=False)  # cached: a teacher's shards are made once
         key = fingerprint(pair, "online", mixture)
-        teacher_label = model_label(teacher)
+        teacher_label = teacher.label
         name = f"{student.label}-distilled" if role == "target" else f"draft-of-{teacher_label}"
         output_dir = (root / f"{role}s" / f"{name}-{key[:12]}").absolute()
         jobs.append(DraftJob("online", mixture, output_dir, label=name, models=pair.models))
         made.append(Distilled(name, role, distilled_ref(spec, student.ref, output_dir), key))
         labels.append(teacher_label)
-    base = pair_spec(spec, pairs[0][0], pairs[0][1].ref)
+    base = pair_spec(spec, pairs[0][0].ref, pairs[0][1].ref)
     runs = max(1, min(concurrent_runs(base), len(jobs)))
     lanes = [jobs[i::runs] for i in range(runs)]
     steps, tau_decs = base.distill.steps_for("online"), base.eval.temperatures
