@@ -107,8 +107,9 @@ Z_95, Z_999 = 1.959964, 3.290527  # two-sided normal quantiles
 
 @pytest.mark.parametrize("tau", [0.0, 0.6, 1.0])
 def test_analytic_acceptance_lies_in_the_empirical_interval(tiny_zoo, tau: float) -> None:
-    """Both estimators on the same 32 in-domain prompts (the tiny sweep's) with the smoke zoo's pair: analytic inside the empirical 99.9%
-    interval (empirical: 32 prompts × R = 3 real speculative decodes, γ = 4). 99.9%, not 95%: with fixed
+    """Both estimators on the same 32 in-domain prompts (the tiny sweep's) with the smoke zoo's pair:
+    analytic inside the empirical 99.9% interval (empirical: 32 prompts × R = 3 real speculative decodes,
+    γ = 4). 99.9%, not 95%: with fixed
     seeds each τ is one draw, and at 95% a correct estimator fails one of three τ about one time in seven
     whenever the zoo changes (the one-layer draft's τ = 0.6 came out at 0.0403 against a 95% half-width of
     0.0371); a bias as large as the 95% half-width's double still fails."""
