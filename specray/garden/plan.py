@@ -52,7 +52,7 @@ def pair_spec(spec: SweepSpec, teacher: ModelRef, student: ModelRef) -> SweepSpe
     return spec.model_copy(update={"models": models, "distill": distill})
 
 
-def distilled_ref(spec: SweepSpec, student: ModelRef, output_dir: Path) -> ModelRef:
+def distilled_ref(student: ModelRef, output_dir: Path) -> ModelRef:
     """A model distilled into `output_dir` as a model of its own (in the student's dtype)."""
     return ModelRef(name_or_path=str(output_dir), dtype=student.dtype)
 

@@ -37,6 +37,7 @@ from specray.garden.measure import MEASURE_FORMAT, GardenPoint, PointResult
 from specray.garden.plan import (
     GARDEN_DIR,
     GardenModel,
+    check_garden,
     distilled_ref,
     garden_models,
     kd_mixture,
@@ -77,8 +78,6 @@ def run_garden(spec: SweepSpec, show_progress: bool = True) -> GardenOutcome:
 
     with output_folder(sweep_dir(spec)):
         preflight(spec)
-        from specray.garden.plan import check_garden
-
         check_garden(spec)
         return _run_garden(spec, show_progress)
 
@@ -141,7 +140,7 @@ def _distil_all(
         name = f"{student.label}-distilled" if role == "target" else f"draft-of-{teacher_label}"
         output_dir = (root / f"{role}s" / f"{name}-{key[:12]}").absolute()
         jobs.append(DraftJob("online", mixture, output_dir, label=name, models=pair.models))
-        made.append(Distilled(name, role, distilled_ref(spec, student.ref, output_dir), key))
+        made.append(Distilled(name, role, distilled_ref(student.ref, output_dir), key))
         labels.append(teacher_label)
     base = pair_spec(spec, pairs[0][0].ref, pairs[0][1].ref)
     runs = max(1, min(concurrent_runs(base), len(jobs)))
