@@ -13,6 +13,7 @@ takes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,16 +95,25 @@ def matched_reduction(
     return best
 
 
+@functools.cache
+def _draws(prompts: int, seed: int) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(seed)
+    return tuple(rng.integers(0, prompts, prompts) for _ in range(RESAMPLES))
+
+
+def resampled_figures(points: Sequence[PointResult], seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`figures` over RESAMPLES draws of the prompts with replacement: the same draws for every point (the
+    points stay paired) and for the table and the reductions of one seed."""
+    return [figures(points, index) for index in _draws(len(points[0].seconds), seed)]
+
+
 def reductions(points: Sequence[PointResult], seed: int = 0) -> list[Reduction]:
     """Each curve's latency reduction at matched quality against the raw targets, with a paired bootstrap
     interval over the prompts (a resample where no raw point matches counts as no reduction, 1×)."""
     by_curve = {c: [i for i, p in enumerate(points) if p.point.curve == c] for c in CURVES}
     raw = by_curve["raw"]
     latency, quality = figures(points)
-    prompts = len(points[0].seconds)
-    rng = np.random.default_rng(seed)
-    draws = [rng.integers(0, prompts, prompts) for _ in range(RESAMPLES)]
-    resampled = [figures(points, index) for index in draws]
+    resampled = resampled_figures(points, seed)
     out = []
     for curve, members in by_curve.items():
         if curve == "raw" or not members or not raw:
@@ -136,9 +146,7 @@ def point_table(points: Sequence[PointResult], seed: int = 0) -> pd.DataFrame:
     """One row per point: curve, model, τ_dec, γ, ε, latency and quality with their bootstrap intervals,
     and for speculative points the mean tokens per target call (block efficiency)."""
     latency, quality = figures(points)
-    prompts = len(points[0].seconds)
-    rng = np.random.default_rng(seed)
-    resampled = [figures(points, rng.integers(0, prompts, prompts)) for _ in range(RESAMPLES)]
+    resampled = resampled_figures(points, seed)
     lat_draws = np.stack([lat for lat, _ in resampled])
     qual_draws = np.stack([q for _, q in resampled])
     tail = 100 * (1 - CONFIDENCE) / 2
