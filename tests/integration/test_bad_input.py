@@ -208,9 +208,13 @@ def test_rows_missing_fields_are_skipped_with_one_warning(tmp_path: Path) -> Non
     assert len(warnings) == 1 and str(path) in warnings[0] and "3" in warnings[0], result.stderr
 
 
-def test_a_corrupt_teacher_shard_is_refused_naming_the_file(micro_zoo, tmp_path: Path) -> None:
+def test_a_corrupt_teacher_shard_is_refused_naming_the_file(
+    micro_zoo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A finished shard whose file was damaged afterwards (disk error, a half copy): distillation refuses
     it by its manifest checksum instead of training on it."""
+    # a cache of its own: the shard it damages must not be one that later tests of the session read
+    monkeypatch.setenv("SPECRAY_CACHE", str(tmp_path / "cache"))
     overrides = [
         f"models.target={{name_or_path: {micro_zoo.target}}}",
         f"models.draft={{name_or_path: {micro_zoo.draft}}}",

@@ -5,7 +5,6 @@ teacher's prompts rendered by the chat template with one BOS."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -14,6 +13,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from specray.config import load_spec
+from specray.data.shards import SHARD_FILE, shard_dir, train_shard_keys
 from specray.data.spec_bench import MT_BENCH_CATEGORIES
 from specray.tracking.names import ROLE
 from tests.sweeps import SMOKE, SPECRAY, run_cli
@@ -100,7 +100,9 @@ def test_a_spec_bench_test_set_under_the_chat_template(tmp_path: Path, shared_da
     assert {d["draft"] for d in block["drafts"]} == {"non-distill", "offline/tau_kd=1"}
 
     # the teacher's prompts went through the chat template: one BOS, the template's own
-    shards = [pq.read_table(p) for p in Path(os.environ["SPECRAY_CACHE"]).rglob("*.parquet")]
+    # (this run's own shards only: the session's cache holds other tests' shards, some damaged on purpose)
+    spec = load_spec(bench_sweep(tmp_path, questions), [f"output_dir={tmp_path}"])
+    shards = [pq.read_table(shard_dir(key) / SHARD_FILE) for key in train_shard_keys(spec).values()]
     rows = [r for t in shards if "prompt_token_ids" in t.column_names for r in t.to_pylist()]
     chat_rows = [r for r in rows if r["prompt"].startswith("<s>")]
     assert chat_rows, "no teacher row was rendered by the chat template"
