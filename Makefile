@@ -16,7 +16,7 @@ demo: setup
 	$(BIN)/specray run sweeps/tiny.yaml
 
 test: setup-test lint
-	$(BIN)/pytest -q --durations=20
+	$(BIN)/pytest -q --durations=30
 
 unit: setup-test
 	$(BIN)/pytest -q -m "not integration"

@@ -55,3 +55,27 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data folder not found at {SHARED_DATA}: these tests need ../shared/data")
     return SHARED_DATA
+
+
+# ---------------------------------------------------------------- where the suite's time goes
+# CI shows only the tail of its log, and pytest's own `--durations` list comes before the failures and
+# warnings: this short per-module table is printed last, so the tail always says which modules to make
+# cheaper when the suite nears its time limit.
+
+_MODULE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    module = report.nodeid.split("::")[0]
+    _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if not _MODULE_SECONDS:
+        return
+    slowest = sorted(_MODULE_SECONDS.items(), key=lambda item: -item[1])[:15]
+    total = sum(_MODULE_SECONDS.values())
+    terminalreporter.section(f"slowest modules (all tests: {total / 60:.1f} min)")
+    for module, seconds in slowest:
+        terminalreporter.write_line(f"{seconds:8.1f}s  {module}")
