@@ -89,18 +89,27 @@ def report(
         help="A finished `specray tune` folder (<output_dir>/<name>/tune): Table 3 and its verdict.",
     ),
 ) -> None:
-    """Rebuild a sweep's report (figures, tables, Markdown) from what its MLflow run holds."""
+    """Rebuild a sweep's or a model garden's report (figures, tables, Markdown) from what its MLflow parent
+    run holds."""
     import tempfile
 
     from specray.distill.curves import curves_from_json
     from specray.report.build import build_report
     from specray.report.tables import load_composition
     from specray.specdec.records import StepCosts
-    from specray.tracking.fetch import fetch_sweep_records
+    from specray.tracking.fetch import fetch_sweep_records, run_role
 
+    folder = output or Path("reports") / run_id
+    with user_errors():
+        role = run_role(tracking_uri, run_id)
+    if role == "garden":
+        if tune is not None:
+            typer.echo("error: --tune: a garden has no composition search; leave it out", err=True)
+            raise typer.Exit(2)
+        _garden_report(tracking_uri, run_id, folder)
+        return
     with user_errors(), tempfile.TemporaryDirectory() as tmp:
         records = fetch_sweep_records(tracking_uri, run_id, Path(tmp))
-    folder = output or Path("reports") / run_id
     title = f"specray sweep: {records['name']} (MLflow run {run_id})"
     curves = {name: curves_from_json(points) for name, points in records["curves"].items()}
     parts = (records["cells"], records["drafts"], curves, records["lengths"])
@@ -111,6 +120,22 @@ def report(
         with user_errors():
             extra["composition"] = load_composition(tune)
     path = build_report(*parts, folder, title=title, **extra)
+    typer.echo(f"report: {path}")
+
+
+def _garden_report(tracking_uri: str, run_id: str, folder: Path) -> None:
+    """A garden's report rebuilt from the points its parent run holds: the same figures and intervals
+    (the same seed) as the run wrote."""
+    import tempfile
+
+    from specray.garden.measure import PointResult
+    from specray.report.garden import write_garden_report
+    from specray.tracking.fetch import fetch_garden_records
+
+    with user_errors(), tempfile.TemporaryDirectory() as tmp:
+        records = fetch_garden_records(tracking_uri, run_id, Path(tmp))
+    points = [PointResult.from_json(p) for p in records["points"]]
+    path = write_garden_report(records["name"], points, folder, records["seed"])
     typer.echo(f"report: {path}")
 
 

@@ -335,13 +335,10 @@ class GardenMeter:
 def _report(spec: SweepSpec, results: list[PointResult], tracker: Tracker, parent: str, out: Path) -> Path:
     """The garden's report (Markdown and figure) and its MLflow side: every point's figures as metrics,
     the points' records and the report as artifacts."""
-    from specray.report.garden import figures, garden_section
+    from specray.report.garden import figures, write_garden_report
 
     folder = out / "report"
-    folder.mkdir(parents=True, exist_ok=True)
-    body = f"# specray model garden: {spec.name}\n\n" + garden_section(results, folder, spec.eval.seed)
-    report = folder / "report.md"
-    write_text(report, body)
+    report = write_garden_report(spec.name, results, folder, spec.eval.seed)
     latency, quality = figures(results)
     metrics = {}
     for result, lat, qual in zip(results, latency, quality, strict=True):

@@ -25,6 +25,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from specray.files import write_text  # noqa: E402
 from specray.garden.measure import PointResult  # noqa: E402
 from specray.report.figures import save_figure  # noqa: E402
 from specray.report.tables import markdown_table  # noqa: E402
@@ -228,6 +229,16 @@ def garden_section(points: Sequence[PointResult], out_dir: Path, seed: int = 0) 
         ]
         lines += [markdown_table(point_table(at, seed)), "", _reduction_lines(at, seed), ""]
     return "\n".join(lines)
+
+
+def write_garden_report(name: str, points: Sequence[PointResult], folder: Path, seed: int = 0) -> Path:
+    """The garden's `report.md` and its figures under `folder` (`specray run`, and `specray report` from the
+    points an MLflow parent run holds)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    body = f"# specray model garden: {name}\n\n" + garden_section(points, folder, seed)
+    report = folder / "report.md"
+    write_text(report, body)
+    return report
 
 
 def _reduction_lines(points: Sequence[PointResult], seed: int) -> str:

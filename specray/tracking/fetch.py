@@ -1,4 +1,4 @@
-"""A finished sweep's records, read back from its parent run in MLflow (`specray report --run`, export)."""
+"""A finished sweep's or model garden's records, read back from its parent run in MLflow (`specray report`, export)."""
 
 from __future__ import annotations
 
@@ -12,18 +12,56 @@ from mlflow.tracking import MlflowClient
 from specray.errors import SpecError
 from specray.tracking.names import ROLE
 
+# the parent runs whose records a report is rebuilt from
+REPORTED_ROLES = ("sweep", "garden")
 
-def fetch_sweep_records(uri: str, run_id: str, destination: Path) -> dict[str, Any]:
-    """The plain records a sweep's parent run holds (cells, drafts, curves, lengths), from MLflow."""
+
+def run_role(uri: str, run_id: str) -> str:
+    """The run's specray role (`sweep`, `garden`, `tune`, `draft`, ...); a clear error for an unknown run
+    or an unreachable store, and for a run that is not a sweep's or a garden's parent run."""
+    try:
+        run = MlflowClient(tracking_uri=uri).get_run(run_id)
+    except MlflowException as e:
+        raise SpecError(f"run {run_id} at {uri}: {e.message.splitlines()[0]}") from None
+    role = run.data.tags.get(ROLE, "")
+    if role not in REPORTED_ROLES:
+        raise SpecError(
+            f"run {run_id} is not the parent run of a specray sweep or garden (tag {ROLE} is "
+            f"{role or 'absent'!r}; allowed: {', '.join(REPORTED_ROLES)})"
+        )
+    return role
+
+
+def _records(uri: str, run_id: str, destination: Path, role: str) -> tuple[Any, dict[str, Any]]:
+    """(the run, its `records/*.json` by file stem), after checking that the run has the role."""
     client = MlflowClient(tracking_uri=uri)
     try:
         run = client.get_run(run_id)
         folder = Path(client.download_artifacts(run_id, "records", str(destination)))
     except MlflowException as e:
         raise SpecError(f"run {run_id} at {uri}: {e.message.splitlines()[0]}") from None
-    if run.data.tags.get(ROLE) != "sweep":
-        raise SpecError(f"run {run_id} is not a specray sweep's parent run (tag {ROLE} is not 'sweep')")
-    records = {path.stem: json.loads(path.read_text()) for path in folder.glob("*.json")}
+    if run.data.tags.get(ROLE) != role:
+        raise SpecError(f"run {run_id} is not a specray {role}'s parent run (tag {ROLE} is not {role!r})")
+    return run, {path.stem: json.loads(path.read_text()) for path in folder.glob("*.json")}
+
+
+def fetch_garden_records(uri: str, run_id: str, destination: Path) -> dict[str, Any]:
+    """A model garden's parent run: its name, measured points (`garden_points`, as `PointResult.to_json`
+    wrote them) and the seed its report's intervals drew with."""
+    run, records = _records(uri, run_id, destination, "garden")
+    if "garden_points" not in records:
+        raise SpecError(f"run {run_id} holds no records/garden_points.json: the garden did not finish")
+    return {
+        "name": run.data.params.get("name", run_id),
+        "points": records["garden_points"],
+        "seed": int(run.data.params.get("eval.seed", 0)),
+    }
+
+
+def fetch_sweep_records(uri: str, run_id: str, destination: Path) -> dict[str, Any]:
+    """The plain records a sweep's parent run holds (cells, drafts, curves, lengths), from MLflow."""
+    client = MlflowClient(tracking_uri=uri)
+    run, records = _records(uri, run_id, destination, "sweep")
     records["lengths"] = {
         k: {float(t): v for t, v in by.items()} for k, by in records.get("lengths", {}).items()
     }

@@ -85,3 +85,12 @@ def test_a_garden_runs_end_to_end_and_a_re_run_reuses_it(tmp_path: Path) -> None
     assert again.returncode == 0, again.stderr[-3000:]
     after = {p: p.stat().st_mtime_ns for p in (out / "garden").rglob("*") if p.is_file()}
     assert after == before
+
+    # `specray report` rebuilds the same report from what the parent run holds in MLflow
+    args = ["report", parent.info.run_id, "--tracking-uri", uri, "--output", str(tmp_path / "rebuilt")]
+    rebuilt = run_cli([SPECRAY, *args], cwd=tmp_path)
+    assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+    assert (tmp_path / "rebuilt" / "report.md").read_text() == report
+    assert (tmp_path / "rebuilt" / "garden_quality_latency.png").stat().st_size > 0
+    child = run_cli([SPECRAY, "report", children[0].info.run_id, "--tracking-uri", uri], cwd=tmp_path)
+    assert child.returncode == 2 and "allowed: sweep, garden" in child.stderr, child.stderr[-3000:]
