@@ -1,4 +1,4 @@
-"""A finished sweep's or model garden's records, read back from its parent run in MLflow (`specray report`, export)."""
+"""A finished sweep's or model garden's records, read back from its parent run in MLflow (report, export)."""
 
 from __future__ import annotations
 
