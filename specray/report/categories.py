@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from specray.report.paired import PromptCells, prompt_cells
+from specray.report.paired import PromptCells, analytic_test_sets
 from specray.report.replicated import replicated_interval
 from specray.report.tables import markdown_table
 from specray.specdec.categories import PROMPT_CATEGORIES
@@ -117,15 +117,11 @@ def workload_table(table: PromptCells, labels: Sequence[str], workload: Workload
 def section(with_lists: pd.DataFrame, workload: Mapping[str, object] | None = None) -> list[str]:
     """Markdown lines: per test set with categories, the per-category table, and the workload's table when
     the sweep has one on that test set (`workload`: eval.workload as JSON, its temperatures resolved)."""
-    if with_lists.empty or PROMPT_CATEGORIES not in with_lists:
-        return []
-    tables = prompt_cells(with_lists)
     lines: list[str] = []
-    for test_set, rows in with_lists[with_lists.estimator == "analytic"].groupby("test_set"):
+    for test_set, rows, table in analytic_test_sets(with_lists, PROMPT_CATEGORIES):
         labels = _categories(rows)
-        if labels is None or str(test_set) not in tables:
+        if labels is None:
             continue
-        table = tables[str(test_set)]
         lines += [f"\n## Per category: {test_set}\n", NOTE, markdown_table(per_category(table, labels)), ""]
         if workload and workload.get("test_set") == test_set:
             mix = workload_of(

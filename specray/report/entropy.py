@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from specray.names import BASELINE
-from specray.report.paired import PromptCells, prompt_cells
+from specray.report.paired import PromptCells, analytic_test_sets
 from specray.report.tables import markdown_table
 
 ENTROPY = "per_prompt_target_entropy"
@@ -75,18 +75,15 @@ def tier_table(table: PromptCells, tiers: np.ndarray, tau: float) -> pd.DataFram
 
 def section(with_lists: pd.DataFrame) -> list[str]:
     """Markdown lines: per test set whose cells recorded the target's entropy, the tier table."""
-    if with_lists.empty or ENTROPY not in with_lists:
-        return []
-    tables = prompt_cells(with_lists)
     lines: list[str] = []
-    for test_set, rows in with_lists[with_lists.estimator == "analytic"].groupby("test_set"):
+    for test_set, rows, cells in analytic_test_sets(with_lists, ENTROPY):
         tau = _tier_tau(rows)
-        if tau is None or str(test_set) not in tables:
+        if tau is None:
             continue
         at_tau = rows[np.isclose(rows.tau_dec, tau) & rows[ENTROPY].map(_recorded)]
         entropy = np.asarray(at_tau[ENTROPY].iloc[0], dtype=float)
         tiers = entropy_tiers(entropy)
-        table = tier_table(tables[str(test_set)], tiers, tau)
+        table = tier_table(cells, tiers, tau)
         if table.empty:
             continue
         edges = np.quantile(entropy, [1 / 3, 2 / 3])

@@ -22,7 +22,7 @@ grid lacks what the claim needs (what is missing is given).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -180,6 +180,19 @@ def prompt_cells(cells: pd.DataFrame) -> dict[str, PromptCells]:
         tokens, beta_sum, target_calls = (stacks[name] for name in PER_PROMPT)
         out[str(test_set)] = PromptCells(first, tokens, beta_sum, target_calls, drafted, terms)
     return out
+
+
+def analytic_test_sets(
+    with_lists: pd.DataFrame, column: str
+) -> Iterator[tuple[str, pd.DataFrame, PromptCells]]:
+    """(test set, its analytic cell rows, its paired per-prompt table) for each test set with a per-prompt
+    table, where the cells have `column` at all: the loop of the report's per-prompt sections."""
+    if with_lists.empty or column not in with_lists:
+        return
+    tables = prompt_cells(with_lists)
+    for test_set, rows in with_lists[with_lists.estimator == "analytic"].groupby("test_set"):
+        if str(test_set) in tables:
+            yield str(test_set), rows, tables[str(test_set)]
 
 
 def _terms(
