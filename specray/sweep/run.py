@@ -23,17 +23,14 @@ from pathlib import Path
 from queue import SimpleQueue
 from typing import Any
 
-import ray
-
 from specray.cluster.runtime import ray_session
 from specray.config import SweepSpec, dump_spec
-from specray.data.chat import require_chat_template
 from specray.data.shards import is_complete, train_shard_keys
 from specray.devices import device_kind
 from specray.distill.checkpoints import read_curves
 from specray.distill.convergence import convergence_metrics
 from specray.distill.curves import CurvePoint, curves_to_json
-from specray.files import cache_dir, check_writable, write_json, write_text
+from specray.files import check_writable, write_json, write_text
 from specray.keys import cost_ratio_inputs, digest, model_id
 from specray.locks import output_folder
 from specray.models.loading import load_tokenizer, resolve_model_path
@@ -66,7 +63,9 @@ from specray.sweep.plan import (
     step_costs_stage,
     sweep_dir,
 )
+from specray.sweep.preflight import preflight
 from specray.sweep.progress import SweepDisplay
+from specray.sweep.schedule import concurrent_runs, split_runs
 from specray.tracking.client import Tracker, describe_sweep, open_tracker
 from specray.tracking.lineage import (
     DRAFTS_VIEW,
@@ -238,40 +237,7 @@ class LazyEvalPool:
             self.pool.close()
 
 
-def preflight(spec: SweepSpec) -> None:
-    """Everything that can be checked in seconds, before MLflow runs are created or Ray starts: the output
-    and cache folders are writable, the data sources load into the configured splits, and models given by
-    name or path have a tokenizer, safetensors weights and one shared vocabulary (zoo entries are built
-    later, and share one tokenizer by construction)."""
-    from specray.data.dataset import build_splits
-    from specray.models.loading import check_model_dir, check_same_vocabulary
-
-    check_writable(sweep_dir(spec), "output_dir", "choose another with output_dir=PATH")
-    check_writable(cache_dir(), "the cache folder", "set SPECRAY_CACHE to a writable folder")
-    build_splits(spec.data)
-    refs = {"target": spec.models.target, "draft": spec.models.draft}
-    # a ref without a zoo entry has a name or path (ModelRef validates exactly one of the two)
-    paths = {name: ref.name_or_path for name, ref in refs.items() if ref.name_or_path is not None}
-    tokenizers = {name: load_tokenizer(path, refs[name].trust_remote_code) for name, path in paths.items()}
-    for path in paths.values():
-        check_model_dir(path)
-    if spec.data.template == "chat" and "target" in tokenizers:  # the zoo's tokenizer carries one
-        require_chat_template(tokenizers["target"], paths["target"])
-    if len(tokenizers) == 2:
-        check_same_vocabulary(tokenizers["target"], tokenizers["draft"], paths["target"], paths["draft"])
-
-
 # ---------------------------------------------------------------- distillation
-
-
-def concurrent_runs(spec: SweepSpec) -> int:
-    """How many distillations fit side by side on the cluster (Ray still decides where each goes)."""
-    d = spec.distill
-    cpus = ray.cluster_resources().get("CPU", 1.0)
-    per_run = max(d.workers * d.num_cpus_per_worker, 1e-9)
-    gpus = ray.cluster_resources().get("GPU", 0.0)
-    by_gpu = gpus / (d.workers * d.num_gpus_per_worker) if d.num_gpus_per_worker else float("inf")
-    return max(1, int(min(cpus / per_run, by_gpu)))
 
 
 def _distill_all(
@@ -340,33 +306,6 @@ def _distill_all(
                 future.result()  # a failed run stops the sweep; published drafts stay published
     log_published()
     return curves
-
-
-# an online step's cost in offline steps: it also samples from the student and runs the teacher
-# (benchmarks/README.md has the tiny sweep's timings and the command that measures them)
-ONLINE_STEP_COST = 2.0
-
-
-def split_runs(spec: SweepSpec, plans: Sequence[DraftPlan], runs: int) -> list[list[DraftPlan]]:
-    """The drafts shared out among `runs` Train runs, each list in the order its run trains them.
-
-    Longest first onto the least loaded run (LPT: the last draft to end is a short one, and the runs end
-    close together), a draft's cost estimated as its steps, an online step counting ONLINE_STEP_COST
-    offline ones (it also samples from the student and runs the teacher). The same plans and run count
-    always give the same runs, which is what lets a re-run after the driver died find each run's folder
-    and resume it (`ray_train.distill_drafts`); drafts that are finished are skipped inside their run."""
-
-    def cost(plan: DraftPlan) -> float:
-        steps = spec.distill.steps_for(plan.paradigm or "")
-        return steps * (ONLINE_STEP_COST if plan.paradigm == "online" else 1.0)
-
-    lanes: list[list[DraftPlan]] = [[] for _ in range(max(1, min(runs, len(plans))))]
-    loads = [0.0] * len(lanes)
-    for plan in sorted(plans, key=lambda p: (-cost(p), p.name)):
-        lightest = loads.index(min(loads))
-        lanes[lightest].append(plan)
-        loads[lightest] += cost(plan)
-    return [lane for lane in lanes if lane]
 
 
 def finish_draft(

@@ -6,7 +6,7 @@ import pytest
 
 from specray.config import load_spec
 from specray.sweep.plan import plan_drafts
-from specray.sweep.run import ONLINE_STEP_COST, split_runs
+from specray.sweep.schedule import ONLINE_STEP_COST, split_runs
 from tests.conftest import REPO
 
 
