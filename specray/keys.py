@@ -268,11 +268,15 @@ def _short(value: Any) -> str:
 
 
 def model_id(ref: ModelRef, models: ModelsSpec) -> str:
-    """Stable name of a model: `zoo/<zoo key>/<entry>` (moving the cache keeps keys) or its HF name/path."""
+    """Stable name of a model: `zoo/<zoo key>/<entry>` (moving the cache keeps keys) or its HF name/path.
+    The zoo's target and draft are named by the zoo without its size ladder, a ladder entry by its own
+    recipe (`model_key`): adding or changing a ladder entry renames no other model."""
     if ref.zoo is not None:
-        from specray.models.zoo import zoo_key
+        from specray.models.zoo import MODELS, model_key, zoo_key
 
-        return f"zoo/{zoo_key(models.zoo)}/{ref.zoo}"
+        if ref.zoo in MODELS:
+            return f"zoo/{zoo_key(models.zoo.model_copy(update={'ladder': {}}))}/{ref.zoo}"
+        return f"zoo/{model_key(models.zoo, ref.zoo)}/{ref.zoo}"
     assert ref.name_or_path is not None  # guaranteed by ModelRef's validator
     return ref.name_or_path
 

@@ -8,10 +8,14 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from specray.errors import USER_ERRORS, ray_cause
+
+if TYPE_CHECKING:
+    from specray.config import SweepSpec
 
 app = typer.Typer(
     help="Temperature-centric knowledge distillation sweeps for speculative decoding, on Ray.",
@@ -45,6 +49,17 @@ SweepArg = typer.Argument(..., help="Sweep YAML, e.g. sweeps/tiny.yaml.", exists
 
 
 OverridesArg = typer.Argument(None, help="KEY=VALUE overrides, e.g. eval.gamma=3 teacher.replicas=2.")
+
+
+def stage_spec(sweep: Path, overrides: list[str] | None, command: str) -> SweepSpec:
+    """The spec of a command that runs one stage of a sweep (or tunes or serves one): a model garden is
+    refused, since its stages run only together under `specray run`."""
+    from specray.config import load_spec
+    from specray.garden.plan import require_sweep
+
+    spec = load_spec(sweep, overrides or [])
+    require_sweep(spec, command)
+    return spec
 
 
 @contextmanager

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from specray.cli.common import OverridesArg, SweepArg, app, user_errors
+from specray.cli.common import OverridesArg, SweepArg, app, stage_spec, user_errors
 from specray.config import dump_spec, load_spec
 from specray.names import BASELINE
 
@@ -25,7 +25,7 @@ def generate(sweep: Path = SweepArg, overrides: list[str] = OverridesArg) -> Non
     from specray.teacher.pool import generate_teacher_shards
 
     with user_errors():
-        reports = generate_teacher_shards(load_spec(sweep, overrides or []))
+        reports = generate_teacher_shards(stage_spec(sweep, overrides, "specray generate"))
     for report in reports.values():
         typer.echo(report.describe())
     if all(report.cached for report in reports.values()):
@@ -48,7 +48,7 @@ def distill(
     from specray.errors import SpecError
 
     with user_errors():
-        spec = load_spec(sweep, overrides or [])
+        spec = stage_spec(sweep, overrides, "specray distill")
         if (tau_kd is None) == (mixture is None):
             raise SpecError("give exactly one of --tau-kd TAU or --mixture TAU:WEIGHT,...")
         weights = {tau_kd: 1.0} if tau_kd is not None else parse_mixture(mixture or "")
@@ -95,7 +95,7 @@ def evaluate(
     from specray.sweep.run import LazyEvalPool
 
     with user_errors():
-        spec = load_spec(sweep, overrides or [])
+        spec = stage_spec(sweep, overrides, "specray evaluate")
         target_path = resolve_model_path(spec.models.target, spec.models.zoo)
         draft_path = resolve_model_path(spec.models.draft, spec.models.zoo)
         paths = drafts or [draft_path]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from specray.cli.common import OverridesArg, SweepArg, app, resumable, set_threads, user_errors
+from specray.cli.common import OverridesArg, SweepArg, app, resumable, set_threads, stage_spec, user_errors
 from specray.config import load_spec
 
 
@@ -234,7 +234,7 @@ def tune(
     from specray.sweep.tune import SearchFailed, run_tune, tune_dir
 
     with user_errors():
-        spec = load_spec(sweep, overrides or [])
+        spec = stage_spec(sweep, overrides, "specray tune")
         set_threads()
         try:
             with resumable(tune_dir(spec), "--resume"):

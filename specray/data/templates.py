@@ -41,14 +41,16 @@ def format_prompt(instruction: str, input: str = "", template: str = "alpaca") -
 def prompt_text(example: Example, template: str, tokenizer: Any = None, earlier: Sequence[str] = ()) -> str:
     """The prompt text of one example: the Alpaca prompt, or (`chat`) through the tokenizer's chat template
     with the generation prompt on — one turn (an `input` follows the instruction after a blank line), or a
-    later turn's conversation (`example.turns`) with the model's `earlier` answers. A chat text holds its
-    own special tokens (BOS): encode it without adding them."""
+    later turn's conversation (`example.turns`) with the model's `earlier` answers. A conversation given
+    whole, without answers (a question file as training data), is prompted with its first turn. A chat text
+    holds its own special tokens (BOS): encode it without adding them."""
     if template == "alpaca":
         return format_prompt(example.instruction, example.input)
     if template != "chat":
         raise ValueError(f"unknown template {template!r}; valid: {', '.join(TEMPLATES)}")
-    if len(example.turns) > 1:
-        return render_chat(tokenizer, example.turns, earlier)
+    if len(example.turns) > 1 and (earlier or example.instruction != example.turns[0]):
+        return render_chat(tokenizer, example.turns, earlier)  # a later turn: refused without its answers
+    # one turn, or a whole conversation without answers (training data): its first turn, as under alpaca
     turn = f"{example.instruction}\n\n{example.input}" if example.input.strip() else example.instruction
     return render_chat(tokenizer, [turn])
 

@@ -10,16 +10,17 @@ of its own samples (distributed as its target's), a lossy point's (ε < 1) is wh
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 
 from specray.data.examples import Example
-from specray.quality import EXACT_MATCH, ROUGE_L, score_example
+from specray.quality import EXACT_MATCH, ROUGE_L, metric_kind, score_example
 from specray.seeds import decode_seed
 from specray.specdec.decoder import autoregressive_decode, speculative_decode
+from specray.specdec.records import EvalSettings
 
 MEASURE_FORMAT = 1  # bump when what a point measures changes, so cached points are measured again
 
@@ -27,7 +28,8 @@ MEASURE_FORMAT = 1  # bump when what a point measures changes, so cached points 
 @dataclass(frozen=True)
 class GardenPoint:
     """What one point decodes: `target` alone (`draft` None) or with `draft` at block size γ, at τ, with
-    lenience (`function`, ε) where ε < 1. `curve` and `model` name it in the plot (`garden.plan`)."""
+    lenience (`function`, ε) where ε < 1. `curve` and `model` name it in the plot
+    (`garden.run.garden_points`)."""
 
     curve: str
     model: str
@@ -65,15 +67,6 @@ class PointResult:
     steps: list[int] = field(default_factory=list)
     key: str = ""
 
-    @property
-    def latency_ms_per_token(self) -> float:
-        return 1e3 * sum(self.seconds) / max(sum(self.tokens), 1)
-
-    @property
-    def mean_quality(self) -> float:
-        values = [q for q in self.quality if q == q]
-        return sum(values) / len(values) if values else float("nan")
-
     def to_json(self) -> dict[str, Any]:
         return {
             "point": self.point.to_json(),
@@ -95,8 +88,6 @@ class PointResult:
 def headline(examples: Sequence[Example]) -> str:
     """The metric a garden's quality axis shows: exact match where any prompt has one right answer, else
     ROUGE-L (as `quality.headline_metric` picks a test set's)."""
-    from specray.quality import metric_kind
-
     return EXACT_MATCH if any(metric_kind(e) == EXACT_MATCH for e in examples) else ROUGE_L
 
 
@@ -106,14 +97,13 @@ def measure_point(
     draft: Any | None,
     prompts: Sequence[list[int]],
     examples: Sequence[Example],
-    decode_text: Any,
-    max_new_tokens: int,
+    decode_text: Callable[[list[int]], str],
+    settings: EvalSettings,
     eos_token_id: int | None,
-    repeats: int,
-    seed: int,
 ) -> PointResult:
-    """Decode every prompt `repeats` times as `point` says (after a short warm-up decode), timing each."""
-    metric = headline(examples)
+    """Decode every prompt `settings.repeats` times as `point` says (after a short warm-up decode), timing
+    each."""
+    metric, max_new_tokens, repeats = headline(examples), settings.max_new_tokens, settings.repeats
 
     def decode(prompt: list[int], generator: torch.Generator | None, limit: int) -> Any:
         if draft is None:
@@ -137,7 +127,9 @@ def measure_point(
         for i, (prompt, example) in enumerate(zip(prompts, examples, strict=True)):
             spent, emitted, calls, scores = 0.0, 0, 0, []
             for r in range(repeats):
-                generator = torch.Generator(device=target.device).manual_seed(decode_seed(seed, i, r))
+                generator = torch.Generator(device=target.device).manual_seed(
+                    decode_seed(settings.seed, i, r)
+                )
                 started = time.perf_counter()
                 decoded = decode(prompt, generator, max_new_tokens)
                 spent += time.perf_counter() - started

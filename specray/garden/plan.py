@@ -17,8 +17,11 @@ from typing import Any
 
 from specray.config import ModelRef, SweepSpec
 from specray.errors import ModelError, SpecError
+from specray.models.loading import load_tokenizer
+from specray.models.zoo import llama_config, shape_of
 
 GARDEN_DIR = "garden"
+FIELD = "models.garden"
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,16 @@ def model_label(ref: ModelRef) -> str:
     return Path(ref.name_or_path.rstrip("/")).name
 
 
+def require_sweep(spec: SweepSpec, command: str) -> None:
+    """Refuse a garden where only a sweep makes sense: a garden's stages run only as `specray run`, and a
+    garden has no τ_kd × τ_dec grid to tune or serve."""
+    if spec.models.garden:
+        raise SpecError(
+            f"{command}: {spec.name} is a model garden ({FIELD} is set); run it whole with `specray run`, "
+            "or leave models.garden out to use it as a sweep"
+        )
+
+
 def kd_mixture(spec: SweepSpec) -> dict[float, float]:
     """The garden distils at the spec's one τ_kd (`check_garden` refuses more)."""
     return {spec.teacher.temperatures[0]: 1.0}
@@ -59,49 +72,65 @@ def distilled_ref(student: ModelRef, output_dir: Path) -> ModelRef:
 
 def check_garden(spec: SweepSpec) -> None:
     """Refuse, before any work, a garden that cannot be run: several τ_kd, divergences or data sources
-    (a garden distils one way), models that do not share the draft's tokenizer, or models that do not
-    grow in size from first to last. Zoo entries share the zoo's tokenizer; their sizes come from their
-    shapes, so nothing is built to check them."""
+    (a garden distils one way), two models of one label, models that do not share the draft's tokenizer,
+    or models that do not grow in size from first to last. Zoo entries share the zoo's tokenizer; their
+    sizes come from their shapes, so nothing is built to check them."""
     if not spec.models.garden:
         return
-    field = "models.garden"
     if len(spec.teacher.temperatures) != 1:
         raise SpecError(
-            f"{field}: a garden distils at one τ_kd; teacher.temperatures has {spec.teacher.temperatures}"
+            f"{FIELD}: a garden distils at one τ_kd; teacher.temperatures has {spec.teacher.temperatures}"
         )
     if spec.distill.varies_divergence or spec.distill.varies_data_source:
         raise SpecError(
-            f"{field}: a garden distils with one divergence and one data source; "
+            f"{FIELD}: a garden distils with one divergence and one data source; "
             "give distill.divergence and distill.data_sources one value each"
         )
-    refs = [*spec.models.garden, spec.models.draft]
-    paths = [r for r in refs if r.name_or_path is not None]
-    if paths and len(paths) != len(refs):
-        raise ModelError(
-            f"{field}: zoo entries and models by name or path cannot share a tokenizer; give the garden and "
-            "models.draft all from the zoo or all by name or path"
-        )
-    if paths:
-        from specray.models.loading import load_tokenizer
-
-        first = str(paths[0].name_or_path)
-        vocabulary = load_tokenizer(first, paths[0].trust_remote_code).get_vocab()
-        for ref in paths[1:]:
-            other = load_tokenizer(str(ref.name_or_path), ref.trust_remote_code).get_vocab()
-            if other != vocabulary:
-                raise ModelError(
-                    f"{field}: {ref.name_or_path} and {first} have different vocabularies ({len(other)} vs "
-                    f"{len(vocabulary)} tokens); a garden's models and models.draft need one shared tokenizer"
-                )
+    _check_labels(spec)
+    _check_tokenizers([*spec.models.garden, spec.models.draft])
     sizes = [parameter_count(spec, ref) for ref in spec.models.garden]
     if any(b <= a for a, b in zip(sizes, sizes[1:], strict=False)):
         listed = ", ".join(
             f"{model_label(r)} {n / 1e6:.2f}M" for r, n in zip(spec.models.garden, sizes, strict=True)
         )
         raise SpecError(
-            f"{field}: the models must grow in size from first to last (the last is the teacher); "
+            f"{FIELD}: the models must grow in size from first to last (the last is the teacher); "
             f"parameters: {listed}"
         )
+
+
+def _check_labels(spec: SweepSpec) -> None:
+    """Every model is named by its label in the plot, its folders and its MLflow runs: one label, one model
+    (two folders both called `hf`, or a draft named like a target, would overwrite each other)."""
+    garden = [model_label(ref) for ref in spec.models.garden]
+    labels = [*garden, *(f"{label}-distilled" for label in garden[:-1]), model_label(spec.models.draft)]
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:
+        raise SpecError(
+            f"{FIELD}: {', '.join(repeated)} names more than one model (a model's label is its zoo entry "
+            "or the last part of its name or path); give each model of the garden and models.draft its own"
+        )
+
+
+def _check_tokenizers(refs: list[ModelRef]) -> None:
+    """One vocabulary for all: zoo entries share the zoo's; models by name or path are compared."""
+    paths = [r for r in refs if r.name_or_path is not None]
+    if paths and len(paths) != len(refs):
+        raise ModelError(
+            f"{FIELD}: zoo entries and models by name or path cannot share a tokenizer; give the garden and "
+            "models.draft all from the zoo or all by name or path"
+        )
+    if not paths:
+        return
+    first = str(paths[0].name_or_path)
+    vocabulary = load_tokenizer(first, paths[0].trust_remote_code).get_vocab()
+    for ref in paths[1:]:
+        other = load_tokenizer(str(ref.name_or_path), ref.trust_remote_code).get_vocab()
+        if other != vocabulary:
+            raise ModelError(
+                f"{FIELD}: {ref.name_or_path} and {first} have different vocabularies ({len(other)} vs "
+                f"{len(vocabulary)} tokens); a garden's models and models.draft need one shared tokenizer"
+            )
 
 
 def parameter_count(spec: SweepSpec, ref: ModelRef) -> int:
@@ -111,12 +140,15 @@ def parameter_count(spec: SweepSpec, ref: ModelRef) -> int:
 
     config: Any
     if ref.zoo is not None:
-        from specray.models.zoo import llama_config, shape_of
-
         zoo = spec.models.zoo
         config = llama_config(shape_of(zoo, ref.zoo), zoo.vocab_size, zoo.seq_len)
     else:
-        config = AutoConfig.from_pretrained(str(ref.name_or_path), trust_remote_code=ref.trust_remote_code)
+        try:
+            config = AutoConfig.from_pretrained(
+                str(ref.name_or_path), trust_remote_code=ref.trust_remote_code
+            )
+        except (OSError, ValueError) as e:
+            raise ModelError(f"{FIELD}: {ref.name_or_path}: cannot read its configuration ({e})") from None
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, trust_remote_code=ref.trust_remote_code)
     return sum(p.numel() for p in model.parameters())

@@ -21,17 +21,16 @@ import json
 import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-
-import ray
 
 from specray.cluster.runtime import ray_session
 from specray.config import ModelRef, SweepSpec, dump_spec
 from specray.distill.checkpoints import fingerprint, read_curves
 from specray.distill.curves import CurvePoint, curves_to_json
 from specray.distill.progress import curve_note
+from specray.distill.ray_train import DraftJob, distill_drafts
 from specray.files import write_json, write_text
 from specray.garden.measure import MEASURE_FORMAT, GardenPoint, PointResult
 from specray.garden.plan import (
@@ -44,12 +43,19 @@ from specray.garden.plan import (
     model_label,
     pair_spec,
 )
-from specray.keys import digest
+from specray.keys import digest, model_id
 from specray.locks import output_folder
 from specray.models.loading import load_tokenizer, resolve_model_path
+from specray.report.garden import figures, write_garden_report
+from specray.specdec.cells import encode_test_prompts, evaluated_examples
+from specray.specdec.workers import measure_garden_points
 from specray.sweep.plan import SPEC_FILE, sweep_dir
+from specray.sweep.preflight import preflight
 from specray.sweep.progress import SweepDisplay
+from specray.sweep.schedule import concurrent_runs
+from specray.teacher.pool import generate_teacher_shards
 from specray.tracking.client import Tracker, open_tracker
+from specray.tracking.names import LATENCY_MS_PER_TOKEN, QUALITY, garden_metric
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +80,6 @@ class Distilled:
 
 def run_garden(spec: SweepSpec, show_progress: bool = True) -> GardenOutcome:
     """Run (or resume) the garden; its folder is held for the run (a second run on it is refused)."""
-    from specray.sweep.run import preflight
-
     with output_folder(sweep_dir(spec)):
         preflight(spec)
         check_garden(spec)
@@ -106,8 +110,9 @@ def _run_garden(spec: SweepSpec, show_progress: bool) -> GardenOutcome:
             made = _distil_all(spec, pairs, root, tracker, parent, display)
             drafts = {m.label: d for m, d in zip(raw_and_distilled, made, strict=True)}
         points = garden_points(spec, models, targets, drafts)
+        garden = garden_model_table(spec, models, [*targets, *made])
         with display.stage("garden points", len(points), "point"):
-            results = measure_points(spec, points, teacher, root / "points", display)
+            results = measure_points(spec, points, garden, root / "points", display)
     report = _report(spec, results, tracker, parent, out)
     tracker.finish(parent)
     return GardenOutcome(parent, report, results, display.summary)
@@ -125,23 +130,17 @@ def _distil_all(
     spec and published under its draft key (reused when published already). Every teacher's shards first,
     then the distillations in as many Train runs side by side as the cluster fits, each run distilling its
     share one after another (a pair's models ride on its `DraftJob`)."""
-    from specray.distill.ray_train import DraftJob, distill_drafts
-    from specray.sweep.run import concurrent_runs
-    from specray.teacher.pool import generate_teacher_shards
-
     mixture = kd_mixture(spec)
-    (tau_kd,) = mixture
-    jobs, made, labels = [], [], []
+    jobs, made, teachers = [], [], []
     for teacher, student, role in pairs:
         pair = pair_spec(spec, teacher.ref, student.ref)
         generate_teacher_shards(pair, show_progress=False)  # cached: a teacher's shards are made once
         key = fingerprint(pair, "online", mixture)
-        teacher_label = teacher.label
-        name = f"{student.label}-distilled" if role == "target" else f"draft-of-{teacher_label}"
+        name = f"{student.label}-distilled" if role == "target" else f"draft-of-{teacher.label}"
         output_dir = (root / f"{role}s" / f"{name}-{key[:12]}").absolute()
         jobs.append(DraftJob("online", mixture, output_dir, label=name, models=pair.models))
         made.append(Distilled(name, role, distilled_ref(student.ref, output_dir), key))
-        labels.append(teacher_label)
+        teachers.append(teacher.label)
     base = pair_spec(spec, pairs[0][0].ref, pairs[0][1].ref)
     runs = max(1, min(concurrent_runs(base), len(jobs)))
     lanes = [jobs[i::runs] for i in range(runs)]
@@ -153,19 +152,22 @@ def _distil_all(
     with ThreadPoolExecutor(max_workers=runs) as executor:
         for done in executor.map(lambda lane: distill_drafts(base, lane, report=note), lanes):
             display.advance(len(done))
-    for model, job, teacher_label in zip(made, jobs, labels, strict=True):
-        tags = {
-            "paradigm": "online",
-            "tau_kd": f"{tau_kd:g}",
-            "garden_role": model.role,
-            "teacher": teacher_label,
-        }
-        run_id = tracker.child_run(parent, model.name, model.key, tags)
-        if "loss" not in tracker.metric_keys(run_id):
-            tracker.set_tags(run_id, {"mlflow.runName": f"{spec.name} · {model.name}"})
-            tracker.log_curves(run_id, curves_to_json(read_curves(job.output_dir)))
-            tracker.finish(run_id)
+    for model, job, teacher_label in zip(made, jobs, teachers, strict=True):
+        _log_distilled(spec, tracker, parent, model, job.output_dir, teacher_label)
     return made
+
+
+def _log_distilled(
+    spec: SweepSpec, tracker: Tracker, parent: str, model: Distilled, folder: Path, teacher: str
+) -> None:
+    """A distilled model's child run with its training curves (once: a resumed run finds them logged)."""
+    (tau_kd,) = kd_mixture(spec)
+    tags = {"paradigm": "online", "tau_kd": f"{tau_kd:g}", "garden_role": model.role, "teacher": teacher}
+    run_id = tracker.child_run(parent, model.name, model.key, tags)
+    if "loss" not in tracker.metric_keys(run_id):
+        tracker.set_tags(run_id, {"mlflow.runName": f"{spec.name} · {model.name}"})
+        tracker.log_curves(run_id, curves_to_json(read_curves(folder)))
+        tracker.finish(run_id)
 
 
 def garden_points(
@@ -201,12 +203,38 @@ def garden_points(
     return points
 
 
-def point_key(spec: SweepSpec, point: GardenPoint, prompts_fingerprint: str) -> str:
-    """What a point's figures depend on: the models it decodes with (their folders carry their keys, or
-    the zoo's), how (τ, γ, lenience), on which prompts, how long, how often, with which seeds, and on
+@dataclass(frozen=True)
+class GardenModels:
+    """Every model a garden's points decode with, by folder: what it is (`ids`: the zoo entry's id or the
+    name or path it was given, or `distilled/<draft key>` for a model the garden distilled, so a point's
+    key does not change with where the folders are) and how it loads (`load`: dtype, remote code)."""
+
+    ids: dict[str, str]
+    load: dict[str, dict[str, Any]]
+
+
+def garden_model_table(
+    spec: SweepSpec, raw: Sequence[GardenModel], distilled: Sequence[Distilled]
+) -> GardenModels:
+    named = [(m.ref, model_id(m.ref, spec.models)) for m in raw]
+    named.append((spec.models.draft, model_id(spec.models.draft, spec.models)))
+    named += [(d.ref, f"distilled/{d.key}") for d in distilled]
+    ids, load = {}, {}
+    for ref, identity in named:
+        folder = resolve_model_path(ref, spec.models.zoo)
+        ids[folder] = identity
+        load[folder] = {"dtype": ref.dtype, "trust_remote_code": ref.trust_remote_code}
+    return GardenModels(ids, load)
+
+
+def point_key(spec: SweepSpec, point: GardenPoint, models: GardenModels, prompts_fingerprint: str) -> str:
+    """What a point's figures depend on: the models it decodes with (by what they are, not where their
+    folders are), how (τ, γ, lenience), on which prompts, how long, how often, with which seeds, and on
     what (device and threads: the latencies)."""
     e = spec.eval
-    decodes = {k: v for k, v in point.to_json().items() if k not in ("curve", "model")}
+    decodes = {k: v for k, v in point.to_json().items() if k not in ("curve", "model", "target", "draft")}
+    decodes["target"] = models.ids[point.target]
+    decodes["draft"] = None if point.draft is None else models.ids[point.draft]
     return digest(
         {
             "garden_point": MEASURE_FORMAT,
@@ -223,8 +251,6 @@ def point_key(spec: SweepSpec, point: GardenPoint, prompts_fingerprint: str) -> 
 def garden_prompts(spec: SweepSpec, teacher_path: str) -> tuple[list[list[int]], list[Any], str]:
     """The first `eval.empirical_prompts` prompts of the first test set (as the empirical cells take),
     their examples, and a fingerprint of the prompts' token ids."""
-    from specray.specdec.cells import encode_test_prompts, evaluated_examples
-
     test_set = spec.eval.test_sets[0]
     n = spec.eval.empirical_prompts
     prompts = encode_test_prompts(spec, load_tokenizer(teacher_path), teacher_path)[test_set][:n]
@@ -233,119 +259,57 @@ def garden_prompts(spec: SweepSpec, teacher_path: str) -> tuple[list[list[int]],
 
 
 def measure_points(
-    spec: SweepSpec, points: Sequence[GardenPoint], teacher: GardenModel, folder: Path, display: SweepDisplay
+    spec: SweepSpec,
+    points: Sequence[GardenPoint],
+    models: GardenModels,
+    folder: Path,
+    display: SweepDisplay,
 ) -> list[PointResult]:
-    """Every point's figures: read back where saved under its key, else measured on the one eval actor and
-    saved as it ends (a killed run keeps the points it finished)."""
-    teacher_path = resolve_model_path(teacher.ref, spec.models.zoo)
-    prompts, examples, fingerprint_ = garden_prompts(spec, teacher_path)
-    keys = [point_key(spec, p, fingerprint_) for p in points]
+    """Every point's figures: read back where saved under its key, else measured on one eval actor
+    (`specdec.workers.measure_garden_points`) and saved as it ends (a killed run keeps the points it
+    finished). The prompts are encoded with the teacher's tokenizer, which every model shares."""
+    teacher_path = resolve_model_path(spec.models.garden[-1], spec.models.zoo)
+    prompts, examples, prompts_fingerprint = garden_prompts(spec, teacher_path)
+    keys = [point_key(spec, p, models, prompts_fingerprint) for p in points]
     saved: dict[str, PointResult] = {}
     for key in set(keys):
         file = folder / f"{key}.json"
         if file.exists():
             saved[key] = PointResult.from_json(json.loads(file.read_text()))
     display.advance(sum(k in saved for k in keys), reused=True)
-    todo = [(p, k) for p, k in zip(points, keys, strict=True) if k not in saved]
+    todo: dict[str, GardenPoint] = {}  # one measurement per key: the same decodes may serve two curves
+    for point, key in zip(points, keys, strict=True):
+        if key not in saved:
+            todo.setdefault(key, point)
+    order = list(todo)
+
+    def measured(index: int, payload: dict[str, Any]) -> None:
+        key = order[index]
+        result = replace(PointResult.from_json(payload), key=key)
+        write_json(folder / f"{key}.json", result.to_json(), indent=None)
+        saved[key] = result
+        display.note(result.point.label)
+        display.advance(keys.count(key))
+
     if todo:
-        e = spec.eval
-        meter: Any = ray.remote(GardenMeter).options(num_cpus=e.num_cpus, num_gpus=e.num_gpus)
-        actor: Any = meter.remote(
-            teacher_path, prompts, examples, e.max_new_tokens, e.repeats, e.seed, e.num_cpus
-        )
-        for point, key in todo:
-            if key not in saved:
-                display.note(point.label)
-                payload = ray.get(actor.measure.remote(point))
-                result = PointResult.from_json(payload)
-                result.key = key
-                write_json(folder / f"{key}.json", result.to_json(), indent=None)
-                saved[key] = result
-            display.advance()
-        ray.kill(actor)
-    return [_as(saved[k], p) for p, k in zip(points, keys, strict=True)]
-
-
-def _as(result: PointResult, point: GardenPoint) -> PointResult:
-    """A saved point's figures under the name this run gives it (the same decodes may serve two curves)."""
-    return PointResult(
-        point, result.metric, result.seconds, result.tokens, result.quality, result.steps, result.key
-    )
-
-
-class GardenMeter:
-    """The eval actor of a garden: decodes one point at a time on its reserved CPUs (or GPU), keeping the
-    last models it loaded (consecutive points often share their target)."""
-
-    def __init__(
-        self,
-        tokenizer_path: str,
-        prompts: list[list[int]],
-        examples: list[Any],
-        max_new_tokens: int,
-        repeats: int,
-        seed: int,
-        num_cpus: float,
-    ) -> None:
-        import torch
-
-        from specray.devices import Resources
-
-        resources = Resources(num_cpus)
-        torch.set_num_threads(resources.threads)
-        self.tokenizer = load_tokenizer(tokenizer_path)
-        self.prompts, self.examples = prompts, examples
-        self.settings = (max_new_tokens, repeats, seed)
-        self.loaded: dict[str, Any] = {}
-
-    def _model(self, path: str) -> Any:
-        from specray.models.loading import load_model
-
-        if path not in self.loaded:
-            if len(self.loaded) >= 3:
-                self.loaded.pop(next(iter(self.loaded)))
-            self.loaded[path] = load_model(path)
-        return self.loaded[path]
-
-    def measure(self, point: GardenPoint) -> dict[str, Any]:
-        from specray.garden.measure import measure_point
-
-        target = self._model(point.target)
-        draft = self._model(point.draft) if point.draft is not None else None
-        max_new_tokens, repeats, seed = self.settings
-
-        def text(tokens: list[int]) -> str:
-            return str(self.tokenizer.decode(tokens, skip_special_tokens=True))
-
-        result = measure_point(
-            point,
-            target,
-            draft,
-            self.prompts,
-            self.examples,
-            text,
-            max_new_tokens,
-            self.tokenizer.eos_token_id,
-            repeats,
-            seed,
-        )
-        return result.to_json()
+        points_todo = [todo[k] for k in order]
+        measure_garden_points(spec, points_todo, teacher_path, prompts, examples, models.load, measured)
+    # a saved point's figures under the name this run gives it
+    return [replace(saved[k], point=p) for p, k in zip(points, keys, strict=True)]
 
 
 def _report(spec: SweepSpec, results: list[PointResult], tracker: Tracker, parent: str, out: Path) -> Path:
     """The garden's report (Markdown and figure) and its MLflow side: every point's figures as metrics,
     the points' records and the report as artifacts."""
-    from specray.report.garden import figures, write_garden_report
-
     folder = out / "report"
     report = write_garden_report(spec.name, results, folder, spec.eval.seed)
     latency, quality = figures(results)
     metrics = {}
     for result, lat, qual in zip(results, latency, quality, strict=True):
         label = result.point.label
-        metrics[f"garden/{label}/latency_ms_per_token"] = float(lat)
-        if qual == qual:
-            metrics[f"garden/{label}/quality"] = float(qual)
+        metrics[garden_metric(label, LATENCY_MS_PER_TOKEN)] = float(lat)
+        if qual == qual:  # nan: no prompt of the test set has a quality score
+            metrics[garden_metric(label, QUALITY)] = float(qual)
     tracker.log_metrics(parent, metrics)
     tracker.log_dict(parent, [r.to_json() for r in results], "records/garden_points.json")
     tracker.log_artifacts(parent, folder, "report")

@@ -38,6 +38,7 @@ from specray.files import cache_dir
 from specray.locks import producing
 from specray.ops.schedule import warmup_cosine
 from specray.progress import bar, live_display
+from specray.seeds import derive_seed
 
 log = logging.getLogger(__name__)
 
@@ -88,10 +89,11 @@ def model_key(spec: ZooSpec, name: str) -> str:
 
 
 def _model_seed(spec: ZooSpec, name: str) -> int:
-    # each model its own seed, so one model's recipe changing never changes another's weights
+    # each model its own seed, so one model's recipe changing never changes another's weights; a ladder
+    # entry's comes from its name, so adding, removing or renaming another entry leaves it as it is
     if name in MODELS:
         return spec.seed if name == "target" else spec.seed + 1
-    return spec.seed + 2 + sorted(spec.ladder).index(name)
+    return derive_seed(spec.seed, "zoo ladder", name)
 
 
 def find_built_model(root: Path, spec: ZooSpec, name: str) -> Path | None:

@@ -17,7 +17,7 @@ import pandas as pd
 from specray.report.paired import PromptCells, analytic_test_sets
 from specray.report.replicated import replicated_interval
 from specray.report.tables import markdown_table
-from specray.specdec.categories import PROMPT_CATEGORIES
+from specray.tracking.names import PROMPT_CATEGORIES
 
 NOTE = (
     "Each analytic cell's figures over the prompts of one category (at the draft's best γ for the τ_dec, "

@@ -69,6 +69,7 @@ def read_sweep(source: str, tracking_uri: str | None = None, work: Path | None =
 
 def read_folder(folder: Path) -> SweepResults:
     """The current cells, c and drafts of the sweep whose output folder this is."""
+    from specray.garden.plan import require_sweep
     from specray.models.loading import resolve_model_path
     from specray.specdec.cells import plan_jobs, prompts_fingerprints
     from specray.sweep.plan import SPEC_FILE, baseline_plan, read_cells
@@ -77,6 +78,7 @@ def read_folder(folder: Path) -> SweepResults:
     if not (folder / SPEC_FILE).is_file():
         raise SpecError(f"{folder}: no {SPEC_FILE}; run `specray run` on its sweep once more to write it")
     spec = load_spec(folder / SPEC_FILE)
+    require_sweep(spec, f"specray export {folder}")
     work = plan_sweep(spec)
     if work.step_costs is None or work.drafts_todo:
         raise SpecError(f"{folder}: the sweep is not finished ({'; '.join(work.lines())}); finish it first")

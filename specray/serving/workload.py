@@ -14,8 +14,8 @@ from typing import Any
 from specray.config import SweepSpec
 from specray.errors import SpecError
 from specray.serving.plan import BandPlan
-from specray.specdec.categories import BY_CATEGORY
 from specray.specdec.records import CellRecord
+from specray.tracking.names import BY_CATEGORY
 
 
 def workload_entry(spec: SweepSpec, cells: Sequence[CellRecord], plans: Sequence[BandPlan]) -> dict | None:

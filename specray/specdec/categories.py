@@ -16,9 +16,7 @@ from typing import Any
 import numpy as np
 
 from specray.specdec.records import CellRecord, CostTerms
-
-BY_CATEGORY = "by_category"  # the metrics entry: category -> {figure: value}
-PROMPT_CATEGORIES = "prompt_categories"  # the metrics entry: each test prompt's category, in order
+from specray.tracking.names import BY_CATEGORY, PROMPT_CATEGORIES
 
 
 def category_figures(metrics: Mapping[str, Any], categories: Sequence[str]) -> dict[str, dict[str, float]]:

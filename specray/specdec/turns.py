@@ -13,17 +13,18 @@ import json
 import logging
 from collections.abc import Iterable, Sequence
 
-from specray.data.chat import render_chat
+from specray.data.chat import encode_chat
 from specray.data.examples import Example
 from specray.data.spec_bench import conversation_id
 from specray.data.splits import fingerprint
 from specray.files import cache_dir, write_json
 from specray.keys import digest
-from specray.teacher.engines import TransformersEngine
-from specray.teacher.generation import GenerationRequest
+from specray.models.loading import decode_text, load_model, load_tokenizer
+from specray.sampling import eos_token_ids, sample_batch
 
 log = logging.getLogger(__name__)
 FORMAT = 1  # bump when how the answers are decoded changes
+BATCH = 32  # conversations per batched pass, shortest prompts together (less padding)
 
 
 def later_turns(examples: Iterable[Example]) -> list[Example]:
@@ -56,21 +57,34 @@ def conversation_answers(
 def _decode_conversations(
     needed: Sequence[Example], target_path: str, max_new_tokens: int, device: str
 ) -> dict[str, list[str]]:
-    """conversation id -> the target's greedy answers to its turns but the last, decoded turn by turn."""
+    """conversation id -> the target's greedy answers to its turns but the last, decoded turn by turn in
+    batches (`sampling.sample_batch`: a row's tokens do not depend on the rows beside it)."""
+    import torch
+
     longest: dict[str, tuple[str, ...]] = {}
     for e in needed:
         if len(e.turns) > len(longest.get(conversation_id(e.id), ())):
             longest[conversation_id(e.id)] = e.turns
-    engine = TransformersEngine(target_path, device=device)
+    tokenizer, model = load_tokenizer(target_path), load_model(target_path, device=device)
+    stops = eos_token_ids(model, tokenizer)
     answers: dict[str, list[str]] = {c: [] for c in longest}
-    try:
-        for k in range(1, max(len(t) for t in longest.values())):
-            open_ = [c for c, turns in longest.items() if len(turns) > k]
-            log.info("earlier answers: turn %d of %d conversations (target, greedy)", k, len(open_))
-            prompts = {c: render_chat(engine.tokenizer, longest[c][:k], answers[c]) for c in open_}
-            requests = [GenerationRequest(c, prompts[c], 0.0, 0, max_new_tokens, False) for c in open_]
-            for result in engine.generate(requests):
-                answers[result.prompt_id].append(result.response_text.strip())
-    finally:
-        engine.close()
+    for k in range(1, max(len(t) for t in longest.values())):
+        open_ = [c for c, turns in longest.items() if len(turns) > k]
+        log.info("earlier answers: turn %d of %d conversations (target, greedy)", k, len(open_))
+        prompts = {c: encode_chat(tokenizer, longest[c][:k], answers[c]) for c in open_}
+        order = sorted(open_, key=lambda c: len(prompts[c]))
+        for start in range(0, len(order), BATCH):
+            rows = order[start : start + BATCH]
+            unused = [torch.Generator(device=model.device) for _ in rows]  # greedy: no draws
+            samples = sample_batch(
+                model,
+                [prompts[c] for c in rows],
+                [0.0] * len(rows),
+                unused,
+                max_new_tokens,
+                stops,
+                tokenizer.pad_token_id,
+            )
+            for c, sample in zip(rows, samples, strict=True):
+                answers[c].append(decode_text(tokenizer, sample.token_ids).strip())
     return answers

@@ -22,6 +22,7 @@ import ray
 from specray.cluster.actors import Demand, LoadError, Replicas, check_local_fits
 from specray.devices import Resources
 from specray.faults import Faults
+from specray.garden.measure import GardenPoint, measure_point
 from specray.progress import bar
 from specray.specdec.evaluator import Evaluator
 from specray.specdec.records import CellRecord, EvalJob, EvalSettings, StepCosts
@@ -182,3 +183,79 @@ class EvalPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class PointWorker:
+    """Thin actor of a model garden (`garden.run`): decodes one point at a time on its resources' device,
+    keeping the last few models it loaded (consecutive points often share their target). `models` maps a
+    model folder to its load settings (dtype, trust_remote_code)."""
+
+    KEEP = 3  # models held at once: a point's target and draft, and the next point's target
+
+    def __init__(
+        self,
+        tokenizer_path: str,
+        prompts: list[list[int]],
+        examples: list[Example],
+        settings: EvalSettings,
+        resources: Resources,
+        models: dict[str, dict[str, Any]],
+    ) -> None:
+        from specray.models.loading import load_tokenizer
+
+        self.load_error = LoadError()
+        self.device = str(self.load_error.load(resources.enter))
+        self.tokenizer = load_tokenizer(tokenizer_path)
+        self.prompts, self.examples, self.settings, self.models = prompts, examples, settings, models
+        self.loaded: dict[str, Any] = {}
+
+    def ready(self) -> dict[str, Any]:
+        self.load_error.check()
+        return {"pid": os.getpid(), "device": self.device}
+
+    def _model(self, path: str) -> Any:
+        from specray.models.loading import load_model
+
+        if path not in self.loaded:
+            if len(self.loaded) >= self.KEEP:
+                self.loaded.pop(next(iter(self.loaded)))
+            self.loaded[path] = load_model(path, device=self.device, **self.models.get(path, {}))
+        return self.loaded[path]
+
+    def measure(self, point: GardenPoint) -> dict[str, Any]:
+        target = self._model(point.target)
+        draft = self._model(point.draft) if point.draft is not None else None
+
+        def text(tokens: list[int]) -> str:
+            return str(self.tokenizer.decode(tokens, skip_special_tokens=True))
+
+        s = self.settings
+        result = measure_point(
+            point, target, draft, self.prompts, self.examples, text, s, self.tokenizer.eos_token_id
+        )
+        return result.to_json()
+
+
+def measure_garden_points(
+    spec: SweepSpec,
+    points: Sequence[GardenPoint],
+    tokenizer_path: str,
+    prompts: list[list[int]],
+    examples: list[Example],
+    models: dict[str, dict[str, Any]],
+    on_result: Callable[[int, dict[str, Any]], None],
+) -> None:
+    """Every point measured, one after another, on one actor of the eval resources (`eval_demand`): points
+    never share the machine, so their latencies compare. `on_result(index, figures)` as each ends; a lost
+    actor is replaced and its point measured again (`cluster.actors.Replicas`)."""
+    demand = eval_demand(spec, replicas=1)
+    if spec.ray.address is None:
+        check_local_fits(demand)
+    e = spec.eval
+    settings = EvalSettings(e.repeats, e.max_new_tokens, e.empirical_prompts, e.seed)
+    args = (tokenizer_path, prompts, examples, settings, demand.each, models)
+    meter = Replicas(ray.remote(PointWorker), args, [demand.each.ray_options()], "garden", 1)
+    try:
+        meter.run(points, lambda actor, point: actor.measure.remote(point), on_result, lambda p: p.label)
+    finally:
+        meter.close()

@@ -64,6 +64,9 @@ CATEGORY_FIGURES = {
     "block_efficiency": BLOCK_EFFICIENCY,
     "speedup_model": SPEEDUP_MODEL,
 }
+BY_CATEGORY = "by_category"  # a cell's metrics entry: category -> {figure: value}
+PROMPT_CATEGORIES = "prompt_categories"  # a cell's metrics entry: each test prompt's category, in order
+LATENCY_MS_PER_TOKEN = "latency_ms_per_token"  # a garden point's latency at batch 1
 ROLE, SWEEP_KEY, PARENT = "specray.role", "specray.sweep_key", "mlflow.parentRunId"
 DRAFT_KEY = "specray.draft_key"
 BEST, TRIAL_ID = "specray.best", "trial_id"
@@ -158,7 +161,7 @@ def _category_metrics(
 ) -> dict[str, float]:
     """`speedup_model/<test set>/tau_dec_<τ>/category_<name>` for each figure a cell keeps per category
     (`specray.specdec.categories`)."""
-    by_category = record.metrics.get("by_category")
+    by_category = record.metrics.get(BY_CATEGORY)
     if not isinstance(by_category, dict):
         return {}
     points = {}
@@ -169,6 +172,11 @@ def _category_metrics(
                 key = cell_key(metric, record.test_set, record.tau_dec, gamma, epsilon, lenience)
                 points[f"{key}/category_{category}"] = float(value)
     return points
+
+
+def garden_metric(point: str, figure: str) -> str:
+    """`garden/<point label>/<figure>` on a garden's parent run: `LATENCY_MS_PER_TOKEN` or `QUALITY`."""
+    return f"garden/{point}/{figure}"
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, str]:

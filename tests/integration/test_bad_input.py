@@ -161,6 +161,17 @@ CASES = {
         lambda t: ["models.garden", "grow in size", "big 0.", "target 0."],
     ),
     "garden-tokenizer-mismatch": Case(_garden_of_other_vocabularies, lambda t: ["different vocabularies"]),
+    "garden-in-a-stage-command": Case(
+        lambda tmp, zoo: [
+            "generate",
+            str(SMOKE),
+            f"output_dir={tmp / 'out'}",
+            f"models.zoo.ladder={{big: {BIG}}}",
+            "models.garden=[{zoo: big}, {zoo: target}]",
+            "teacher.temperatures=[1.0]",
+        ],
+        lambda t: ["specray generate: smoke is a model garden", "specray run"],
+    ),
 }
 
 

@@ -8,15 +8,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from pydantic import ValidationError
 
-from specray.config import SweepSpec, TinyLlamaSpec, ZooSpec, load_spec
+from specray.config import ModelRef, SweepSpec, TinyLlamaSpec, ZooSpec, load_spec
 from specray.errors import ModelError, SpecError
 from specray.garden.measure import GardenPoint, PointResult, measure_point
 from specray.garden.plan import check_garden, kd_mixture, pair_spec, parameter_count
+from specray.keys import model_id
 from specray.models.zoo import model_key, shape_of, zoo_key, zoo_models
-from specray.report.garden import garden_section, matched_reduction, pareto_front, reductions
+from specray.report.garden import figures, garden_section, matched_reduction, pareto_front, reductions
+from specray.specdec.records import EvalSettings
 from tests.conftest import REPO
+
+FAST_ZOO_KEY = "b42c6cf6e9a3c717"  # sweeps/smoke.yaml's zoo (zoo format 3)
+SETTINGS = EvalSettings(repeats=2, max_new_tokens=12, empirical_prompts=3, seed=0)
 
 SMOKE = load_spec(REPO / "sweeps" / "smoke.yaml")
 SMALL = TinyLlamaSpec(
@@ -106,6 +112,41 @@ def test_garden_models_by_path_must_share_a_tokenizer(tmp_path: Path, micro_zoo)
         check_garden(mixed)
 
 
+def test_a_garden_naming_two_models_alike_or_holding_an_unreadable_one_is_refused(
+    tmp_path: Path, micro_zoo
+) -> None:
+    import shutil
+
+    target, draft = str(micro_zoo.target), str(micro_zoo.draft)
+    by_path = {"models__target": {"name_or_path": target}, "models__draft": {"name_or_path": draft}}
+    namesake = tmp_path / "copy" / "target"  # a smaller model in a folder named like the teacher's
+    shutil.copytree(micro_zoo.draft, namesake)
+    twice = garden_spec({}, [{"name_or_path": str(namesake)}, {"name_or_path": target}], **by_path)
+    with pytest.raises(SpecError, match="models.garden: target names more than one model"):
+        check_garden(twice)
+    broken = tmp_path / "small"
+    shutil.copytree(micro_zoo.target, broken)
+    (broken / "config.json").unlink()
+    unreadable = garden_spec({}, [{"name_or_path": str(broken)}, {"name_or_path": target}], **by_path)
+    with pytest.raises(ModelError, match=f"models.garden: {broken}: cannot read its configuration"):
+        check_garden(unreadable)
+
+
+def test_the_point_worker_measures_on_its_reserved_device_in_the_models_dtype(micro_zoo) -> None:
+    from specray.devices import Resources
+    from specray.specdec.workers import PointWorker
+
+    target = str(micro_zoo.target)
+    worker = PointWorker(target, [[1, 2, 3]], [], SETTINGS, Resources(1.0), {target: {"dtype": "bfloat16"}})
+    assert worker.ready()["device"] == "cpu"
+    assert next(worker._model(target).parameters()).dtype == torch.bfloat16
+    # a GPU reserved where torch sees none is refused in one line, not measured on the CPU instead
+    if not torch.cuda.is_available():
+        gpu = PointWorker(target, [[1, 2, 3]], [], SETTINGS, Resources(1.0, 1.0), {})
+        with pytest.raises(SpecError, match="GPU.*reserved but torch"):
+            gpu.ready()
+
+
 def test_a_ladder_keeps_the_target_and_draft_keys_and_keys_each_size_on_its_own() -> None:
     plain = SMOKE.models.zoo
     laddered = ZooSpec.model_validate(plain.model_dump() | {"ladder": {"small": SMALL, "big": BIG}})
@@ -113,11 +154,37 @@ def test_a_ladder_keeps_the_target_and_draft_keys_and_keys_each_size_on_its_own(
     for name in ("target", "draft"):  # ...whose target and draft are copied from the plain one, not retrained
         assert model_key(laddered, name) == model_key(plain, name)
     assert model_key(laddered, "small") != model_key(laddered, "big")
+    # an entry is keyed (and seeded) by its own name and shape: the other entries do not change it
     only_small = ZooSpec.model_validate(plain.model_dump() | {"ladder": {"small": SMALL}})
-    assert model_key(only_small, "small") != model_key(laddered, "small")  # its seed follows the ladder
+    assert model_key(only_small, "small") == model_key(laddered, "small")
+    renamed = ZooSpec.model_validate(plain.model_dump() | {"ladder": {"tiny": SMALL, "big": BIG}})
+    assert model_key(renamed, "big") == model_key(laddered, "big")
+    assert model_key(renamed, "tiny") != model_key(laddered, "small")  # another name, another seed
     assert shape_of(laddered, "big") == BIG
     # an empty ladder leaves the zoo key as it was before ladders existed (golden: the fast zoo's key)
-    assert zoo_key(ZooSpec.model_validate(plain.model_dump() | {"ladder": {}})) == zoo_key(plain)
+    assert (
+        zoo_key(ZooSpec.model_validate(plain.model_dump() | {"ladder": {}})) == zoo_key(plain) == FAST_ZOO_KEY
+    )
+
+
+def test_a_ladder_renames_no_other_model() -> None:
+    plain = SMOKE.models
+    laddered = plain.model_copy(
+        update={"zoo": ZooSpec.model_validate(plain.zoo.model_dump() | {"ladder": {"small": SMALL}})}
+    )
+    bigger = laddered.model_copy(
+        update={
+            "zoo": ZooSpec.model_validate(plain.zoo.model_dump() | {"ladder": {"small": SMALL, "big": BIG}})
+        }
+    )
+    for ref in (plain.target, plain.draft):  # the garden's teacher keeps the id a plain sweep gives it
+        assert model_id(ref, laddered) == model_id(ref, plain) == model_id(ref, bigger)
+    small = ModelRef(zoo="small")
+    assert (
+        model_id(small, laddered)
+        == model_id(small, bigger)
+        == f"zoo/{model_key(laddered.zoo, 'small')}/small"
+    )
 
 
 def test_a_lossless_greedy_speculative_point_decodes_what_its_target_alone_does(micro_zoo) -> None:
@@ -138,16 +205,17 @@ def test_a_lossless_greedy_speculative_point_decodes_what_its_target_alone_does(
     def point(draft_path: str | None) -> GardenPoint:
         return GardenPoint("raw" if draft_path is None else "speculative", "t", "T", draft_path, 0.0, 3)
 
-    alone = measure_point(point(None), target, None, prompts, examples, text, 12, None, 2, 0)
+    alone = measure_point(point(None), target, None, prompts, examples, text, SETTINGS, None)
     alone_texts = list(texts)
     texts.clear()
-    spec = measure_point(point("D"), target, draft, prompts, examples, text, 12, None, 2, 0)
+    spec = measure_point(point("D"), target, draft, prompts, examples, text, SETTINGS, None)
     assert texts == alone_texts and spec.quality == alone.quality and spec.tokens == alone.tokens
     assert alone.tokens == [24, 24, 24] and alone.steps == [24, 24, 24]  # 2 repeats × 12 tokens, one a step
     # the target as its own draft accepts every proposal: 12 tokens in blocks of γ + 1 = 4, three steps
-    itself = measure_point(point("T"), target, target, prompts, examples, text, 12, None, 2, 0)
+    itself = measure_point(point("T"), target, target, prompts, examples, text, SETTINGS, None)
     assert itself.steps == [6, 6, 6] and itself.tokens == alone.tokens
-    assert alone.latency_ms_per_token == pytest.approx(1e3 * sum(alone.seconds) / 72)
+    (latency,), _ = figures([alone])
+    assert latency == pytest.approx(1e3 * sum(alone.seconds) / 72)
     again = PointResult.from_json(spec.to_json())
     assert again.point == spec.point and again.quality == spec.quality
 

@@ -10,6 +10,7 @@ import torch
 from transformers import AutoTokenizer, LlamaForCausalLM
 
 from specray.data.chat import encode_chat, render_chat, require_chat_template
+from specray.data.examples import Example
 from specray.data.spec_bench import (
     MT_BENCH_CATEGORIES,
     WORKLOADS,
@@ -138,6 +139,21 @@ def test_a_later_turn_carries_the_conversation_so_far(zoo_tokenizer) -> None:
     assert zoo_tokenizer.decode(ids) == golden
     with pytest.raises(ValueError, match="2 turns need 1 earlier answers, got 0"):
         render_chat(zoo_tokenizer, ["a", "b"])
+
+
+def test_a_whole_conversation_as_training_data_is_prompted_with_its_first_turn(zoo_tokenizer) -> None:
+    from specray.data.spec_bench import expand_turns
+    from specray.data.templates import prompt_text
+
+    whole = Example("81", "Add 2 and 3.", "", "5", "math", ("Add 2 and 3.", "Now double it."), ("5", "10"))
+    # the teacher's request and the training probe's prompt (no earlier answers): the first turn
+    assert prompt_text(whole, "chat", zoo_tokenizer) == render_chat(zoo_tokenizer, ["Add 2 and 3."])
+    assert prompt_text(whole, "alpaca") == format_prompt("Add 2 and 3.")
+    # a test set's later turn is never prompted without the answers before it
+    later = expand_turns([whole])[1]
+    with pytest.raises(ValueError, match="2 turns need 1 earlier answers, got 0"):
+        prompt_text(later, "chat", zoo_tokenizer)
+    assert prompt_text(later, "chat", zoo_tokenizer, ["5"]).endswith("Now double it.\n\n### Response:\n")
 
 
 def test_a_tokenizer_without_a_chat_template_is_refused_naming_the_model(zoo_tokenizer) -> None:

@@ -18,7 +18,7 @@ from specray.data.templates import encode_prompts, format_prompt
 from specray.keys import cell_key_inputs, digest, spec_key
 from specray.report import categories as report_categories
 from specray.report.paired import prompt_cells
-from specray.specdec.categories import BY_CATEGORY, category_figures, with_categories
+from specray.specdec.categories import category_figures, with_categories
 from specray.specdec.cells import (
     encode_test_prompts,
     evaluated_examples,
@@ -26,9 +26,7 @@ from specray.specdec.cells import (
     prompts_fingerprints,
 )
 from specray.specdec.records import CellRecord
-from specray.teacher.engines import TransformersEngine
-from specray.teacher.generation import GenerationRequest
-from specray.tracking.names import cell_metrics
+from specray.tracking.names import BY_CATEGORY, cell_metrics
 from tests.conftest import REPO
 
 SMOKE = load_spec(REPO / "sweeps" / "smoke.yaml")
@@ -279,8 +277,10 @@ def test_a_conversation_is_one_prompt_per_turn_under_the_chat_template(tmp_path:
 def test_a_later_turn_is_prompted_with_the_targets_own_earlier_answer(tmp_path: Path, micro_zoo: Any) -> None:
     from transformers import AutoTokenizer
 
-    from specray.data.chat import render_chat
+    from specray.data.chat import encode_chat, render_chat
+    from specray.models.loading import decode_text, load_model
     from specray.specdec import turns
+    from specray.specdec.decoder import autoregressive_decode
 
     target = str(micro_zoo.target)
     spec = with_data(with_bench(tmp_path, ["writing"]), template="chat")
@@ -288,11 +288,14 @@ def test_a_later_turn_is_prompted_with_the_targets_own_earlier_answer(tmp_path: 
     key = turns.answers_key(examples, "t", 8, "cpu")
     answers = turns.conversation_answers(examples, target, key, 8)
     assert list(answers) == ["81/turn_2"] and len(answers["81/turn_2"]) == 1
-    # the answer is the target's greedy continuation of turn 1's chat prompt
-    engine = TransformersEngine(target)
+    # the answer is the target's greedy continuation of turn 1's chat prompt, as the decoder's own
+    # one-row loop (not the batched sampler the answers come from) decodes it
     tokenizer = AutoTokenizer.from_pretrained(target)
-    first = GenerationRequest("81", render_chat(tokenizer, ["Write a poem."]), 0.0, 0, 8, False)
-    assert answers["81/turn_2"][0] == engine.generate([first])[0].response_text.strip()
+    model = load_model(target)
+    alone = autoregressive_decode(
+        model, encode_chat(tokenizer, ["Write a poem."]), 0.0, 8, tokenizer.eos_token_id
+    )
+    assert answers["81/turn_2"][0] == decode_text(tokenizer, alone.tokens).strip()
     prompts = encode_test_prompts(spec, tokenizer, target)["bench"]
     golden = render_chat(tokenizer, ["Write a poem.", "Shorter."], answers["81/turn_2"])
     assert (
