@@ -228,3 +228,16 @@ def workload_temperatures(
     if bad:
         raise DataError(f"{source}: temperatures must be in [0, 2], got {bad}")
     return {c: float(table[c]) for c in categories}
+
+
+def workload_weights(weights: str | Mapping[str, float], prompts: Mapping[str, float]) -> dict[str, float]:
+    """category -> weight, summing to 1, over the categories of `prompts` (category -> its prompt count):
+    "share" weighs each by its share of the prompts; given weights are normalised over these categories."""
+    if isinstance(weights, str):
+        if weights != "share":
+            raise ValueError(f"workload weights: 'share' or a mapping, not {weights!r}")
+        raw = {c: float(n) for c, n in prompts.items()}
+    else:
+        raw = {c: float(weights[c]) for c in prompts}
+    total = sum(raw.values())
+    return {c: w / total for c, w in raw.items()}

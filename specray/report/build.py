@@ -282,8 +282,8 @@ def _distillspec_section(
     pairs = distillspec_prompts.prompt_pairs(with_lists)
     lines += distillspec_prompts.figure_lines(frame, everything, pairs, out_dir)
     lines += ["", distillspec.VERDICT_NOTE, distillspec_prompts.VERDICT_NOTE]
-    tables = prompt_cells(with_lists)
-    verdicts = [*distillspec.verdicts(tables), *distillspec_prompts.verdicts(tables, pairs)]
+    per_prompt = prompt_cells(with_lists)
+    verdicts = [*distillspec.verdicts(per_prompt), *distillspec_prompts.verdicts(per_prompt, pairs)]
     return lines + [markdown_table(verdict_frame(verdicts)), ""]
 
 

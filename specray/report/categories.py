@@ -14,10 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from specray.data.spec_bench import workload_weights
 from specray.report.paired import PromptCells, analytic_test_sets
 from specray.report.replicated import replicated_interval
 from specray.report.tables import markdown_table
-from specray.tracking.names import PROMPT_CATEGORIES
+from specray.tracking.names import PROMPT_CATEGORIES, PROMPT_CONVERSATIONS
 
 NOTE = (
     "Each analytic cell's figures over the prompts of one category (at the draft's best γ for the τ_dec, "
@@ -26,7 +27,7 @@ NOTE = (
 WORKLOAD_NOTE = (
     "Workload-weighted speedup: Σ_c w_c · speedup_model(draft at its best γ, τ_dec = τ_c, prompts of c), "
     "each category c at its request temperature τ_c with weight w_c; 95% interval over training "
-    "replicates and, within each category, its prompts.\n"
+    "replicates and, within each category, its conversations (a question's turns are drawn together).\n"
 )
 
 
@@ -47,24 +48,35 @@ def workload_of(
 ) -> Workload:
     """A workload over the categories present in `labels` (each prompt's category): `weights` "share" is
     each category's share of the prompts; given weights are normalised over the present categories."""
-    present = list(dict.fromkeys(labels))
-    if weights == "share":
-        raw = {c: float(sum(1 for label in labels if label == c)) for c in present}
-    else:
-        assert not isinstance(weights, str)
-        raw = {c: float(weights[c]) for c in present}
-    total = sum(raw.values())
-    return Workload(
-        test_set, {c: float(temperatures[c]) for c in present}, {c: w / total for c, w in raw.items()}
-    )
+    present = {c: float(list(labels).count(c)) for c in dict.fromkeys(labels)}
+    shares = workload_weights(weights, present)
+    return Workload(test_set, {c: float(temperatures[c]) for c in present}, shares)
 
 
-def _categories(rows: pd.DataFrame) -> list[str] | None:
-    """The test set's per-prompt categories, from any of its cells that keep them."""
-    if PROMPT_CATEGORIES not in rows:
+def _categories(rows: pd.DataFrame, column: str = PROMPT_CATEGORIES) -> list[str] | None:
+    """The test set's per-prompt categories (or conversations), from any of its cells that keep them."""
+    if column not in rows:
         return None
-    kept = [v for v in rows[PROMPT_CATEGORIES] if isinstance(v, list) and v]
+    kept = [v for v in rows[column] if isinstance(v, list) and v]
     return list(kept[0]) if kept else None
+
+
+def clusters(labels: Sequence[str], conversations: Sequence[str] | None) -> dict[str, np.ndarray]:
+    """category -> its prompts' indices, one row per conversation [conversations, turns]: what a resample
+    draws as one, since a later turn's prompt holds the answer to the turn before it. A category whose
+    conversations differ in length (or prompts without conversations) resamples its prompts one by one."""
+    out = {}
+    for category in dict.fromkeys(labels):
+        prompts = [i for i, label in enumerate(labels) if label == category]
+        rows = [[i] for i in prompts]
+        if conversations is not None:
+            grouped: dict[str, list[int]] = {}
+            for i in prompts:
+                grouped.setdefault(conversations[i], []).append(i)
+            if len({len(g) for g in grouped.values()}) == 1:
+                rows = list(grouped.values())
+        out[category] = np.asarray(rows)
+    return out
 
 
 def per_category(table: PromptCells, labels: Sequence[str]) -> pd.DataFrame:
@@ -81,10 +93,12 @@ def per_category(table: PromptCells, labels: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values(["tau_dec", "draft"]).reset_index(drop=True)
 
 
-def workload_table(table: PromptCells, labels: Sequence[str], workload: Workload) -> pd.DataFrame:
+def workload_table(
+    table: PromptCells, labels: Sequence[str], workload: Workload, conversations: Sequence[str] | None = None
+) -> pd.DataFrame:
     """Per draft with a cell at every category's temperature: the workload-weighted speedup and its 95%
-    interval, best first."""
-    strata = {c: np.flatnonzero(np.asarray(labels) == c) for c in workload.weights}
+    interval, best first. Each category's conversations are resampled on their own (`clusters`)."""
+    strata = {c: m for c, m in clusters(labels, conversations).items() if c in workload.weights}
     rows = []
     for draft in dict.fromkeys(table.cells.draft):
         found = {c: table.row(draft, workload.temperatures[c]) for c in strata}
@@ -93,15 +107,16 @@ def workload_table(table: PromptCells, labels: Sequence[str], workload: Workload
         cells = {c: int(r) for c, r in found.items() if r is not None}
         replicates = min(table.replicates(r) for r in cells.values())
 
-        def effect(reps: np.ndarray, prompts: Mapping[str, np.ndarray], cells=cells) -> np.ndarray:
+        def effect(reps: np.ndarray, drawn: Mapping[str, np.ndarray], cells=cells) -> np.ndarray:
             total = 0.0
             for c, row in cells.items():
-                speedup = table.speedup(row, strata[c][prompts[c]])  # [resamples, replicates]
+                prompts = strata[c][drawn[c]].reshape(len(drawn[c]), -1)  # [resamples, prompts]
+                speedup = table.speedup(row, prompts)  # [resamples, replicates]
                 picked = speedup[:, np.minimum(reps, speedup.shape[1] - 1)]
                 total = total + workload.weights[c] * picked.mean(-1)
             return np.asarray(total)
 
-        interval = replicated_interval(effect, replicates, {c: len(i) for c, i in strata.items()})
+        interval = replicated_interval(effect, replicates, {c: len(m) for c, m in strata.items()})
         rows.append(
             {
                 "draft": draft,
@@ -132,5 +147,6 @@ def section(with_lists: pd.DataFrame, workload: Mapping[str, object] | None = No
             )
             listed = ", ".join(f"{c} τ={mix.temperatures[c]:g} w={w:.3f}" for c, w in mix.weights.items())
             lines += [f"### Workload on {test_set}\n", WORKLOAD_NOTE, f"Categories: {listed}.\n"]
-            lines += [markdown_table(workload_table(table, labels, mix)), ""]
+            conversations = _categories(rows, PROMPT_CONVERSATIONS)
+            lines += [markdown_table(workload_table(table, labels, mix, conversations)), ""]
     return lines

@@ -33,6 +33,8 @@ from specray.names import BASELINE
 from specray.report.distillspec import grid_drafts
 from specray.report.figures import plt, save_figure
 from specray.report.paired import (
+    RESAMPLES,
+    SEED,
     PromptCells,
     Verdict,
     in_range,
@@ -64,7 +66,6 @@ VERDICT_NOTE = (
     "efficiency for most examples*: the share of prompts Fig. 3b's draft improves, minus 0.5 (claimed > 0).\n"
 )
 MOST = 0.5  # "most examples": more than half of the prompts improve
-RESAMPLES, SEED = 2000, 0  # as report/paired.py: a fixed seed keeps a report reproducible
 DIVERGENCES = ["fkl", "rkl", "jsd", "tvd"]
 
 
@@ -390,11 +391,7 @@ def most_improve(pairs: list[PromptPair]) -> Verdict:
     """Share of (prompt, τ_dec) where the best grid draft's block efficiency beats the un-distilled draft's
     at the same γ, on the primary test set, minus one half."""
     definition = f"share of prompts the best grid draft improves (Fig. 3b), mean over τ_dec ≤ 1, − {MOST:g}"
-    test_set = (
-        "in_domain"
-        if any(p.test_set == "in_domain" for p in pairs)
-        else min((p.test_set for p in pairs), default="-")
-    )
+    test_set = primary({p.test_set for p in pairs}) if pairs else "-"
     here = [p for p in pairs if p.test_set == test_set]
     if not here:
         return untestable(

@@ -18,17 +18,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from specray.files import write_text  # noqa: E402
-from specray.garden.measure import PointResult  # noqa: E402
-from specray.report.figures import save_figure  # noqa: E402
-from specray.report.tables import markdown_table  # noqa: E402
+from specray.files import write_text
+from specray.garden.measure import PointResult
+from specray.report.figures import plt, save_figure  # figures sets matplotlib's Agg backend first
+from specray.report.tables import markdown_table
 
 # the curves in the order the plot's legend and the tables list them; "raw" is what the others beat
 CURVES = {

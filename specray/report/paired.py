@@ -22,7 +22,7 @@ grid lacks what the claim needs (what is missing is given).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -219,8 +219,9 @@ def _is_list(value: object) -> bool:
     return isinstance(value, list | tuple | np.ndarray) and len(value) > 0
 
 
-def primary(tables: Mapping[str, PromptCells]) -> str:
-    return "in_domain" if "in_domain" in tables else sorted(tables)[0]
+def primary(test_sets: Collection[str]) -> str:
+    """The test set a one-scope verdict is judged on: in-domain where there is one, else the first by name."""
+    return "in_domain" if "in_domain" in test_sets else sorted(test_sets)[0]
 
 
 def in_range(table: PromptCells) -> list[float]:

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specray.config import SweepSpec
+from specray.data.spec_bench import workload_weights
 from specray.errors import SpecError
 from specray.serving.plan import BandPlan
 from specray.specdec.records import CellRecord
@@ -33,7 +34,7 @@ def workload_entry(spec: SweepSpec, cells: Sequence[CellRecord], plans: Sequence
         raise SpecError(f"eval.workload: no cell of test set {workload.test_set!r} has per-category figures")
     counts = next(iter(analytic.values()))
     categories = [c for c in workload.table if c in counts]
-    weights = _weights(workload.weights, {c: counts[c]["prompts"] for c in categories})
+    weights = workload_weights(workload.weights, {c: counts[c]["prompts"] for c in categories})
     per_category: list[dict[str, Any]] = []
     for category in categories:
         tau = workload.table[category]
@@ -56,12 +57,6 @@ def workload_entry(spec: SweepSpec, cells: Sequence[CellRecord], plans: Sequence
         "categories": per_category,
         "drafts": _draft_speedups(analytic, cells, workload.table, weights),
     }
-
-
-def _weights(given: str | Mapping[str, float], prompts: Mapping[str, float]) -> dict[str, float]:
-    raw = dict(prompts) if given == "share" else {c: float(given[c]) for c in prompts}  # type: ignore[index]
-    total = sum(raw.values())
-    return {c: w / total for c, w in raw.items()}
 
 
 def _route_at(plans: Sequence[BandPlan], tau: float) -> tuple[str, int] | None:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from specray.specdec.records import CellRecord, CostTerms
-from specray.tracking.names import BY_CATEGORY, PROMPT_CATEGORIES
+from specray.tracking.names import BY_CATEGORY, PROMPT_CATEGORIES, PROMPT_CONVERSATIONS
 
 
 def category_figures(metrics: Mapping[str, Any], categories: Sequence[str]) -> dict[str, dict[str, float]]:
@@ -45,14 +45,23 @@ def category_figures(metrics: Mapping[str, Any], categories: Sequence[str]) -> d
     return figures
 
 
-def with_categories(record: CellRecord, categories: Mapping[str, Sequence[str]]) -> CellRecord:
-    """The record with its per-category figures (`BY_CATEGORY`) and its prompts' categories
-    (`PROMPT_CATEGORIES`, what the report's intervals resample within) in its metrics, when its test set
-    has categories and the cell is analytic; otherwise unchanged."""
+def with_categories(
+    record: CellRecord,
+    categories: Mapping[str, Sequence[str]],
+    conversations: Mapping[str, Sequence[str]] | None = None,
+) -> CellRecord:
+    """The record with its per-category figures (`BY_CATEGORY`), its prompts' categories
+    (`PROMPT_CATEGORIES`, what the report's intervals resample within) and, when given, their
+    conversations (`PROMPT_CONVERSATIONS`, what they resample as one) in its metrics, when its test set has
+    categories and the cell is analytic; otherwise unchanged."""
     labels = categories.get(record.test_set)
     if not labels or record.estimator != "analytic":
         return record
     figures = category_figures(record.metrics, labels)
-    if not figures or record.metrics.get(BY_CATEGORY) == figures:
+    kept = {BY_CATEGORY: figures, PROMPT_CATEGORIES: list(labels)}
+    owners = (conversations or {}).get(record.test_set)
+    if owners is not None and len(owners) == len(labels):
+        kept[PROMPT_CONVERSATIONS] = list(owners)
+    if not figures or all(record.metrics.get(k) == v for k, v in kept.items()):
         return record
-    return replace(record, metrics={**record.metrics, BY_CATEGORY: figures, PROMPT_CATEGORIES: list(labels)})
+    return replace(record, metrics={**record.metrics, **kept})

@@ -13,7 +13,7 @@ from transformers import PreTrainedTokenizerBase
 from specray.config import EvalSpec, SweepSpec
 from specray.data.dataset import build_splits, held_out_split
 from specray.data.examples import Example
-from specray.data.spec_bench import expand_turns
+from specray.data.spec_bench import conversation_id, expand_turns
 from specray.data.splits import fingerprint
 from specray.data.templates import encode_prompts
 from specray.devices import device_kind
@@ -95,6 +95,16 @@ def prompt_categories(spec: SweepSpec) -> dict[str, list[str]]:
     order of its prompts."""
     return {
         test_set: [e.family for e in examples]
+        for test_set, examples in evaluated_examples(spec).items()
+        if spec.data.test_source(test_set).has_categories
+    }
+
+
+def prompt_conversations(spec: SweepSpec) -> dict[str, list[str]]:
+    """Per evaluated test set with categories, each test prompt's conversation (its question's id: the
+    turns of one question are one conversation, whose later prompts hold the earlier answers)."""
+    return {
+        test_set: [conversation_id(e.id) for e in examples]
         for test_set, examples in evaluated_examples(spec).items()
         if spec.data.test_source(test_set).has_categories
     }

@@ -43,6 +43,7 @@ from specray.specdec.cells import (
     passes,
     plan_jobs,
     prompt_categories,
+    prompt_conversations,
     prompts_fingerprints,
     workload_json,
 )
@@ -369,8 +370,12 @@ def _evaluate_all(
     """Evaluate the cells without a record under their key; every record ends up once on disk and once in
     MLflow (metrics carry γ, ε and the lenience function when the sweep has more than one)."""
     axes = CellAxes.of(spec)
-    categories = prompt_categories(spec)
-    saved = {key: with_categories(record, categories) for key, record in read_cells(folder).items()}
+    categories, conversations = prompt_categories(spec), prompt_conversations(spec)
+
+    def labelled(record: CellRecord) -> CellRecord:
+        return with_categories(record, categories, conversations)
+
+    saved = {key: labelled(record) for key, record in read_cells(folder).items()}
     stage, todo = cell_stage(jobs, saved, folder)
     logged = {name: tracker.metric_keys(run_id) for name, run_id in runs.items()}
     for job in jobs:  # backfill what a killed driver saved but had not logged
@@ -381,7 +386,7 @@ def _evaluate_all(
     display.advance(stage.reused, reused=True)
 
     def on_result(records: list[CellRecord]) -> None:
-        for record in map(lambda r: with_categories(r, categories), records):
+        for record in map(labelled, records):
             write_json(folder / f"{record.key}.json", record.to_json(), indent=None)
             tracker.log_metrics(runs[record.draft], cell_metrics(record, axes=axes))
             saved[record.key] = record

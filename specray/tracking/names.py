@@ -66,6 +66,7 @@ CATEGORY_FIGURES = {
 }
 BY_CATEGORY = "by_category"  # a cell's metrics entry: category -> {figure: value}
 PROMPT_CATEGORIES = "prompt_categories"  # a cell's metrics entry: each test prompt's category, in order
+PROMPT_CONVERSATIONS = "prompt_conversations"  # a cell's metrics entry: each test prompt's conversation
 LATENCY_MS_PER_TOKEN = "latency_ms_per_token"  # a garden point's latency at batch 1
 ROLE, SWEEP_KEY, PARENT = "specray.role", "specray.sweep_key", "mlflow.parentRunId"
 DRAFT_KEY = "specray.draft_key"

@@ -236,6 +236,34 @@ def test_workload_speedup_weighs_each_category_at_its_temperature() -> None:
     assert result.ci95[0] == f"[{result.workload_speedup[0]:.3f}, {result.workload_speedup[0]:.3f}]"
 
 
+def test_the_workload_interval_draws_a_conversations_turns_together() -> None:
+    # 12 two-turn conversations in one category, each conversation's turns alike (the second turn's prompt
+    # holds the first's answer): resampled as 24 independent prompts the interval would be ~1/sqrt(2) wide
+    rng = np.random.default_rng(1)
+    per_conversation = rng.integers(5, 30, size=12)
+    tokens = np.repeat(per_conversation, 2).tolist()
+    calls = [10.0] * 24
+    labels = ["a"] * 24
+    conversations = [str(i // 2) for i in range(24)]
+    metrics = analytic_metrics(tokens, calls, [t * 0.5 for t in tokens])
+    row = with_categories(record("bench", "analytic", metrics), {"bench": labels}, {"bench": conversations})
+    assert row.metrics["prompt_conversations"] == conversations
+    table = prompt_cells(cells_frame([row]))["bench"]
+    mix = report_categories.workload_of("bench", {"a": 1.0}, "share", labels)
+
+    def width(owners: list[str] | None) -> float:
+        low, high = map(
+            float, report_categories.workload_table(table, labels, mix, owners).ci95[0][1:-1].split(",")
+        )
+        return high - low
+
+    together, apart = width(conversations), width(None)
+    assert together / apart == pytest.approx(np.sqrt(2), rel=0.15)
+    assert report_categories.clusters(labels, conversations)["a"].shape == (12, 2)
+    ragged = ["0", "0", "1"]  # conversations of different lengths: its prompts are drawn one by one
+    assert report_categories.clusters(["a"] * 3, ragged)["a"].tolist() == [[0], [1], [2]]
+
+
 def test_the_report_section_names_every_category_and_the_workload() -> None:
     rng = np.random.default_rng(0)
     labels = ["a"] * 6 + ["b"] * 6
