@@ -97,8 +97,8 @@ def test_a_replica_ray_cannot_place_gets_no_work_and_the_others_finish(local_ray
 
 @pytest.fixture(scope="module")
 def tiny_zoo():
-    """The smoke sweep's zoo, built once per session and shared with the sweep tests. (The embedded
-    default's zoo took 6–8 min of every CI run to pre-train; the estimators must agree on any pair.)"""
+    """The smoke sweep's zoo, built once per session and shared with the sweep tests: the estimators must
+    agree on any pair, so the test needs no zoo of its own to pre-train."""
     return build_zoo(load_spec(REPO / "sweeps" / "smoke.yaml").models.zoo)
 
 

@@ -91,7 +91,10 @@ def test_a_sized_named_test_set_is_a_seeded_draw(tmp_path: Path) -> None:
     raw = spec.model_dump(mode="json")
     raw["data"]["test_sets"]["bench"]["size"] = 3
     drawn = build_splits(SweepSpec.model_validate(raw).data)[held_out_split("bench")]
-    assert len(drawn) == 3 and drawn == build_splits(SweepSpec.model_validate(raw).data)["bench_test"]
+    assert [e.id for e in drawn] == ["113", "111", "82"]  # golden: the draw of data.seed 0
+    raw["data"]["seed"] = 1
+    other = build_splits(SweepSpec.model_validate(raw).data)[held_out_split("bench")]
+    assert len(other) == 3 and other != drawn
 
 
 @pytest.mark.parametrize(
