@@ -22,11 +22,11 @@ def run(
 
     Every result is cached under a key of the settings that made it: the run first prints, per stage, what
     it reuses and what it will compute and why."""
-    from specray.sweep.plan import sweep_dir
-    from specray.sweep.run import plan_sweep, run_sweep
-
     with user_errors():
-        spec = load_spec(sweep, overrides or [])
+        spec = load_spec(sweep, overrides or [])  # a bad spec is refused before the heavy imports below
+        from specray.sweep.plan import sweep_dir
+        from specray.sweep.run import plan_sweep, run_sweep
+
         if spec.models.garden:
             _run_garden(spec, dry_run)
             return

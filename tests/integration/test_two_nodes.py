@@ -141,7 +141,8 @@ def _stop(node: subprocess.Popen) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(node.pid, sig)
         deadline = time.monotonic() + grace
-        while _group_alive(node.pid) and time.monotonic() < deadline:
+        # poll() reaps `ray start` once it exits: unreaped, it would keep its group alive as a zombie
+        while (node.poll() is None or _group_alive(node.pid)) and time.monotonic() < deadline:
             time.sleep(0.2)
     node.wait(timeout=10)
 
