@@ -86,8 +86,8 @@ def check_garden(spec: SweepSpec) -> None:
             f"{FIELD}: a garden distils with one divergence and one data source; "
             "give distill.divergence and distill.data_sources one value each"
         )
-    _check_labels(spec)
     _check_tokenizers([*spec.models.garden, spec.models.draft])
+    _check_labels(spec)
     sizes = [parameter_count(spec, ref) for ref in spec.models.garden]
     if any(b <= a for a, b in zip(sizes, sizes[1:], strict=False)):
         listed = ", ".join(
