@@ -38,9 +38,10 @@ def run_cli(
 
 
 def finished_drafts(output_dir: Path) -> dict[str, float]:
-    """Finished draft folder -> modification time of its completion marker."""
+    """Finished draft folder -> modification time of its completion marker (a damaged draft's folder, kept
+    aside as `NAME.damaged-TIME`, is no draft)."""
     markers = (output_dir / "smoke" / "drafts").glob(f"*/{FINISHED_FILE}")
-    return {marker.parent.name: marker.stat().st_mtime for marker in markers}
+    return {m.parent.name: m.stat().st_mtime for m in markers if ".damaged-" not in m.parent.name}
 
 
 def assert_tracked_once(uri: str, drafts: Sequence[str], experiment: str = "smoke") -> None:

@@ -13,7 +13,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from specray.serving.router import Router
-from tests.sweeps import SPECRAY, smoke_command
+from tests.integration.conftest import FinishedSweep
+from tests.sweeps import SPECRAY
 from tests.waiting import CLI_TIMEOUT_S
 
 pytestmark = pytest.mark.integration
@@ -26,14 +27,12 @@ def cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """A finished smoke sweep: its output folder and tracking URI."""
+def smoke(finished_smoke: FinishedSweep, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A finished smoke sweep of this module's own (a copy of the session's): its output folder and
+    tracking URI."""
     root = tmp_path_factory.mktemp("export")
-    uri = f"sqlite:///{root / 'mlflow.db'}"
-    command = smoke_command(root / "outputs", uri, "ray.num_cpus=2")
-    result = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return root / "outputs" / "smoke", uri
+    uri = finished_smoke.copy_to(root)
+    return root / "smoke", uri
 
 
 def test_export_writes_every_file_and_registers_the_drafts(smoke, tmp_path: Path) -> None:

@@ -1,24 +1,58 @@
-"""Changing a setting recomputes exactly what it changes, through the real CLI on the smoke sweep: a new γ
-re-evaluates every cell and retrains nothing; a new divergence retrains only the online drafts; the same
-command again computes nothing; a grid of divergences × data sources trains one online draft per pair —
-and every MLflow parent run holds the metrics of its own settings."""
+"""Changing a setting recomputes exactly what it changes, through the real CLI on the smoke sweep (a copy of
+the session's finished one): a new γ re-evaluates every cell and retrains nothing; a new divergence retrains
+only the online drafts; the same command again computes nothing; two training replicates add one draft per
+draft; a grid of divergences × data sources trains one online draft per pair — and every MLflow parent run
+holds the metrics of its own settings.
+
+The same runs check collisions and damaged files: a second `specray run` on the folder while one holds it is
+refused before any work, naming the holder; a holder killed with SIGKILL leaves no lock behind; then a draft
+whose weights were cut short is trained again (the damaged folder kept aside) and a cell record cut
+mid-write is computed again, each with its reason."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
+from specray.locks import FOLDER_LOCK
 from specray.report import distillspec, distillspec_prompts
 from specray.tracking.names import PARENT, ROLE
-from tests.sweeps import CELLS_PER_DRAFT, finished_drafts, run_cli, smoke_command
+from tests.integration.conftest import FinishedSweep
+from tests.sweeps import (
+    CELLS_PER_DRAFT,
+    finished_drafts,
+    run_cli,
+    smoke_command,
+)
+from tests.waiting import CLI_TIMEOUT_S, wait_until
 
 pytestmark = pytest.mark.integration
 DRAFTS = 5  # the un-distilled draft, offline and online at τ_kd 0 and 1
 CELLS = CELLS_PER_DRAFT * DRAFTS
+
+
+def _start(command: list[str], cwd: Path) -> subprocess.Popen:
+    # its own session, so the whole tree (the driver and the Ray it starts) can be killed at once
+    return subprocess.Popen(
+        command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+
+
+def _held_by(lock: Path, process: subprocess.Popen) -> bool:
+    """Whether `process` holds the folder by now (or has ended, which the caller then sees)."""
+    if process.poll() is not None:
+        return True
+    try:
+        return json.loads(lock.read_text())["pid"] == process.pid
+    except (OSError, ValueError, KeyError):
+        return False
 
 
 def _plan(stdout: str) -> dict[str, str]:
@@ -45,8 +79,11 @@ def _parent_metrics(uri: str) -> list[dict]:
     return result
 
 
-def test_a_changed_setting_recomputes_exactly_what_it_changes(tmp_path: Path) -> None:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_a_changed_setting_recomputes_exactly_what_it_changes(
+    finished_smoke: FinishedSweep, tmp_path: Path
+) -> None:
+    uri = finished_smoke.copy_to(tmp_path)
+    lock = tmp_path / "smoke" / FOLDER_LOCK
 
     def run(*overrides: str, dry: bool = False):
         command = smoke_command(tmp_path, uri, *overrides) + (["--dry-run"] if dry else [])
@@ -54,11 +91,9 @@ def test_a_changed_setting_recomputes_exactly_what_it_changes(tmp_path: Path) ->
         assert result.returncode == 0, result.stderr[-3000:]
         return result
 
-    first = run()
-    assert _counts(_plan(first.stdout)["drafts"]) == (0, 4)
     trained = finished_drafts(tmp_path)
     cells = tmp_path / "smoke" / "cells"
-    assert len(list(cells.glob("*.json"))) == CELLS
+    assert len(trained) == 4 and len(list(cells.glob("*.json"))) == CELLS
 
     # γ 3 -> 6: the plan says why, every cell is evaluated again, no draft is retrained
     dry = run("eval.gamma=6", dry=True)
@@ -66,10 +101,19 @@ def test_a_changed_setting_recomputes_exactly_what_it_changes(tmp_path: Path) ->
     assert _counts(plan["drafts"]) == (4, 0) and _counts(plan["cells"]) == (0, CELLS)
     assert "eval.gamma 3 → 6" in plan["cells"]
     assert len(_parent_metrics(uri)) == 1  # a dry run tracks nothing
-    second = run("eval.gamma=6")
+    holder = _start(smoke_command(tmp_path, uri, "eval.gamma=6"), tmp_path)
+    wait_until(lambda: _held_by(lock, holder), "the run to hold its output folder")
+    assert holder.poll() is None, holder.communicate()[1][-3000:]
+    # a second run on the held folder: refused before any work, in one line naming the holder
+    refused = run_cli(smoke_command(tmp_path, uri, "eval.gamma=6"), tmp_path)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"is in use by pid {holder.pid} on " in lines[0], refused.stderr[-3000:]
+    stdout, stderr = holder.communicate(timeout=CLI_TIMEOUT_S)
+    assert holder.returncode == 0, stderr[-3000:]
     assert finished_drafts(tmp_path) == trained
     assert len(list(cells.glob("*.json"))) == 2 * CELLS
-    old, new = _parent_metrics(uri)
+    old, new = _parent_metrics(uri)  # the refused run left no parent run behind
     assert new["params"]["eval.gamma"] == "[6]" and new["status"] == "FINISHED"
     key = "block_efficiency/in_domain/tau_dec_1"
     for draft, metrics in new["metrics"].items():  # the new parent holds γ = 6 numbers, not γ = 3 ones
@@ -78,7 +122,7 @@ def test_a_changed_setting_recomputes_exactly_what_it_changes(tmp_path: Path) ->
     records = [json.loads(p.read_text()) for p in cells.glob("*.json")]
     assert sorted({r["gamma"] for r in records}) == [3, 6]
     # the step costs are re-timed: a verification pass over γ + 1 = 7 tokens is another pass
-    assert "step costs      0 reused, 1 to compute (eval.gamma [3] → [6])" in second.stdout
+    assert "step costs      0 reused, 1 to compute (eval.gamma [3] → [6])" in stdout
 
     # divergence fkl -> tvd: the online drafts are retrained, the offline ones reused
     third = run("distill.divergence=tvd")
@@ -92,12 +136,37 @@ def test_a_changed_setting_recomputes_exactly_what_it_changes(tmp_path: Path) ->
     assert _counts(plan["cells"]) == (CELLS - online_cells, online_cells)
     assert "the draft changed" in plan["cells"]
 
-    # the same command again: nothing to compute, and the plan says so
-    fourth = run("distill.divergence=tvd")
+    # a holder killed with SIGKILL takes its lock with it; then damaged files: a draft's weights cut short
+    # after it was published, a cell record cut mid-write -- each recomputed, with its reason
+    killed = _start(smoke_command(tmp_path, uri, "distill.divergence=tvd"), tmp_path)
+    wait_until(lambda: _held_by(lock, killed), "the next run to hold its output folder")
+    if killed.poll() is None:
+        os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait()
+    damaged = tmp_path / "smoke" / "drafts" / "offline__tau_kd=0"
+    weights = damaged / "model.safetensors"
+    half = weights.stat().st_size // 2
+    weights.write_bytes(weights.read_bytes()[:half])
+    # a cell of the current settings: one of the offline draft that no change so far retrained
+    cell = next(
+        p
+        for p in sorted(cells.glob("*.json"))
+        if (record := json.loads(p.read_text()))["gamma"] == 3 and record["draft"] == "offline/tau_kd=1"
+    )
+    cell.write_text(cell.read_text()[:40])
+    fourth = run("distill.divergence=tvd")  # the dead holder's lock went with it
+    assert "is in use by" not in fourth.stderr
     plan = _plan(fourth.stdout)
+    assert plan["drafts"] == "3 reused, 1 to compute (retrain (weights differ from finished.json))", plan
+    assert plan["cells"].endswith("1 to compute (unreadable (truncated or corrupt))"), plan
+    aside = list(damaged.parent.glob("offline__tau_kd=0.damaged-*"))
+    assert len(aside) == 1 and (aside[0] / "model.safetensors").stat().st_size == half
+    after = finished_drafts(tmp_path)
+    assert set(after) == set(trained) and len(list(cells.glob("*.json"))) == 2 * CELLS + 2 * CELLS_PER_DRAFT
+    # the same command again: nothing to compute, and the plan says so
+    plan = _plan(run("distill.divergence=tvd", dry=True).stdout)
     for stage in ("teacher shards", "drafts", "step costs", "cells"):
         assert _counts(plan[stage])[1] == 0, (stage, plan[stage])
-    assert finished_drafts(tmp_path) == after
 
     # two training replicates: replicate 0 is the draft just made (reused under its key), replicate 1 new
     fifth = run("distill.divergence=tvd", "distill.replicates=2")
