@@ -172,6 +172,7 @@ FIELDS: dict[str, Direct | Via] = {
     "eval.quality_ends": _direct("grid"),  # whether the models-alone records exist, not what they hold
     "eval.draft_cost_ratio": _via("the step costs' values", "cell:analytic"),
     "eval.projected_cost_ratio": _direct("report"),
+    "eval.timing_precision": _direct("cost_ratio"),  # how long they are timed: another precision re-times
     "eval.drafts_per_pass": NONE,  # how many drafts share a target pass: the numbers are the same
     "eval.replicas": NONE,
     "eval.num_cpus": _via("threads (wall times)", "cell:empirical", "cost_ratio"),
@@ -320,7 +321,10 @@ def curve_inputs(spec: SweepSpec) -> dict[str, Any]:
 def cost_ratio_inputs(spec: SweepSpec) -> dict[str, Any]:
     """What the measured step costs depend on: the pair's architectures, dtype, device and threads, and
     which γ and B are timed."""
-    return direct_inputs(spec, "cost_ratio") | {
+    inputs = direct_inputs(spec, "cost_ratio")
+    if inputs["eval.timing_precision"] == type(spec.eval).model_fields["timing_precision"].default:
+        del inputs["eval.timing_precision"]  # the default: sweeps from before the setting keep their keys
+    return inputs | {
         "target": model_id(spec.models.target, spec.models),
         "student": model_id(spec.models.draft, spec.models),
         "models.target.dtype": spec.models.target.dtype,

@@ -135,6 +135,12 @@ class EvalSpec(Frozen):
     projected_cost_ratio: float | None = Field(
         default=None, gt=0.0, description="also report speedup_model at this c (e.g. a target pair's)"
     )
+    timing_precision: float = Field(
+        default=0.02,  # specdec.cost's own default
+        gt=0.0,
+        le=0.5,
+        description="the step costs are timed until each 95% interval is within ± this fraction (or 2 min)",
+    )
     drafts_per_pass: int = Field(
         default=8, ge=1, description="drafts an eval actor holds while streaming one target pass"
     )

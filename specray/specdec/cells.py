@@ -44,6 +44,7 @@ def eval_settings(spec: EvalSpec, step_costs: StepCosts | None = None) -> EvalSe
         empirical_prompts=spec.empirical_prompts,
         seed=spec.seed,
         step_costs=step_costs,
+        timing_precision=spec.timing_precision,
     )
 
 

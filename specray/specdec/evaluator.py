@@ -215,7 +215,8 @@ class Evaluator:
         """The step costs of this draft's architecture against the target, on this evaluator's device, on
         the first test set's prompts (see `specdec/cost.py`)."""
         prompts = next(iter(self.prompts.values()))[: max(batch_sizes)]
-        return measure_step_costs(self.target, self._load_draft(draft_path), prompts, batch_sizes, gammas)
+        draft, precision = self._load_draft(draft_path), self.settings.timing_precision
+        return measure_step_costs(self.target, draft, prompts, batch_sizes, gammas, rel_precision=precision)
 
     @torch.no_grad()
     def continuations(self, test_set: str, tau: float) -> Continuations:

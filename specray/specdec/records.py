@@ -55,6 +55,7 @@ class EvalSettings:
     seed: int = 0
     step_costs: StepCosts | None = None  # what every analytic cell's speedup is modelled from
     batch_size: int = 16  # sequences per teacher-forced pass of the analytic estimator
+    timing_precision: float = 0.02  # the step costs' 95% intervals, relative (`specdec.cost`)
 
 
 @dataclass(frozen=True)

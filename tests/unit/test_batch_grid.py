@@ -66,6 +66,10 @@ def test_a_record_of_the_old_speedup_model_is_not_served() -> None:
 def test_the_step_costs_key_changes_with_the_timed_grid_and_analytic_keys_with_their_values() -> None:
     assert digest(cost_ratio_inputs(SMOKE)) != digest(cost_ratio_inputs(_with(batch_sizes="[1,4]")))
     assert digest(cost_ratio_inputs(SMOKE)) != digest(cost_ratio_inputs(_with(gamma="[3,5]")))
+    # another timing precision times again; the default keeps the keys of sweeps from before the setting
+    assert cost_ratio_inputs(SMOKE)["eval.timing_precision"] == 0.1
+    assert digest(cost_ratio_inputs(SMOKE)) != digest(cost_ratio_inputs(_with(timing_precision="0.05")))
+    assert "eval.timing_precision" not in cost_ratio_inputs(_with(timing_precision="0.02"))
     moved = StepCosts.fixed(0.11, gammas=[3])
     before = {j.key for j in _jobs(SMOKE) if j.estimator == "analytic"}
     after = {j.key for j in _jobs(SMOKE, moved) if j.estimator == "analytic"}
