@@ -36,9 +36,9 @@ if TYPE_CHECKING:
 KEY_FORMAT = 1  # bump when a key's recipe changes, so nothing stored under the old recipe is reused
 # bump when an analytic cell record's metrics change: a record saved by older code lacks them and is
 # recomputed
-CELL_RECORD_FORMAT = 6
+CELL_RECORD_FORMAT = 7
 # the same for empirical cells' records only, so a change to them leaves analytic keys and caches valid
-EMPIRICAL_RECORD_FORMAT = 6
+EMPIRICAL_RECORD_FORMAT = 7
 # the same for analytic cells at ε < 1 only (`specdec/lossy.py`), so lossless cells' keys stay valid
 LOSSY_ANALYTIC_FORMAT = 2
 # bump when the step costs' measurement changes what it times

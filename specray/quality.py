@@ -124,21 +124,31 @@ def score_outputs(
     outputs[i] is the decoded text of examples[i], or a list of its repeated decodes (averaged per
     prompt before the interval is taken).
     """
-    if len(examples) != len(outputs):
-        raise ValueError(f"{len(examples)} examples but {len(outputs)} outputs")
     per_prompt: dict[str, list[float]] = {}
-    for example, output in zip(examples, outputs, strict=True):
-        decodes = [output] if isinstance(output, str) else list(output)
-        if not decodes:
-            raise ValueError(f"example {example.id!r} has no decoded output")
-        scores = [score_example(example, text) for text in decodes]
-        for metric in scores[0]:
-            per_prompt.setdefault(metric, []).append(sum(s[metric] for s in scores) / len(scores))
+    for scores in prompt_scores(examples, outputs):
+        for metric, value in scores.items():
+            per_prompt.setdefault(metric, []).append(value)
     return {
         metric: QualityScore(metric, *mean_interval(per_prompt[metric], seed), len(per_prompt[metric]))
         for metric in METRICS
         if metric in per_prompt
     }
+
+
+def prompt_scores(
+    examples: Sequence[Example], outputs: Sequence[str | Sequence[str]]
+) -> list[dict[str, float]]:
+    """Per example, each metric it has (its family's), averaged over its decodes (`score_outputs`' input)."""
+    if len(examples) != len(outputs):
+        raise ValueError(f"{len(examples)} examples but {len(outputs)} outputs")
+    means = []
+    for example, output in zip(examples, outputs, strict=True):
+        decodes = [output] if isinstance(output, str) else list(output)
+        if not decodes:
+            raise ValueError(f"example {example.id!r} has no decoded output")
+        scores = [score_example(example, text) for text in decodes]
+        means.append({metric: sum(s[metric] for s in scores) / len(scores) for metric in scores[0]})
+    return means
 
 
 def headline_metric(scores: dict[str, QualityScore]) -> str:

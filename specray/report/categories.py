@@ -18,11 +18,16 @@ from specray.data.spec_bench import workload_weights
 from specray.report.paired import PromptCells, analytic_test_sets
 from specray.report.replicated import replicated_interval
 from specray.report.tables import markdown_table
-from specray.tracking.names import PROMPT_CATEGORIES, PROMPT_CONVERSATIONS
+from specray.tracking.names import BY_CATEGORY, PROMPT_CATEGORIES, PROMPT_CONVERSATIONS
 
 NOTE = (
     "Each analytic cell's figures over the prompts of one category (at the draft's best γ for the τ_dec, "
-    "chosen on the whole test set): modelled speedup, with α in brackets. Empirical cells keep totals only.\n"
+    "chosen on the whole test set): modelled speedup, with α in brackets.\n"
+)
+MEASURED_NOTE = (
+    "Each empirical cell's figures over the prompts of one category it decoded (the first "
+    "`eval.empirical_prompts` of the test set): measured speedup at batch size 1, with the task quality of "
+    "its decodes in brackets where the prompts have one.\n"
 )
 WORKLOAD_NOTE = (
     "Workload-weighted speedup: Σ_c w_c · speedup_model(draft at its best γ, τ_dec = τ_c, prompts of c), "
@@ -93,6 +98,26 @@ def per_category(table: PromptCells, labels: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values(["tau_dec", "draft"]).reset_index(drop=True)
 
 
+def measured_per_category(cells: pd.DataFrame, test_set: str) -> pd.DataFrame:
+    """Rows (draft, τ_dec, γ, lenience) × columns category: each empirical cell's measured speedup and
+    quality per category (`specdec.categories`), where it has them."""
+    rows = []
+    empirical = cells[(cells.estimator == "empirical") & (cells.test_set == test_set)]
+    for _, cell in empirical.iterrows():
+        figures = cell.get(BY_CATEGORY)
+        if not isinstance(figures, dict):
+            continue
+        row: dict[str, object] = {"draft": cell.draft, "tau_dec": cell.tau_dec, "gamma": cell.gamma}
+        if float(cell.get("epsilon", 1.0)) < 1.0:
+            row["lenience"] = f"{cell.lenience} ε={float(cell.epsilon):g}"
+        for category, f in figures.items():
+            speedup = f"{f['speedup']:.3f}" if "speedup" in f else "-"
+            row[category] = speedup + (f" ({f['quality']:.2f})" if "quality" in f else "")
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    return frame.sort_values(["tau_dec", "draft"]).reset_index(drop=True) if rows else frame
+
+
 def workload_table(
     table: PromptCells, labels: Sequence[str], workload: Workload, conversations: Sequence[str] | None = None
 ) -> pd.DataFrame:
@@ -138,6 +163,9 @@ def section(with_lists: pd.DataFrame, workload: Mapping[str, object] | None = No
         if labels is None:
             continue
         lines += [f"\n## Per category: {test_set}\n", NOTE, markdown_table(per_category(table, labels)), ""]
+        measured = measured_per_category(with_lists, str(test_set))
+        if not measured.empty:
+            lines += [MEASURED_NOTE, markdown_table(measured), ""]
         if workload and workload.get("test_set") == test_set:
             mix = workload_of(
                 str(test_set),

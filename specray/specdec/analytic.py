@@ -357,6 +357,7 @@ def analytic_result(
         per_prompt_beta_sum=beta.sum(dim=1).tolist(),
         per_prompt_target_calls=(counts.steps * reached).tolist(),
         per_prompt_drafted=(counts.drafted * reached).tolist(),
+        per_prompt_accepted=(counts.accepted * reached).tolist(),
         per_prompt_target_entropy=_mean_entropy(betas, lengths),
         **server,
     )

@@ -12,6 +12,8 @@ are kept (`outputs`) so their task quality can be scored (`specray/quality.py`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 from transformers import PreTrainedModel
 
@@ -20,6 +22,43 @@ from specray.specdec.analytic import ratio_ci95
 from specray.specdec.batched import batched_autoregressive_decode, batched_speculative_decode
 from specray.specdec.decoder import DecodeStats, autoregressive_decode, speculative_decode
 from specray.specdec.records import EmpiricalResult
+
+
+@dataclass
+class _PromptSums:
+    """Per test prompt, its speculative decodes' counts summed over its repeats, and (at batch size 1, where a
+    decode's time is its own) the wall seconds of both sides: what per-category figures are computed from."""
+
+    stats: list[DecodeStats]
+    seconds: list[float] = field(default_factory=list)
+    target_only_seconds: list[float] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, prompts: int, timed: bool) -> _PromptSums:
+        stats = [DecodeStats() for _ in range(prompts)]
+        return cls(stats, [0.0] * prompts, [0.0] * prompts) if timed else cls(stats)
+
+    def add(self, i: int, stats: DecodeStats, target_only_seconds: float | None = None) -> None:
+        self.stats[i] = self.stats[i] + stats
+        if target_only_seconds is not None:
+            self.seconds[i] += stats.seconds
+            self.target_only_seconds[i] += target_only_seconds
+
+    def fields(self) -> dict[str, list]:
+        counts = {
+            f"per_prompt_{name}": [getattr(s, attribute) for s in self.stats]
+            for name, attribute in (
+                ("tokens", "emitted"),
+                ("target_calls", "target_calls"),
+                ("accepted", "accepted"),
+                ("tested", "tested"),
+                ("drafted", "drafted"),
+            )
+        }
+        return counts | {
+            "per_prompt_seconds": list(self.seconds),
+            "per_prompt_target_only_seconds": list(self.target_only_seconds),
+        }
 
 
 def _seed(seed: int, prompt_index: int, repeat: int, device: torch.device) -> torch.Generator:
@@ -66,6 +105,7 @@ def run_empirical(
     per_decode_extra: list[tuple[int, float, float, int]] = []
     alone = DecodeStats()
     outputs: list[list[list[int]]] = [[] for _ in prompts]
+    sums = _PromptSums.of(len(prompts), timed=True)
     for i, prompt in enumerate(prompts):
         for r in range(repeats):
             generator = _seed(seed, i, r, target.device)
@@ -89,12 +129,13 @@ def run_empirical(
             baseline_seconds += baseline.stats.seconds
             alone = alone + baseline.stats
             total = total + stats
+            sums.add(i, stats, baseline.stats.seconds)
             per_decode.append((stats.accepted, stats.tested))
             per_decode_extra.append(
                 (stats.drafted, baseline.stats.seconds, stats.seconds, stats.target_calls)
             )
     steps = (total.target_calls, alone.target_calls)
-    return _result(total, alone, per_decode, per_decode_extra, gamma, len(per_decode), outputs, steps)
+    return _result(total, alone, per_decode, per_decode_extra, gamma, len(per_decode), outputs, steps, sums)
 
 
 def _result(
@@ -106,6 +147,7 @@ def _result(
     decodes: int,
     outputs: list[list[list[int]]],
     steps: tuple[int, int],
+    sums: _PromptSums,
     batch_size: int = 1,
 ) -> EmpiricalResult:
     """Pooled counts and summed times; intervals with each cluster (a decode, or a batch) independent.
@@ -135,6 +177,7 @@ def _result(
         target_step_seconds=alone.target_seconds / max(steps[1], 1),
         batch_size=batch_size,
         outputs=outputs,
+        **sums.fields(),
     )
 
 
@@ -161,6 +204,7 @@ def _run_batched(
     per_batch: list[tuple[int, int]] = []
     per_batch_extra: list[tuple[int, float, float, int]] = []
     outputs: list[list[list[int]]] = [[] for _ in prompts]
+    sums = _PromptSums.of(len(prompts), timed=False)  # a batch's time is shared by its rows
     for r in range(repeats):
         for rows in batches:
             chosen = [prompts[i] for i in rows]
@@ -180,6 +224,7 @@ def _run_batched(
             )
             for i, decoded in zip(rows, spec, strict=True):
                 outputs[i].append(decoded.tokens)
+                sums.add(i, decoded.stats)
             batch = _batch_stats([d.stats for d in spec])
             baseline = _batch_stats([d.stats for d in base])
             total, alone = total + batch, alone + baseline
@@ -188,8 +233,9 @@ def _run_batched(
             per_batch.append((batch.accepted, batch.tested))
             per_batch_extra.append((batch.drafted, baseline.seconds, batch.seconds, batch.target_calls))
     decodes = repeats * len(prompts)
+    steps_ = (steps[0], steps[1])
     return _result(
-        total, alone, per_batch, per_batch_extra, gamma, decodes, outputs, (steps[0], steps[1]), batch_size
+        total, alone, per_batch, per_batch_extra, gamma, decodes, outputs, steps_, sums, batch_size
     )
 
 

@@ -13,6 +13,7 @@ prompts and seeds: the two ends of the quality–speedup trade-off.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -26,7 +27,7 @@ from specray.files import cache_dir, write_json
 from specray.keys import digest
 from specray.locks import producing
 from specray.models.loading import check_same_vocabulary, decode_text, load_model, load_tokenizer
-from specray.quality import quality_metrics
+from specray.quality import prompt_scores, quality_metrics
 from specray.specdec.analytic import (
     LOSSLESS,
     AnalyticEstimator,
@@ -180,7 +181,11 @@ class Evaluator:
             job.batch_size,
         )
         metrics = asdict(result)
-        metrics |= self._quality(job.test_set, metrics.pop("outputs"), "quality")
+        texts = self._texts(metrics.pop("outputs"))
+        metrics |= self._quality(job.test_set, texts, "quality")
+        if "quality_metric" in metrics:  # per prompt, the headline metric (nan where a prompt has none)
+            scores = prompt_scores(self.examples[job.test_set][: len(texts)], texts)
+            metrics["per_prompt_quality"] = [s.get(metrics["quality_metric"], math.nan) for s in scores]
         return CellRecord.of(job, None, time.perf_counter() - started, metrics)
 
     def _ends(self, job: EvalJob) -> CellRecord:
@@ -193,15 +198,18 @@ class Evaluator:
         models = {"target": self.target, "draft": self._load_draft(job.draft_path)}
         for name, model in models.items():
             outputs = decode_alone(model, prompts, job.tau_dec, s.max_new_tokens, eos, s.repeats, s.seed)
-            metrics |= self._quality(job.test_set, outputs, f"quality_{name}")
+            metrics |= self._quality(job.test_set, self._texts(outputs), f"quality_{name}")
             metrics[f"tokens_{name}"] = sum(len(tokens) for per_prompt in outputs for tokens in per_prompt)
         return CellRecord.of(job, None, time.perf_counter() - started, metrics)
 
-    def _quality(self, test_set: str, outputs: list[list[list[int]]], prefix: str) -> dict:
-        """Quality metrics of decoded token ids (per prompt, per repeat) against the test set's examples."""
+    def _texts(self, outputs: list[list[list[int]]]) -> list[list[str]]:
+        """Decoded token ids (per prompt, per repeat) as text."""
+        return [[decode_text(self.tokenizer, t) for t in per] for per in outputs]
+
+    def _quality(self, test_set: str, texts: list[list[str]], prefix: str) -> dict:
+        """Quality metrics of decoded texts (per prompt, per repeat) against the test set's examples."""
         if test_set not in self.examples:
             return {}
-        texts = [[decode_text(self.tokenizer, t) for t in per] for per in outputs]
         examples = self.examples[test_set][: len(texts)]
         return quality_metrics(examples, texts, prefix, seed=self.settings.seed)
 

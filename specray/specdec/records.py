@@ -294,6 +294,7 @@ class AnalyticResult:
     per_prompt_beta_sum: list[float]
     per_prompt_target_calls: list[float]
     per_prompt_drafted: list[float]
+    per_prompt_accepted: list[float]  # expected accepted draft tokens (the server metrics of a subset)
     # what servers report, expected under the decoders' rules along the sampled tokens' own acceptance
     # (`specray.ops.blocks`: exact, where block_efficiency_simulated's β is not); intervals: sequences as
     # clusters
@@ -339,6 +340,15 @@ class EmpiricalResult:
     batch_size: int = 1
     # the speculative decodes' new tokens, per prompt then repeat (for quality; not a metric)
     outputs: list[list[list[int]]] = field(default_factory=list, repr=False)
+    # per test prompt, summed over its repeats (per-category figures, `specdec/categories.py`); the seconds
+    # at batch size 1 only (at B > 1 a batch's time is shared by its rows: empty)
+    per_prompt_tokens: list[int] = field(default_factory=list)
+    per_prompt_target_calls: list[int] = field(default_factory=list)
+    per_prompt_accepted: list[int] = field(default_factory=list)
+    per_prompt_tested: list[int] = field(default_factory=list)
+    per_prompt_drafted: list[int] = field(default_factory=list)
+    per_prompt_seconds: list[float] = field(default_factory=list)
+    per_prompt_target_only_seconds: list[float] = field(default_factory=list)
 
 
 def typed_result(cls: type[R], metrics: Mapping[str, Any]) -> R:

@@ -58,11 +58,24 @@ CELL_METRICS = {
     },
     "ends": {"quality_target": QUALITY_TARGET, "quality_draft": QUALITY_DRAFT},
 }
-# what an analytic cell keeps per category (`specray.specdec.categories`) -> its metric name
+# what a cell keeps per category (`specray.specdec.categories`) -> its metric name, per estimator (named as
+# the cell's own figures are)
 CATEGORY_FIGURES = {
-    "acceptance_rate": ACCEPTANCE_RATE,
-    "block_efficiency": BLOCK_EFFICIENCY,
-    "speedup_model": SPEEDUP_MODEL,
+    "analytic": {
+        "acceptance_rate": ACCEPTANCE_RATE,
+        "block_efficiency": BLOCK_EFFICIENCY,
+        "speedup_model": SPEEDUP_MODEL,
+        "mean_acceptance_length": MEAN_ACCEPTANCE_LENGTH,
+        "draft_acceptance": DRAFT_ACCEPTANCE_MODEL,
+    },
+    "empirical": {
+        "acceptance_rate": EMPIRICAL_ACCEPTANCE_RATE,
+        "block_efficiency": EMPIRICAL_BLOCK_EFFICIENCY,
+        "speedup": SPEEDUP,
+        "mean_acceptance_length": EMPIRICAL_MEAN_ACCEPTANCE_LENGTH,
+        "draft_acceptance": DRAFT_ACCEPTANCE,
+        "quality": QUALITY,
+    },
 }
 BY_CATEGORY = "by_category"  # a cell's metrics entry: category -> {figure: value}
 PROMPT_CATEGORIES = "prompt_categories"  # a cell's metrics entry: each test prompt's category, in order
@@ -163,13 +176,14 @@ def _category_metrics(
     """`speedup_model/<test set>/tau_dec_<τ>/category_<name>` for each figure a cell keeps per category
     (`specray.specdec.categories`)."""
     by_category = record.metrics.get(BY_CATEGORY)
+    names = CATEGORY_FIGURES.get(record.estimator, {})
     if not isinstance(by_category, dict):
         return {}
     points = {}
     for category, figures in by_category.items():
         for field, value in figures.items():
-            if field in CATEGORY_FIGURES and math.isfinite(float(value)):
-                metric = CATEGORY_FIGURES[field]
+            if field in names and math.isfinite(float(value)):
+                metric = names[field]
                 key = cell_key(metric, record.test_set, record.tau_dec, gamma, epsilon, lenience)
                 points[f"{key}/category_{category}"] = float(value)
     return points

@@ -65,6 +65,14 @@ def test_a_spec_bench_test_set_under_the_chat_template(tmp_path: Path, shared_da
         }
         pooled = sum(by_category[c]["acceptance_rate"] * tokens[c] for c in tokens) / sum(tokens.values())
         assert pooled == pytest.approx(cell["metrics"]["acceptance_rate"], rel=1e-6)
+        assert all("mean_acceptance_length" in f for f in by_category.values())  # the server metrics
+    # the empirical cells: measured figures per category of the prompts they decoded (the first 4)
+    empirical = [c for c in cells if c["estimator"] == "empirical" and c["test_set"] == "mt"]
+    assert len(empirical) == 2
+    for cell in empirical:
+        labels = cell["metrics"]["prompt_categories"]
+        assert len(labels) == 4 and set(cell["metrics"]["by_category"]) == set(labels)
+        assert all("speedup" in f for f in cell["metrics"]["by_category"].values())
 
     # MLflow: the per-category metrics on the drafts' runs
     client = MlflowClient(uri)
@@ -74,6 +82,7 @@ def test_a_spec_bench_test_set_under_the_chat_template(tmp_path: Path, shared_da
     category = analytic[0]["metrics"]["prompt_categories"][0]
     assert f"speedup_model/mt/tau_dec_0.7/category_{category}" in child.data.metrics
     assert f"acceptance_rate/mt/tau_dec_0/category_{category}" in child.data.metrics
+    assert f"speedup/mt/tau_dec_0.7/category_{category}" in child.data.metrics  # measured
     parent = next(r for r in runs if r.data.tags.get(ROLE) == "sweep")
     assert parent.info.status == "FINISHED"
 

@@ -114,3 +114,22 @@ def test_a_row_decodes_the_same_alone_or_in_a_batch(pair) -> None:
         target, draft, PROMPTS[2:3], 1.0, 3, 16, None, [torch.Generator().manual_seed(9)]
     )
     assert together[2].tokens == alone[0].tokens
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_an_empirical_cell_keeps_per_prompt_sums_that_add_up_to_its_totals(pair, batch_size: int) -> None:
+    from specray.specdec.empirical import run_empirical
+
+    target, draft = pair
+    result = run_empirical(target, draft, PROMPTS, 1.0, 3, 10, None, 2, seed=0, batch_size=batch_size)
+    assert len(result.per_prompt_tokens) == len(PROMPTS) and sum(result.per_prompt_tokens) == result.tokens
+    calls, accepted = sum(result.per_prompt_target_calls), sum(result.per_prompt_accepted)
+    assert sum(result.per_prompt_tokens) / calls == pytest.approx(result.block_efficiency)
+    assert 1 + accepted / calls == pytest.approx(result.mean_acceptance_length)
+    assert accepted / sum(result.per_prompt_tested) == pytest.approx(result.acceptance_rate)
+    assert accepted / sum(result.per_prompt_drafted) == pytest.approx(result.draft_acceptance)
+    if batch_size == 1:  # each decode timed on its own
+        speedup = sum(result.per_prompt_target_only_seconds) / sum(result.per_prompt_seconds)
+        assert speedup == pytest.approx(result.speedup)
+    else:  # a batch's time is its rows' together: no per-prompt seconds
+        assert result.per_prompt_seconds == [] and result.per_prompt_target_only_seconds == []

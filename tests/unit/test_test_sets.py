@@ -195,6 +195,52 @@ def test_category_figures_are_the_cell_figures_over_its_prompts() -> None:
     assert figures["b"]["block_efficiency"] == pytest.approx(4.0)
     assert figures["b"]["speedup_model"] == pytest.approx(8 / (2 + 0.1 * 6))  # CostTerms of the means
     assert category_figures(metrics, LABELS[:4]) == {}  # prompts that do not match the cell's
+    # the server metrics, from the expected accepted tokens (vLLM's definitions over the category)
+    served = category_figures(metrics | {"per_prompt_accepted": [4, 4, 5, 5, 5]}, LABELS)
+    assert served["a"]["mean_acceptance_length"] == pytest.approx(1 + 8 / 10)
+    assert served["b"]["draft_acceptance"] == pytest.approx(15 / 18)
+
+
+def empirical_metrics() -> dict[str, Any]:
+    """Three decoded prompts (of a five-prompt test set): counts and seconds summed over repeats."""
+    return {
+        "per_prompt_tokens": [12, 8, 10],
+        "per_prompt_target_calls": [4, 4, 5],
+        "per_prompt_accepted": [8, 4, 5],
+        "per_prompt_tested": [10, 8, 9],
+        "per_prompt_drafted": [12, 12, 15],
+        "per_prompt_seconds": [1.0, 1.0, 2.0],
+        "per_prompt_target_only_seconds": [3.0, 1.0, 2.0],
+        "per_prompt_quality": [1.0, float("nan"), 0.0],
+        "speedup": 1.5,
+    }
+
+
+def test_an_empirical_cell_keeps_its_measured_figures_per_category() -> None:
+    figures = category_figures(empirical_metrics(), LABELS, "empirical")
+    assert set(figures) == {"a", "b"} and figures["b"]["prompts"] == 1  # the cell decoded 3 prompts
+    assert figures["a"] == pytest.approx(
+        {
+            "block_efficiency": 20 / 8,
+            "mean_acceptance_length": 1 + 12 / 8,
+            "draft_acceptance": 12 / 24,
+            "acceptance_rate": 12 / 18,
+            "speedup": 4.0 / 2.0,
+            "quality": 1.0,  # the prompt without a one-answer metric left out
+            "prompts": 2,
+        }
+    )
+    assert figures["b"]["speedup"] == pytest.approx(1.0) and figures["b"]["quality"] == 0.0
+    # batched cells time whole batches: no per-category speedup
+    batched = empirical_metrics() | {"per_prompt_seconds": [], "per_prompt_target_only_seconds": []}
+    assert "speedup" not in category_figures(batched, LABELS, "empirical")["a"]
+    assert category_figures(empirical_metrics(), LABELS[:2], "empirical") == {}  # more prompts than labels'
+    kept = with_categories(record("bench", "empirical", empirical_metrics()), {"bench": LABELS})
+    assert kept.metrics["prompt_categories"] == LABELS[:3]
+    points = cell_metrics(kept)
+    assert points["speedup/bench/tau_dec_1/category_a"] == pytest.approx(2.0)
+    assert points["quality/bench/tau_dec_1/category_b"] == 0.0
+    assert points["empirical_acceptance_rate/bench/tau_dec_1/category_a"] == pytest.approx(12 / 18)
 
 
 def record(test_set: str, estimator: str, metrics: dict, draft: str = "d", tau: float = 1.0) -> CellRecord:
@@ -210,8 +256,8 @@ def test_per_category_figures_reach_the_record_and_mlflow() -> None:
     assert points["speedup_model/bench/tau_dec_1/category_b"] == pytest.approx(8 / 2.6)
     untouched = record("in_domain", "analytic", metrics)
     assert with_categories(untouched, {"bench": LABELS}) is untouched  # a set without categories
-    empirical = record("bench", "empirical", {"speedup": 1.2})
-    assert with_categories(empirical, {"bench": LABELS}) is empirical  # totals only
+    totals = record("bench", "empirical", {"speedup": 1.2})
+    assert with_categories(totals, {"bench": LABELS}) is totals  # a record of older code: totals only
 
 
 def cells_frame(rows: list[CellRecord]) -> pd.DataFrame:
