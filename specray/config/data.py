@@ -63,7 +63,9 @@ class TestSetSpec(Frozen):
     """A named test set: prompts drawn from `source` (seeded by data.seed), `size` of them or all."""
 
     source: SourceSpec
-    size: int | None = Field(default=None, ge=1, description="prompts drawn (seeded); None = every one")
+    size: int | None = Field(
+        default=None, ge=1, description="prompts drawn (seeded); None = every one, categories interleaved"
+    )
 
 
 class DataSpec(Frozen):

@@ -3,6 +3,9 @@ named test sets of `data.test_sets` (split `<name>_test`)."""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
+
 from specray.config import DataSpec, SourceSpec, TestSetSpec
 from specray.data.examples import Example
 from specray.data.loaders import load_examples
@@ -48,8 +51,20 @@ def build_splits(data: DataSpec) -> dict[str, list[Example]]:
 
 
 def _named_test_set(name: str, spec: TestSetSpec, seed: int) -> list[Example]:
-    """`size` examples of the source drawn with the seed, or every one in file order."""
+    """`size` examples of the source drawn with the seed, or every one: in file order, or with a source's
+    categories interleaved."""
     examples = load_source(spec.source)
     if spec.size is None:
-        return examples
+        return interleave_categories(examples) if spec.source.has_categories else examples
     return split_examples(examples, {held_out_split(name): spec.size}, seed=seed)[held_out_split(name)]
+
+
+def interleave_categories(examples: Sequence[Example]) -> list[Example]:
+    """The first example of each category, then the second of each, and so on; each category keeps its
+    order and the categories the order they first appear in. The empirical cells decode a test set's first
+    prompts (`eval.empirical_prompts`): interleaved, those come from every category, not the file's first."""
+    by_category: dict[str, list[Example]] = {}
+    for e in examples:
+        by_category.setdefault(e.family, []).append(e)
+    rounds = itertools.zip_longest(*by_category.values())
+    return [e for row in rounds for e in row if e is not None]

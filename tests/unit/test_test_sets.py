@@ -64,11 +64,16 @@ def with_bench(tmp_path: Path, categories: list[str] | None = None, **eval_: Any
 def test_a_named_test_set_loads_its_questions_with_their_categories(tmp_path: Path) -> None:
     spec = with_bench(tmp_path, ["mt_bench"])
     examples = build_splits(spec.data)[held_out_split("bench")]
-    assert [e.id for e in examples] == ["81", "82", "111", "112", "113"]  # qa left out; file order
-    assert [e.family for e in examples] == ["writing", "writing", "math", "math", "math"]
-    assert examples[0].turns == ("Write a poem.", "Shorter.") and examples[1].turns == ()
-    assert examples[2].output == "4"  # the first turn's reference feeds the quality metrics
-    assert prompt_categories(spec) == {"bench": ["writing", "writing", "math", "math", "math"]}
+    # qa left out; the categories interleaved (each in file order), so the empirical cells' first
+    # prompts cover every category
+    assert [e.id for e in examples] == ["81", "111", "82", "112", "113"]
+    assert [e.family for e in examples] == ["writing", "math", "writing", "math", "math"]
+    assert examples[0].turns == ("Write a poem.", "Shorter.") and examples[2].turns == ()
+    assert examples[1].output == "4"  # the first turn's reference feeds the quality metrics
+    # under the Alpaca template a question is one prompt; under chat one per turn, next to each other
+    assert prompt_categories(spec) == {"bench": ["writing", "math", "writing", "math", "math"]}
+    chat = with_data(spec, template="chat")
+    assert prompt_categories(chat) == {"bench": ["writing", "writing", "math", "writing", "math", "math"]}
 
 
 def test_a_named_test_set_has_its_own_cells_and_leaves_the_built_in_keys(tmp_path: Path) -> None:
