@@ -122,14 +122,14 @@ def plan_sweep(spec: SweepSpec) -> SweepWork:
     drafts = plan_drafts(spec)
     draft_plan, drafts_todo = draft_stage(spec, drafts)
     cost_plan, cost = step_costs_stage(spec, out)
-    jobs = _cell_jobs(spec, [baseline_plan(spec, ""), *drafts], cost)
+    jobs = cell_jobs(spec, [baseline_plan(spec, ""), *drafts], cost)
     cells_plan, _ = cell_stage(jobs, read_cells(out / "cells"), out / "cells")
     if cost is None and cells_plan.todo:
         cells_plan.note = "analytic cells are keyed by the step costs, which are measured first"
     return SweepWork([shards, draft_plan, cost_plan, cells_plan], drafts, drafts_todo, cost)
 
 
-def _cell_jobs(spec: SweepSpec, drafts: list[DraftPlan], cost: StepCosts | None) -> list[EvalJob]:
+def cell_jobs(spec: SweepSpec, drafts: list[DraftPlan], cost: StepCosts | None) -> list[EvalJob]:
     keyed = (spec, prompts_fingerprints(spec), None if cost is None else cost.fingerprint())
     return plan_jobs(spec.eval, [plan.ref for plan in drafts], keyed)
 
@@ -191,7 +191,7 @@ def _run_sweep(
             with display.stage("step costs", 1, "measurement"):
                 cost = work.step_costs or save_step_costs(spec, pool.get(), draft_path, out)
                 display.advance()
-            jobs = _cell_jobs(spec, everything, cost)
+            jobs = cell_jobs(spec, everything, cost)
             with display.stage("eval", len(jobs), "cell"):
                 records = _evaluate_all(spec, jobs, pool, cost, tracker, runs, display, out / "cells")
     outputs = _target_outputs(spec, prompts)

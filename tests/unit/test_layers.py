@@ -41,6 +41,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "specray.config",
             "specray.distill.presets",
+            "specray.draft",
             "specray.data",
             "specray.keys",
             "specray.models",

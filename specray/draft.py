@@ -1,0 +1,141 @@
+"""One draft, as one record: built once by the plan (`specray.sweep.plan`) with its name, recipe, folder,
+key and resolved spec, then handed unchanged to the Train worker, the evaluator, the report, MLflow and the
+export. Nobody downstream derives a draft's key, folder or spec again.
+
+Import-light (no torch, no Ray, no MLflow): the spec is only a type here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from specray.config import SweepSpec
+
+__all__ = [
+    "Draft",
+    "draft_folder_name",
+    "draft_name",
+    "mixture_tag",
+    "replicate_name",
+    "variant_name",
+]
+
+
+def draft_name(paradigm: str, mixture: Mapping[float, float]) -> str:
+    """`offline/tau_kd=0.6` for a single τ_kd, `online/mix=0.7:1,0.8:1,0.9:1` for a mixture."""
+    if len(mixture) == 1:
+        return f"{paradigm}/tau_kd={float(next(iter(mixture))):g}"
+    return f"{paradigm}/mix=" + mixture_tag(mixture)
+
+
+def variant_name(name: str, divergence: str = "", data_source: str = "") -> str:
+    """An online draft of DistillSpec's grid: `online/tau_kd=1/tvd/gkd`, with only the axes its sweep varies
+    ("" = not varied), so a sweep of one divergence and one data source keeps `online/tau_kd=1`."""
+    return "/".join([name, *(axis for axis in (divergence, data_source) if axis)])
+
+
+def replicate_name(name: str, replicate: int) -> str:
+    """Training replicate r of the draft `name`: `online/tau_kd=0.6/r1`; replicate 0 is `name` itself (a
+    run without replicates made it, under the same key)."""
+    return f"{name}/r{replicate}" if replicate else name
+
+
+def draft_folder_name(name: str) -> str:
+    """The folder a draft named `name` is published in (`offline/tau_kd=0.6` -> `offline__tau_kd=0.6`)."""
+    return name.replace("/", "__")
+
+
+def mixture_tag(mixture: Mapping[float, float]) -> str:
+    """`0.7:1,0.8:1`: a mixture as MLflow tags and the report print it (τ_kd sorted, as given weights)."""
+    return ",".join(f"{float(t):g}:{w:g}" for t, w in sorted(mixture.items()))
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A draft of a sweep (or of a tune search, or a model garden's distilled model).
+
+    `spec` is the spec it trains under, resolved once: its paradigm's steps, its replicate's seeds, its
+    divergence and data source, and (a garden's pairs) its own teacher and student. `key` and `key_inputs`
+    are its draft key and what it was computed from (`specray.keys.draft_key_inputs`); the un-distilled
+    baseline has `paradigm` None, an empty mixture and the student as its folder. Two records are the same
+    draft when name, folder and key agree.
+    """
+
+    name: str  # offline/tau_kd=0.6, online/mix=0.7:1,0.8:1, online/tau_kd=1/tvd/gkd/r1, non-distill
+    paradigm: str | None  # None for the un-distilled baseline
+    mixture: Mapping[float, float] = field(compare=False)  # {τ_kd: weight}; {} for the baseline
+    folder: Path = Path()
+    key: str = ""
+    key_inputs: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    spec: SweepSpec | None = field(default=None, compare=False, repr=False)
+    replicate: int = 0  # training replicate (distill.replicates); 0 for the baseline
+    # online drafts of DistillSpec's grid: the divergence and data source (`source_name`) they train
+    # with; "" for offline drafts (SeqKD on the shards) and the baseline
+    divergence: str = ""
+    data_source: str = ""
+
+    @property
+    def trained(self) -> bool:
+        """False for the un-distilled baseline, which is evaluated but never trained."""
+        return self.paradigm is not None
+
+    @property
+    def recipe(self) -> str:
+        """The draft's name without its replicate: what the report averages replicates over."""
+        return self.name.removesuffix(f"/r{self.replicate}") if self.replicate else self.name
+
+    @property
+    def tau_kd(self) -> float | None:
+        """The single τ_kd of a one-temperature recipe (None for mixtures and the baseline)."""
+        return next(iter(self.mixture)) if len(self.mixture) == 1 else None
+
+    @property
+    def train_spec(self) -> SweepSpec:
+        """The spec this draft trains under (a baseline has none: it is not trained)."""
+        if self.spec is None:
+            raise ValueError(f"{self.name}: a draft record without its spec cannot be trained")
+        return self.spec
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """MLflow tags the UI can filter on."""
+        tau_kd = "" if self.tau_kd is None else f"{self.tau_kd:g}"
+        tags = {"paradigm": self.paradigm or "none", "tau_kd": tau_kd, "mixture": mixture_tag(self.mixture)}
+        tags |= {"divergence": self.divergence, "data_source": self.data_source}
+        return tags | {"replicate": str(self.replicate)}
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as plain data (without its spec, which its folder's spec.yaml and the sweep's hold)."""
+        return {
+            "name": self.name,
+            "paradigm": self.paradigm,
+            "mixture": {f"{float(t):g}": float(w) for t, w in sorted(self.mixture.items())},
+            "folder": str(self.folder),
+            "key": self.key,
+            "replicate": self.replicate,
+            "divergence": self.divergence,
+            "data_source": self.data_source,
+            "recipe": self.recipe,
+        }
+
+    @classmethod
+    def from_json(cls, payload: Mapping[str, Any]) -> Draft:
+        """A record written by `to_json` (its spec is not restored: such a record is for reading results)."""
+        mixture = payload.get("mixture") or {}
+        if isinstance(mixture, str):  # a record of an older sweep: the mixture as its tag
+            mixture = dict(part.split(":") for part in mixture.split(",") if part)
+        return cls(
+            name=payload["name"],
+            paradigm=payload.get("paradigm"),
+            mixture={float(t): float(w) for t, w in mixture.items()},
+            folder=Path(payload.get("folder", "")),
+            key=payload.get("key", ""),
+            replicate=int(payload.get("replicate", 0)),
+            divergence=payload.get("divergence") or "",
+            data_source=payload.get("data_source") or "",
+        )
+
