@@ -138,4 +138,3 @@ class Draft:
             divergence=payload.get("divergence") or "",
             data_source=payload.get("data_source") or "",
         )
-

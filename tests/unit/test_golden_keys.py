@@ -56,7 +56,9 @@ def test_planned_keys_match_the_golden_file(sweep: str, tmp_path: Path) -> None:
     golden = json.loads(path.read_text())
     assert sorted(found) == sorted(golden)
     for kind in golden:
-        moved = sorted(k for k in golden[kind].keys() & found[kind].keys() if golden[kind][k] != found[kind][k])
+        moved = sorted(
+            k for k in golden[kind].keys() & found[kind].keys() if golden[kind][k] != found[kind][k]
+        )
         missing = sorted(golden[kind].keys() - found[kind].keys())
         added = sorted(found[kind].keys() - golden[kind].keys())
         assert not (moved or missing or added), (
