@@ -38,10 +38,11 @@ from quick import tiny_or_quick
 from specray.models.loading import load_model, load_tokenizer
 from specray.models.zoo import build_zoo
 from specray.specdec.batched import batched_autoregressive_decode, batched_speculative_decode
-from specray.specdec.cells import encode_test_prompts
 from specray.specdec.cost import mean_interval, measure_step_costs
 from specray.specdec.decoder import DecodeStats, autoregressive_decode, speculative_decode
 from specray.specdec.records import StepCosts
+from specray.sweep.plan import plan_sweep
+from specray.sweep.stages import encode
 
 
 def _decode(target, draft, rows: list[list[int]], tau: float, gamma: int, steps: int, seed: int):
@@ -110,7 +111,7 @@ def main() -> None:
     spec = tiny_or_quick(args.quick)(())
     zoo = build_zoo(spec.models.zoo)
     tokenizer = load_tokenizer(str(zoo.target))
-    prompts = encode_test_prompts(spec, tokenizer, str(zoo.target))["in_domain"]
+    prompts = encode(plan := plan_sweep(spec), plan.prompt_sets["in_domain"], tokenizer, str(zoo.target))
     target, draft = load_model(str(zoo.target)), load_model(args.draft or str(zoo.draft))
     print(
         f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "

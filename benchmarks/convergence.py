@@ -28,6 +28,7 @@ from transformers.utils import logging as hf_logging
 from specray.distill.convergence import convergence, mean_acceptance
 from specray.distill.inputs import prepare_inputs
 from specray.distill.loop import train_draft
+from specray.draft import one_draft
 
 
 def main() -> None:
@@ -50,10 +51,12 @@ def main() -> None:
     ]
     spec = tiny_or_quick(args.quick)([*steps, *args.overrides])
     mixture = {args.tau_kd: 1.0}
-    inputs = prepare_inputs(spec, args.paradigm, mixture)
+    inputs = prepare_inputs(one_draft(spec, args.paradigm, mixture, Path("draft")))
     wall, cpu = time.perf_counter(), time.process_time()
     with tempfile.TemporaryDirectory() as root:
-        curves = train_draft(spec, args.paradigm, mixture, Path(root) / "draft", inputs=inputs).curves
+        curves = train_draft(
+            one_draft(spec, args.paradigm, mixture, Path(root) / "draft"), inputs=inputs
+        ).curves
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     for point in curves:
         loss = f"{point.loss:.3f}" if point.loss is not None else "  -  "

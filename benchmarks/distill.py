@@ -33,6 +33,7 @@ from transformers.utils import logging as hf_logging
 from specray.config import SweepSpec
 from specray.distill.inputs import DistillInputs, prepare_inputs
 from specray.distill.loop import train_draft
+from specray.draft import one_draft
 
 PARADIGMS = ("offline", "online")
 
@@ -40,7 +41,7 @@ PARADIGMS = ("offline", "online")
 def run_once(spec: SweepSpec, paradigm: str, tau_kd: float, inputs: DistillInputs, root: Path) -> dict:
     """One run; its last curve point covers every step (report_every = steps)."""
     output = root / f"{paradigm}-{len(list(root.iterdir()))}"
-    return train_draft(spec, paradigm, {tau_kd: 1.0}, output, inputs=inputs).curves[-1].to_json()
+    return train_draft(one_draft(spec, paradigm, {tau_kd: 1.0}, output), inputs=inputs).curves[-1].to_json()
 
 
 def main() -> None:
@@ -68,7 +69,7 @@ def main() -> None:
     if args.heads:
         compare_heads(spec, args)
         return
-    inputs = {p: prepare_inputs(spec, p, {args.tau_kd: 1.0}) for p in PARADIGMS}
+    inputs = {p: prepare_inputs(one_draft(spec, p, {args.tau_kd: 1.0}, Path("draft"))) for p in PARADIGMS}
     best: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as root:
         for repeat in range(args.repeats):
@@ -97,7 +98,7 @@ def compare_heads(spec: SweepSpec, args: argparse.Namespace) -> None:
     """Offline s/step with the full logits (loss_chunk_size 0) and with the heads on responses only."""
     full = spec.distill.model_copy(update={"loss_chunk_size": 0})
     variants = {"full logits": spec.model_copy(update={"distill": full}), "response positions": spec}
-    inputs = prepare_inputs(spec, "offline", {args.tau_kd: 1.0})
+    inputs = prepare_inputs(one_draft(spec, "offline", {args.tau_kd: 1.0}, Path("draft")))
     best: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as root:
         for repeat in range(args.repeats):

@@ -35,7 +35,7 @@ from pathlib import Path
 from quick import tiny_or_quick
 
 from specray.models.zoo import build_zoo
-from specray.sweep.plan import baseline_plan, plan_drafts
+from specray.sweep.plan import plan_sweep
 from specray.tracking.client import Tracker, describe_sweep
 from specray.tracking.lineage import draft_model, draft_note
 
@@ -82,7 +82,7 @@ def one_sweep(uri: str, experiment: str, spec, plans, baseline, way: str) -> flo
     if way == "old":
         for plan in plans:
             if "draft" not in tracker.artifact_paths(runs[plan.name]):
-                tracker.log_artifacts(runs[plan.name], plan.output_dir, "draft")
+                tracker.log_artifacts(runs[plan.name], plan.folder, "draft")
     else:
         data = describe_sweep(tracker, parent, spec, len(plans))
         for plan in plans:
@@ -124,11 +124,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         plans = []
-        for plan in plan_drafts(spec):
-            folder = root / "drafts" / plan.output_dir.name
+        sweep = plan_sweep(spec)
+        for plan in sweep.drafts:
+            folder = root / "drafts" / plan.folder.name
             shutil.copytree(draft_dir, folder)
-            plans.append(replace(plan, output_dir=folder))
-        baseline = baseline_plan(spec, str(draft_dir))
+            plans.append(replace(plan, folder=folder))
+        baseline = replace(sweep.baseline, folder=Path(draft_dir))
         size = sum(f.stat().st_size for f in Path(draft_dir).iterdir()) / 2**20
         print(f"{len(plans)} distilled drafts + 1 un-distilled, {size:.1f} MiB per draft folder")
         os.chdir(root)  # the sqlite store's artifacts (./mlruns) go to the temp folder

@@ -43,6 +43,7 @@ import torch
 from quick import tiny_or_quick
 
 from specray.config import SweepSpec
+from specray.draft import one_draft
 
 TOOLS = ("specray", "trl")
 PARADIGMS = ("online", "offline")
@@ -67,7 +68,7 @@ def specray_job(spec: SweepSpec, paradigm: str, tau_kd: float, output: Path) -> 
     from specray.distill.loop import train_draft
 
     started = time.perf_counter()
-    result = train_draft(spec, paradigm, {tau_kd: 1.0}, output)
+    result = train_draft(one_draft(spec, paradigm, {tau_kd: 1.0}, output))
     seconds = time.perf_counter() - started
     points, previous = [], 0
     for point in result.curves:

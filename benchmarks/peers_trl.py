@@ -49,6 +49,7 @@ from specray.config import SweepSpec
 from specray.distill.data import MixtureSampler, TrainRow
 from specray.distill.inputs import prepare_inputs
 from specray.distill.losses import IGNORE_INDEX, distillation_divergence
+from specray.draft import one_draft
 from specray.ops.schedule import MIN_LR_RATIO, warmup_cosine
 from specray.specdec.hf_compare import expected_processors
 
@@ -155,7 +156,7 @@ def _record_generation(trainer, record: Record) -> None:
 def planned_rows(spec: SweepSpec, paradigm: str, tau_kd: float) -> list[list[TrainRow]]:
     """specray's rows for every step (reading the τ_kd shard: a TRL user reads the teacher data too)."""
     d = spec.distill
-    inputs = prepare_inputs(spec, paradigm, {tau_kd: 1.0})
+    inputs = prepare_inputs(one_draft(spec, paradigm, {tau_kd: 1.0}, Path("draft")))
     sampler = MixtureSampler(inputs.rows, {tau_kd: 1.0}, d.steps, d.batch_size, 1, d.seed)
     return [sampler.micro_batch(step, 0) for step in range(1, d.steps + 1)]
 

@@ -82,20 +82,17 @@ class _InProcessPool:
 def ensure_shards(spec: SweepSpec) -> None:
     """Every τ_kd shard of the spec's train split (reused when cached; sampled here otherwise)."""
     from specray.data.dataset import build_splits
+    from specray.data.shards import train_shard_keys
     from specray.models.loading import resolve_model_path
     from specray.teacher.pool import generate_shards
 
     teacher = spec.teacher
     pool = _InProcessPool(resolve_model_path(spec.models.target, spec.models.zoo), teacher.batch_size)
     train = build_splits(spec.data)["train"]
-    temperatures = list(teacher.temperatures)
     generate_shards(
         spec,
         train,
-        temperatures,
-        teacher.max_new_tokens,
-        teacher.seed,
-        "train",
+        train_shard_keys(spec, train),
         pool=pool,
         show_progress=False,
     )

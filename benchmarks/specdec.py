@@ -37,12 +37,13 @@ from quick import tiny_or_quick
 from specray.models.loading import load_model, load_tokenizer
 from specray.models.zoo import build_zoo
 from specray.specdec.analytic import AnalyticEstimator, Continuations, sample_continuations
-from specray.specdec.cells import encode_test_prompts
 from specray.specdec.cost import measure_step_costs
 from specray.specdec.empirical import run_empirical
 from specray.specdec.evaluator import EvalJob, EvalSettings, Evaluator
 from specray.specdec.hf_compare import Comparison
 from specray.specdec.records import StepCosts
+from specray.sweep.plan import plan_sweep
+from specray.sweep.stages import encode
 
 TARGET_HALF_WIDTH = 0.01
 
@@ -222,7 +223,7 @@ def main() -> None:
     spec = tiny_or_quick(args.quick)(())
     zoo = build_zoo(spec.models.zoo)
     tokenizer = load_tokenizer(str(zoo.target))
-    prompts = encode_test_prompts(spec, tokenizer, str(zoo.target))["in_domain"]
+    prompts = encode(plan := plan_sweep(spec), plan.prompt_sets["in_domain"], tokenizer, str(zoo.target))
     target, draft = load_model(str(zoo.target)), load_model(str(zoo.draft))
     machine = platform.processor() or platform.machine()
     print(f"machine: {machine}, torch {torch.__version__}, {torch.get_num_threads()} threads; zoo {zoo.root}")

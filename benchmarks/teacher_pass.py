@@ -36,6 +36,7 @@ from benchmarks.quick import tiny_or_quick  # noqa: E402
 from specray.distill import loop  # noqa: E402
 from specray.distill.inputs import prepare_inputs  # noqa: E402
 from specray.distill.teacher_states import PromptStates, cached_response_states, response_states  # noqa: E402
+from specray.draft import one_draft  # noqa: E402
 from specray.models.loading import load_model, load_tokenizer  # noqa: E402
 
 
@@ -88,7 +89,9 @@ def whole_draft(spec, inputs, tau_kd: float) -> None:
         loop.kept_prompt_states = (lambda *args: None) if name == "states only" else kept_prompts
         started = time.process_time()
         with tempfile.TemporaryDirectory() as root:
-            curves = loop.train_draft(spec, "online", {tau_kd: 1.0}, Path(root) / "d", inputs=inputs).curves
+            curves = loop.train_draft(
+                one_draft(spec, "online", {tau_kd: 1.0}, Path(root) / "d"), inputs=inputs
+            ).curves
         results[name] = (time.process_time() - started, curves[-1].loss)
     loop.kept_prompt_states = kept_prompts
     base = results["states only"][0]
@@ -113,7 +116,7 @@ def main() -> None:
     every = max(1, args.steps // 10)
     overrides = [f"distill.online_steps={args.steps}", f"distill.report_every={every}"]
     spec = tiny_or_quick(args.quick)(overrides).for_paradigm("online")
-    inputs = prepare_inputs(spec, "online", {args.tau_kd: 1.0})
+    inputs = prepare_inputs(one_draft(spec, "online", {args.tau_kd: 1.0}, Path("draft")))
     passes(spec, inputs, args.tau_kd, args.batches, args.repeats)
     whole_draft(spec, inputs, args.tau_kd)
 

@@ -58,6 +58,7 @@ from pathlib import Path
 from transformers.utils import logging as hf_logging
 from specray.config import SweepSpec
 from specray.distill.loop import train_draft
+from specray.draft import one_draft
 hf_logging.disable_progress_bar()
 spec = SweepSpec.model_validate_json(Path(sys.argv[1]).read_text())
 start = time.perf_counter()
@@ -66,7 +67,7 @@ def report(curve):
     first.append(time.perf_counter() - start) if not first else None
     last[0] = time.perf_counter()
 last = [0.0]
-train_draft(spec, "offline", {float(sys.argv[3]): 1.0}, Path(sys.argv[2]), report)
+train_draft(one_draft(spec, "offline", {float(sys.argv[3]): 1.0}, Path(sys.argv[2])), report)
 print(first[0], time.perf_counter() - last[0])
 """
 
@@ -94,10 +95,14 @@ def plain_run(spec: SweepSpec, output: Path, tau_kd: float) -> tuple[float, floa
 
 def ray_run(spec: SweepSpec, output: Path, tau_kd: float) -> tuple[float, float]:
     from specray.distill.ray_train import distill
+    from specray.draft import one_draft
 
     start = time.perf_counter()
     seen: list[float] = []
-    distill(spec, "offline", {tau_kd: 1.0}, output, report=lambda curve: seen.append(time.perf_counter()))
+    distill(
+        one_draft(spec, "offline", {tau_kd: 1.0}, output),
+        report=lambda curve: seen.append(time.perf_counter()),
+    )
     return seen[0] - start, time.perf_counter() - seen[-1]
 
 

@@ -36,7 +36,8 @@ sys.path.insert(0, str(REPO))
 from benchmarks.train_overhead import busy_cpu_s, offline_spec  # noqa: E402
 from specray.cluster.runtime import ray_session  # noqa: E402
 from specray.distill.checkpoints import FINISHED_FILE  # noqa: E402
-from specray.distill.ray_train import DraftJob, distill, distill_drafts  # noqa: E402
+from specray.distill.ray_train import distill, distill_drafts  # noqa: E402
+from specray.draft import one_draft  # noqa: E402
 
 
 def main() -> None:
@@ -57,15 +58,15 @@ def main() -> None:
         for repeat in range(args.repeats):
             for variant in variants:
                 folder = Path(root) / f"{variant.replace(' ', '-')}-{repeat}"
-                jobs = [DraftJob("offline", {tau: 1.0}, folder / f"tau_kd={tau:g}") for tau in taus]
+                jobs = [one_draft(spec, "offline", {tau: 1.0}, folder / f"tau_kd={tau:g}") for tau in taus]
                 cpu, start = busy_cpu_s(), time.perf_counter()
                 if variant == "one run":
                     distill_drafts(spec, jobs)
                 else:
                     for job in jobs:
-                        distill(spec, job.paradigm, job.mixture, job.output_dir)
+                        distill(job)
                 wall, used = time.perf_counter() - start, busy_cpu_s() - cpu
-                own = sum(json.loads((j.output_dir / FINISHED_FILE).read_text())["seconds"] for j in jobs)
+                own = sum(json.loads((j.folder / FINISHED_FILE).read_text())["seconds"] for j in jobs)
                 rows[variant].append((wall, used, own))
                 print(
                     f"pass {repeat + 1} {variant:>15}: {wall:6.1f} s wall, {used:6.1f} CPU s, "

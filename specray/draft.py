@@ -1,25 +1,35 @@
-"""One draft, as one record: built once by the plan (`specray.sweep.plan`) with its name, recipe, folder,
-key and resolved spec, then handed unchanged to the Train worker, the evaluator, the report, MLflow and the
-export. Nobody downstream derives a draft's key, folder or spec again.
+"""One draft, as one record: planned once (`plan_draft`, called by the sweep's plan, the tune search and the
+model garden) with its name, recipe, folder, key and resolved spec, then handed unchanged to the Train
+worker, the evaluator, the report, MLflow and the export. Nobody downstream derives a draft's key, folder
+or spec again.
 
-Import-light (no torch, no Ray, no MLflow): the spec is only a type here.
+Import-light (no torch, no Ray, no MLflow).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specray.errors import SpecError
+
 if TYPE_CHECKING:
     from specray.config import SweepSpec
+    from specray.data.shards import ShardKey
+
+PARADIGMS = ("offline", "online")
 
 __all__ = [
+    "PARADIGMS",
     "Draft",
+    "check_request",
     "draft_folder_name",
     "draft_name",
     "mixture_tag",
+    "one_draft",
+    "plan_draft",
     "replicate_name",
     "variant_name",
 ]
@@ -59,7 +69,8 @@ class Draft:
     """A draft of a sweep (or of a tune search, or a model garden's distilled model).
 
     `spec` is the spec it trains under, resolved once: its paradigm's steps, its replicate's seeds, its
-    divergence and data source, and (a garden's pairs) its own teacher and student. `key` and `key_inputs`
+    divergence and data source, and (a garden's pairs) its own teacher and student; `shards` are the
+    teacher shards it trains on. `key` and `key_inputs`
     are its draft key and what it was computed from (`specray.keys.draft_key_inputs`); the un-distilled
     baseline has `paradigm` None, an empty mixture and the student as its folder. Two records are the same
     draft when name, folder and key agree.
@@ -77,6 +88,8 @@ class Draft:
     # with; "" for offline drafts (SeqKD on the shards) and the baseline
     divergence: str = ""
     data_source: str = ""
+    # the teacher shards it trains on, by τ_kd of its mixture (their digests are in `key_inputs`)
+    shards: Mapping[float, ShardKey] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def trained(self) -> bool:
@@ -138,3 +151,64 @@ class Draft:
             divergence=payload.get("divergence") or "",
             data_source=payload.get("data_source") or "",
         )
+
+
+def check_request(spec: SweepSpec, paradigm: str, mixture: Mapping[float, float]) -> dict[float, float]:
+    """The mixture as {τ_kd: weight}; SpecError naming the bad value before any work starts."""
+    if paradigm not in PARADIGMS:
+        raise SpecError(f"paradigm {paradigm!r} is not one of {', '.join(PARADIGMS)}")
+    weights = {float(tau): float(weight) for tau, weight in mixture.items()}
+    if not weights or any(not weight > 0 for weight in weights.values()):
+        raise SpecError(f"a mixture needs at least one τ_kd and weights > 0, got {weights}")
+    unknown = sorted(set(weights) - set(spec.teacher.temperatures))
+    if unknown:
+        raise SpecError(
+            f"τ_kd {unknown} not in teacher.temperatures {spec.teacher.temperatures} "
+            "(distillation trains on those shards only)"
+        )
+    d = spec.distill
+    if d.batch_size < d.workers:
+        raise SpecError(
+            f"distill.batch_size ({d.batch_size}) must be >= distill.workers ({d.workers}): "
+            "each worker trains on its slice of every batch"
+        )
+    return weights
+
+
+def plan_draft(
+    spec: SweepSpec,
+    shard_keys: Mapping[float, ShardKey],
+    paradigm: str,
+    mixture: Mapping[float, float],
+    replicate: int = 0,
+    divergence: str = "",
+    data_source: str = "",
+    *,
+    root: Path | None = None,
+    name: str | None = None,
+    folder: Path | Callable[[str], Path] | None = None,
+) -> Draft:
+    """One distilled draft of `spec` trained on the teacher shards `shard_keys` (by τ_kd): the spec it
+    trains under (its paradigm's steps, its replicate's seeds, its divergence and data source), its key,
+    its name (only the axes the sweep varies enter it) and its folder (`root/<name>` unless `folder` is
+    given, or a function of the key)."""
+    from specray.keys import digest, draft_key_inputs
+
+    weights = check_request(spec, paradigm, mixture)
+    d = spec.distill
+    varied = (divergence if d.varies_divergence else "", data_source if d.varies_data_source else "")
+    name = name or replicate_name(variant_name(draft_name(paradigm, mixture), *varied), replicate)
+    own = spec.for_draft(paradigm, replicate, divergence, data_source)
+    keys = {tau: shard_keys[tau] for tau in weights if tau in shard_keys}
+    inputs = draft_key_inputs(own, paradigm, weights, {tau: key.digest for tau, key in keys.items()})
+    key = digest(inputs)
+    where = folder(key) if callable(folder) else folder or (root or Path()) / draft_folder_name(name)
+    return Draft(name, paradigm, weights, where, key, inputs, own, replicate, divergence, data_source, keys)
+
+
+def one_draft(spec: SweepSpec, paradigm: str, mixture: Mapping[float, float], folder: Path) -> Draft:
+    """A draft planned on its own (`specray distill`, a benchmark, a test): `plan_draft` on the shards of
+    the spec's train split."""
+    from specray.data.shards import train_shard_keys
+
+    return plan_draft(spec, train_shard_keys(spec), paradigm, mixture, folder=folder)

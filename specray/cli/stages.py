@@ -22,10 +22,17 @@ def validate(sweep: Path = SweepArg, overrides: list[str] = OverridesArg) -> Non
 @app.command()
 def generate(sweep: Path = SweepArg, overrides: list[str] = OverridesArg) -> None:
     """Sample the teacher's response to every train prompt at every τ_kd into cached Parquet shards."""
-    from specray.teacher.pool import generate_teacher_shards
+    from specray.sweep.plan import plan_sweep
+    from specray.teacher.pool import ShardReport, generate_shards
 
     with user_errors():
-        reports = generate_teacher_shards(stage_spec(sweep, overrides, "specray generate"))
+        plan = plan_sweep(stage_spec(sweep, overrides, "specray generate"))
+        reports: dict[tuple[int, float], ShardReport] = {}
+        for sample in plan.shards:  # one teacher sample, or one per replicate (teacher.replicate_shards)
+            reports |= {
+                (sample.spec.teacher.seed, tau): report
+                for tau, report in generate_shards(sample.spec, sample.examples, sample.keys).items()
+            }
     for report in reports.values():
         typer.echo(report.describe())
     if all(report.cached for report in reports.values()):
@@ -42,10 +49,12 @@ def distill(
     output: Path | None = typer.Option(None, "--output", help="Draft dir [OUTPUT_DIR/NAME/drafts/…]."),
 ) -> None:
     """Distil the sweep's draft on teacher shards with Ray Train; print progress and acceptance per τ_dec."""
-    from specray.distill.inputs import draft_folder_name, draft_name, parse_mixture
+    from specray.distill.inputs import parse_mixture
     from specray.distill.progress import curve_progress
-    from specray.distill.ray_train import distill as run_distill
+    from specray.distill.ray_train import distill as distill_one
+    from specray.draft import draft_name, plan_draft
     from specray.errors import SpecError
+    from specray.sweep.plan import plan_sweep
 
     with user_errors():
         spec = stage_spec(sweep, overrides, "specray distill")
@@ -55,12 +64,17 @@ def distill(
         problems = spec.distill.grid_axes_problems("specray distill") if paradigm == "online" else []
         if problems:
             raise SpecError("\n".join(problems))
+        plan = plan_sweep(spec)
         name = draft_name(paradigm, weights)
-        target = output or Path(spec.output_dir) / spec.name / "drafts" / draft_folder_name(name)  # as `run`
-        steps, tau_decs = spec.distill.steps_for(paradigm), spec.eval.temperatures
-        typer.echo(f"distilling {name} for {steps} steps -> {target}")
+        # the sweep's own draft of this recipe (where `specray run` puts it), or one planned the same way
+        draft = next((d for d in plan.drafts if d.name == name), None) if output is None else None
+        if draft is None:
+            keys, root = plan.shards[0].keys, plan.drafts_dir
+            draft = plan_draft(spec, keys, paradigm, weights, root=root, folder=output)
+        steps, tau_decs = draft.train_spec.distill.steps, spec.eval.temperatures
+        typer.echo(f"distilling {name} for {steps} steps -> {draft.folder}")
         with curve_progress(name, steps, tau_decs) as report:
-            result = run_distill(spec, paradigm, weights, target, report=report)
+            result = distill_one(draft, report, plan.splits)
     typer.echo(f"draft written to {result.output_dir}")
     first, last = result.curves[0], result.curves[-1]
     for tau_dec, alpha in last.acceptance.items():
@@ -84,28 +98,27 @@ def evaluate(
     import json
 
     from specray.cluster.runtime import ray_session
-    from specray.models.loading import load_tokenizer, resolve_model_path
-    from specray.specdec.cells import (
-        DraftRef,
-        check_drafts,
-        encode_test_prompts,
-        passes,
-        plan_jobs,
-    )
-    from specray.sweep.run import LazyEvalPool
+    from specray.draft import Draft
+    from specray.models.loading import resolve_model_path
+    from specray.specdec.cells import check_drafts, passes, plan_jobs
+    from specray.sweep.plan import plan_sweep
+    from specray.sweep.progress import SweepDisplay
+    from specray.sweep.stages import Stages
 
     with user_errors():
         spec = stage_spec(sweep, overrides, "specray evaluate")
+        plan = plan_sweep(spec)
         target_path = resolve_model_path(spec.models.target, spec.models.zoo)
         draft_path = resolve_model_path(spec.models.draft, spec.models.zoo)
         paths = drafts or [draft_path]
         named = {(BASELINE if not drafts else path): path for path in paths}
         check_drafts(target_path, named)
-        prompts = encode_test_prompts(spec, load_tokenizer(target_path), target_path)
     e = spec.eval
-    jobs = plan_jobs(e, [DraftRef(name, path) for name, path in named.items()])
-    with ray_session(spec.ray), user_errors(), LazyEvalPool(spec, target_path, prompts) as lazy:
-        pool = lazy.get()  # the sweep's eval pool: the same cached target samples, the same quality metrics
+    jobs = plan_jobs(e, [Draft(name, None, {}, Path(path)) for name, path in named.items()])  # not cached
+    with ray_session(spec.ray), user_errors(), Stages(plan, SweepDisplay(enabled=False)) as stages:
+        pool = (
+            stages.pool()
+        )  # the sweep's eval pool: the same cached target samples, the same quality metrics
         if pool.step_costs is None:  # one timing for every draft: they share the student's architecture
             typer.echo(pool.measure_step_costs(draft_path, list(e.batch_sizes), list(e.gamma)).describe())
         records = pool.run(passes(jobs, e.drafts_per_pass))

@@ -24,18 +24,20 @@ def run(
     it reuses and what it will compute and why."""
     with user_errors():
         spec = load_spec(sweep, overrides or [])  # a bad spec is refused before the heavy imports below
-        from specray.sweep.plan import sweep_dir
-        from specray.sweep.run import plan_sweep, run_sweep
+        from specray.sweep.plan import plan_sweep, sweep_dir
+        from specray.sweep.run import run_sweep
+        from specray.sweep.survey import survey
 
         if spec.models.garden:
             _run_garden(spec, dry_run)
             return
         if dry_run:
-            _print_plan(plan_sweep(spec), spec.name)
+            plan = plan_sweep(spec)
+            _print_plan(plan, survey(plan), drafts=True)
             return
         set_threads()
         with resumable(sweep_dir(spec)):
-            outcome = run_sweep(spec, on_plan=lambda work: _print_plan(work, spec.name))
+            outcome = run_sweep(spec, on_plan=_print_plan)
     state = "resumed" if outcome.resumed else "new"
     typer.echo(
         f"sweep {spec.name}: {len(outcome.records)} cells; MLflow run {outcome.parent_run_id} ({state})"
@@ -255,7 +257,24 @@ def tune(
     typer.echo(f"report: {outcome.report_dir}")
 
 
-def _print_plan(work, name: str) -> None:
-    typer.echo(f"plan for sweep {name} (what is reused, what will be computed, and why):")
-    for line in work.lines():
+def _print_plan(plan, found, drafts: bool = False) -> None:  # noqa: ANN001 (SweepPlan, Survey: lazy)
+    """What the plan holds (`drafts`: every draft with its key and folder) and what of it is reused."""
+    spec = plan.spec
+    if drafts:
+        sets = ", ".join(
+            f"{name} ({len(p.examples)} prompts, key {p.key[:12]})" for name, p in plan.prompt_sets.items()
+        )
+        typer.echo(f"plan for sweep {spec.name} in {plan.folder}:")
+        typer.echo(f"  train split {len(plan.splits['train'])} prompts; prompt sets: {sets}")
+        for sample in plan.shards:
+            keys = ", ".join(f"{tau:g}:{key.digest[:12]}" for tau, key in sample.keys.items())
+            typer.echo(f"  teacher shards (teacher.seed {sample.spec.teacher.seed}): {keys}")
+        for draft in plan.everything:
+            steps = draft.train_spec.distill.steps if draft.trained else 0
+            typer.echo(f"  draft {draft.name:34s} key {draft.key[:12]}  {steps:5d} steps  {draft.folder}")
+        typer.echo(
+            f"  step costs key {plan.step_costs_key[:12]}; {len(plan.cell_jobs(found.step_costs))} cells"
+        )
+    typer.echo(f"plan for sweep {spec.name} (what is reused, what will be computed, and why):")
+    for line in found.lines():
         typer.echo(f"  {line}")

@@ -7,13 +7,14 @@ its result travels to the workers — so no worker reads the driver's cache or b
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specray.config import SweepSpec
+from specray.data.examples import Example
 from specray.distill.data import TrainRow, rows_from_table
 from specray.distill.probe import probe_prompts
+from specray.draft import check_request
 from specray.errors import DataError, SpecError
 from specray.models.loading import check_same_vocabulary, load_tokenizer, resolve_model_path
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from transformers import PreTrainedTokenizerBase
 
-PARADIGMS = ("offline", "online")
+    from specray.draft import Draft
 
 
 @dataclass(frozen=True)
@@ -34,77 +35,41 @@ class DistillInputs:
     probe_prompts: list[list[int]]
 
 
-def draft_name(paradigm: str, mixture: Mapping[float, float]) -> str:
-    """`offline/tau_kd=0.6` for a single τ_kd, `online/mix=0.7:1,0.8:1,0.9:1` for a mixture."""
-    if len(mixture) == 1:
-        return f"{paradigm}/tau_kd={float(next(iter(mixture))):g}"
-    return f"{paradigm}/mix=" + ",".join(f"{float(t):g}:{w:g}" for t, w in sorted(mixture.items()))
+def prepare_inputs(draft: Draft, splits: Mapping[str, Sequence[Example]] | None = None) -> DistillInputs:
+    """Validate the draft's request, read its τ_kd shards (DataError if `specray generate` has not made
+    them) and resolve both models (building the tiny zoo if needed). An online run with fixed data
+    (`distill.data_sources`) also gets each row's ground-truth response. `splits`: the sweep's, as its plan
+    built them (else they are built here, for a draft trained on its own)."""
+    from specray.data.shards import is_complete, read_shard
 
-
-def variant_name(name: str, divergence: str = "", data_source: str = "") -> str:
-    """An online draft of DistillSpec's grid: `online/tau_kd=1/tvd/gkd`, with only the axes its sweep varies
-    ("" = not varied), so a sweep of one divergence and one data source keeps `online/tau_kd=1`."""
-    return "/".join([name, *(axis for axis in (divergence, data_source) if axis)])
-
-
-def replicate_name(name: str, replicate: int) -> str:
-    """Training replicate r of the draft `name`: `online/tau_kd=0.6/r1`; replicate 0 is `name` itself (a
-    run without replicates made it, under the same key)."""
-    return f"{name}/r{replicate}" if replicate else name
-
-
-def draft_folder_name(name: str) -> str:
-    """The folder a draft named `name` is published in (`offline/tau_kd=0.6` -> `offline__tau_kd=0.6`)."""
-    return name.replace("/", "__")
-
-
-def check_request(spec: SweepSpec, paradigm: str, mixture: Mapping[float, float]) -> dict[float, float]:
-    """The mixture as {τ_kd: weight}; SpecError naming the bad value before any work starts."""
-    if paradigm not in PARADIGMS:
-        raise SpecError(f"paradigm {paradigm!r} is not one of {', '.join(PARADIGMS)}")
-    weights = {float(tau): float(weight) for tau, weight in mixture.items()}
-    if not weights or any(not weight > 0 for weight in weights.values()):
-        raise SpecError(f"a mixture needs at least one τ_kd and weights > 0, got {weights}")
-    unknown = sorted(set(weights) - set(spec.teacher.temperatures))
-    if unknown:
-        raise SpecError(
-            f"τ_kd {unknown} not in teacher.temperatures {spec.teacher.temperatures} "
-            "(distillation trains on those shards only)"
+    spec, paradigm = draft.train_spec, draft.paradigm or ""
+    weights = check_request(spec, paradigm, draft.mixture)
+    missing = [tau for tau in weights if tau not in draft.shards or not is_complete(draft.shards[tau])]
+    if missing:
+        raise DataError(
+            f"no teacher shards yet for τ_kd {missing}; run `specray generate` on this sweep first"
         )
-    d = spec.distill
-    if d.batch_size < d.workers:
-        raise SpecError(
-            f"distill.batch_size ({d.batch_size}) must be >= distill.workers ({d.workers}): "
-            "each worker trains on its slice of every batch"
-        )
-    return weights
-
-
-def prepare_inputs(spec: SweepSpec, paradigm: str, mixture: Mapping[float, float]) -> DistillInputs:
-    """Validate the request, read the τ_kd shards (DataError if `specray generate` has not made them)
-    and resolve both models (building the tiny zoo if needed). An online run with fixed data
-    (`distill.data_sources`) also gets each row's ground-truth response."""
-    from specray.data.shards import load_train_shards
-
-    weights = check_request(spec, paradigm, mixture)
-    tables = load_train_shards(spec, list(weights))
+    tables = {tau: read_shard(draft.shards[tau]) for tau in weights}
     draft_path = resolve_model_path(spec.models.draft, spec.models.zoo)
     target_path = resolve_model_path(spec.models.target, spec.models.zoo)
     tokenizer = load_tokenizer(target_path, spec.models.target.trust_remote_code)
     draft_tokenizer = load_tokenizer(draft_path, spec.models.draft.trust_remote_code)
     check_same_vocabulary(tokenizer, draft_tokenizer, target_path, draft_path)
-    truth = None
-    if paradigm == "online" and spec.distill.sources.fixed > 0:
+    if splits is None:
         from specray.data.dataset import build_splits
 
-        outputs = {example.id: example.output for example in build_splits(spec.data)["train"]}
+        splits = build_splits(spec.data)
+    truth = None
+    if paradigm == "online" and spec.distill.sources.fixed > 0:
+        outputs = {example.id: example.output for example in splits["train"]}
         # every shard holds the same prompts (the train split), so one table gives every prompt's truth
         table = next(iter(tables.values()))
         truth = ground_truth_responses(table, outputs, tokenizer, spec.teacher.max_new_tokens)
     rows = {
         tau: rows_from_table(table, tau, spec.data.max_prompt_tokens, truth) for tau, table in tables.items()
     }
-    return DistillInputs(draft_path, target_path, rows, probe_prompts(spec, tokenizer))
+    probe = probe_prompts(splits["validation"], tokenizer, spec.data)
+    return DistillInputs(draft_path, target_path, rows, probe)
 
 
 def ground_truth_responses(

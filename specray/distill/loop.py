@@ -32,7 +32,7 @@ import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -46,8 +46,6 @@ from specray.distill.checkpoints import (
     FinishedDraft,
     RunState,
     claim_work_dir,
-    draft_inputs,
-    fingerprint,
     load_trainer_state,
     publish,
     save_checkpoint,
@@ -61,18 +59,19 @@ from specray.distill.data import (
     row_sources,
     with_ground_truth,
 )
-from specray.distill.inputs import DistillInputs, check_request, draft_name, prepare_inputs
+from specray.distill.inputs import DistillInputs, check_request, prepare_inputs
 from specray.distill.losses import ResponseLoss, check_chunkable, unwrap
 from specray.distill.probe import AcceptanceProbe
 from specray.distill.session import LocalSession, Session
 from specray.distill.teacher_states import StaticStates, estimated_mb, kept_prompt_states
+from specray.draft import Draft
 from specray.keys import curve_inputs
 from specray.models.loading import load_model, load_tokenizer
 from specray.ops.schedule import warmup_cosine
 from specray.sampling import eos_token_ids, sample_batch
 from specray.seeds import derive_seed
 
-__all__ = ["DistillInputs", "DistillResult", "draft_name", "prepare_inputs", "run_training", "train_draft"]
+__all__ = ["DistillInputs", "DistillResult", "prepare_inputs", "run_training", "train_draft"]
 
 log = logging.getLogger(__name__)
 
@@ -166,12 +165,11 @@ def _optimization(
     return optimizer, scheduler, replace(state, resumed_from=[*state.resumed_from, state.step])
 
 
-def _setup(
-    spec: SweepSpec, paradigm: str, mixture: Mapping[float, float], inputs: DistillInputs, session: Session
-) -> _Run:
+def _setup(draft: Draft, inputs: DistillInputs, session: Session) -> _Run:
+    spec, paradigm, run_fingerprint = draft.train_spec, draft.paradigm or "", draft.key
+    mixture = check_request(spec, paradigm, draft.mixture)
     d = spec.distill
     torch.manual_seed(d.seed)
-    run_fingerprint = fingerprint(spec, paradigm, mixture)
     model, saved = _load_student(spec, inputs, session, run_fingerprint)
     tokenizer = load_tokenizer(inputs.draft_path, spec.models.draft.trust_remote_code)
     eos_ids = eos_token_ids(model, tokenizer)
@@ -400,18 +398,12 @@ def _after_step(run: _Run, step: int, window: _Window) -> bool:
     return report
 
 
-def run_training(
-    spec: SweepSpec,
-    paradigm: str,
-    mixture: Mapping[float, float],
-    inputs: DistillInputs,
-    session: Session,
-) -> list[CurvePoint]:
-    """Train from the session's latest checkpoint (or the draft) to `distill.steps`; returns the curves.
-
-    The last step always ends with a checkpoint: that checkpoint is what gets published as the draft.
+def run_training(draft: Draft, inputs: DistillInputs, session: Session) -> list[CurvePoint]:
+    """Train `draft` from the session's latest checkpoint (or the student) to its `distill.steps`; returns
+    the curves. The last step always ends with a checkpoint: that checkpoint is what gets published.
     """
-    run = _setup(spec, paradigm, check_request(spec, paradigm, mixture), inputs, session)
+    run = _setup(draft, inputs, session)
+    spec = run.spec
     if run.state.step == 0:
         _after_step(run, 0, _Window())  # the un-distilled draft: the curve starts at step 0
     window = _Window()
@@ -431,49 +423,44 @@ def worker_resources(spec: SweepSpec) -> Resources:
 
 
 def train_draft(
-    spec: SweepSpec,
-    paradigm: str,
-    mixture: Mapping[float, float],
-    output_dir: Path,
+    draft: Draft,
     report: Callable[[CurvePoint], None] | None = None,
     *,
     inputs: DistillInputs | None = None,
 ) -> DistillResult:
-    """Distil the spec's draft in this process and publish it at `output_dir` (see checkpoints.py).
+    """Distil `draft` in this process and publish it in its folder (see checkpoints.py).
 
     `report` receives each curve point as it is produced. A run killed midway resumes from its latest
-    checkpoint (kept in `.<output_dir name>.work` beside it) when called again with the same arguments;
-    curve points after that checkpoint are then reported again (same values: the run is deterministic).
+    checkpoint (kept in `.<folder name>.work` beside it) when called again with the same draft; curve points
+    after that checkpoint are then reported again (same values: the run is deterministic).
     """
-    output_dir = Path(output_dir).absolute()
-    spec = spec.for_paradigm(paradigm)
-    inputs = inputs or prepare_inputs(spec, paradigm, mixture)
+    output_dir = Path(draft.folder).absolute()
+    spec = draft.train_spec
+    inputs = inputs or prepare_inputs(draft)
     started = time.perf_counter()
-    work = claim_work_dir(output_dir, fingerprint(spec, paradigm, mixture))
+    work = claim_work_dir(output_dir, draft.key)
     session = LocalSession(work, report, worker_resources(spec).torch_device())
-    curves = run_training(spec, paradigm, mixture, inputs, session)
+    curves = run_training(draft, inputs, session)
     final = session.checkpoints()[-1]
     state = RunState.from_json(load_trainer_state(final))
-    info = finished_info(spec, paradigm, mixture, state, time.perf_counter() - started)
-    publish(final, output_dir, spec, info)
+    publish(final, output_dir, spec, finished_info(draft, state, time.perf_counter() - started))
     shutil.rmtree(work, ignore_errors=True)
     return DistillResult(output_dir, spec.distill.steps, curves)
 
 
-def finished_info(
-    spec: SweepSpec, paradigm: str, mixture: Mapping[float, float], state: RunState, seconds: float
-) -> FinishedDraft:
+def finished_info(draft: Draft, state: RunState, seconds: float) -> FinishedDraft:
     """What the completion marker records about the run (`state`: its last checkpoint's)."""
+    spec = draft.train_spec
     if state.step != spec.distill.steps:
         raise RuntimeError(f"the last checkpoint is at step {state.step}, not {spec.distill.steps}")
     return FinishedDraft(
-        draft=draft_name(paradigm, mixture),
-        paradigm=paradigm,
-        mixture={f"{tau:g}": weight for tau, weight in sorted(mixture.items())},
+        draft=draft.name,
+        paradigm=draft.paradigm or "",
+        mixture={f"{tau:g}": weight for tau, weight in sorted(draft.mixture.items())},
         steps=state.step,
         resumed_from=state.resumed_from,
         fingerprint=state.fingerprint,
-        key_inputs=draft_inputs(spec, paradigm, mixture),
+        key_inputs=dict(draft.key_inputs),
         curve_inputs=curve_inputs(spec),
         seconds=round(seconds, 1),
     )

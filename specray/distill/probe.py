@@ -18,16 +18,17 @@ from specray.distill.curves import PromptSums
 from specray.specdec.analytic import AnalyticEstimator, Betas, sample_continuations
 
 if TYPE_CHECKING:  # the probe itself runs without the config (the GPU test suite has no pydantic)
-    from specray.config import SweepSpec
+    from specray.config import DataSpec
+    from specray.data.examples import Example
 
 PROBE_PROMPTS = 16  # enough for a trend, cheap enough to run every few steps
 
 
-def probe_prompts(spec: SweepSpec, tokenizer: PreTrainedTokenizerBase) -> list[list[int]]:
+def probe_prompts(
+    validation: Sequence[Example], tokenizer: PreTrainedTokenizerBase, data: DataSpec
+) -> list[list[int]]:
     """Token ids of the first PROBE_PROMPTS validation prompts, encoded like the test prompts."""
-    from specray.data.dataset import build_splits
-
-    return encode_prompts(build_splits(spec.data)["validation"][:PROBE_PROMPTS], tokenizer, spec.data)
+    return encode_prompts(list(validation[:PROBE_PROMPTS]), tokenizer, data)
 
 
 class AcceptanceProbe:

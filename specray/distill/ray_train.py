@@ -57,13 +57,13 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from specray.cluster.actors import Demand, check_local_fits
 from specray.cluster.runtime import ray_session
-from specray.config import DistillSpec, ModelsSpec, SweepSpec
+from specray.config import DistillSpec, SweepSpec
+from specray.data.examples import Example
 from specray.devices import Resources
 from specray.distill.checkpoints import (
     RunState,
     checkpoint_key,
     claim_work_dir,
-    fingerprint,
     is_finished,
     load_trainer_state,
     publish,
@@ -71,13 +71,14 @@ from specray.distill.checkpoints import (
     set_aside_damaged,
 )
 from specray.distill.curves import CurvePoint
-from specray.distill.inputs import DistillInputs, check_request, draft_name, prepare_inputs, replicate_name
+from specray.distill.inputs import DistillInputs, check_request, prepare_inputs
 from specray.distill.loop import DistillResult, finished_info, run_training, worker_resources
+from specray.draft import Draft
 from specray.errors import USER_ERRORS, find_cause
 from specray.faults import Faults
 from specray.keys import digest
 
-__all__ = ["DraftJob", "RaySession", "distill", "distill_drafts", "is_finished"]
+__all__ = ["RaySession", "distill", "distill_drafts", "is_finished"]
 
 log = logging.getLogger(__name__)
 
@@ -192,31 +193,16 @@ def worker_device(resources: Resources) -> torch.device:
 
 @dataclass(frozen=True)
 class _TrainJob:
-    """One draft of the run, as the workers get it."""
+    """One draft of the run, as the workers get it: the plan's record and what the driver read for it."""
 
-    paradigm: str
-    mixture: dict[float, float]
-    output_dir: str
-    key: str  # the draft key
-    name: str
+    draft: Draft
     inputs: DistillInputs
-    replicate: int = 0
-    variant: tuple[str, str] = ("", "")  # (divergence, data source): DraftJob's
-    models: dict[str, Any] | None = None  # DraftJob's `models`, as JSON (the workers validate it again)
-
-    def spec(self, spec: SweepSpec) -> SweepSpec:
-        """The spec this draft trains under (`DraftJob.spec`, on the worker's side)."""
-        on_its_own = spec.for_draft(self.paradigm, self.replicate, *self.variant)
-        if self.models is None:
-            return on_its_own
-        return on_its_own.model_copy(update={"models": ModelsSpec.model_validate(self.models)})
 
 
 @dataclass(frozen=True)
 class _TrainRun:
     """What every worker of the run gets (Ray Train's `train_loop_config` holds it under RUN_CONFIG)."""
 
-    spec: dict[str, Any]  # the spec as JSON: the workers validate it again
     jobs: list[_TrainJob]
     work: str  # the run's work folder
     faults: Faults
@@ -233,29 +219,28 @@ def _train_worker(config: dict[str, Any]) -> None:
 
     hf_logging.disable_progress_bar()  # a bar per model load, from every worker, floods the driver's console
     run: _TrainRun = config[RUN_CONFIG]
-    spec = SweepSpec.model_validate(run.spec)
     for job in run.jobs:
-        if not is_finished(job.output_dir, job.key):
-            _train_job(job.spec(spec), job, run)
+        if not is_finished(job.draft.folder, job.draft.key):
+            _train_job(job, run)
             gc.collect()  # the draft's models, states and caches go now, not whenever cycles are next swept
 
 
-def _train_job(spec: SweepSpec, job: _TrainJob, run: _TrainRun) -> None:
+def _train_job(job: _TrainJob, run: _TrainRun) -> None:
     """One draft: the loop from its latest checkpoint (if the run's latest is its own) to `distill.steps`;
     rank 0 then publishes the last checkpoint and tells the driver."""
-    paradigm, mixture = job.paradigm, job.mixture
-    resources, work = worker_resources(spec), Path(run.work)
-    session = RaySession(resources, run.faults, work, run.curves, job.key, job.name)
+    draft = job.draft
+    resources, work = worker_resources(draft.train_spec), Path(run.work)
+    session = RaySession(resources, run.faults, work, run.curves, draft.key, draft.name)
     started = time.perf_counter()
     try:
-        run_training(spec, paradigm, mixture, job.inputs, session)
+        run_training(draft, job.inputs, session)
         if session.rank == 0:
             with _last_checkpoint(session) as final:
                 state = RunState.from_json(load_trainer_state(final))
-                info = finished_info(spec, paradigm, mixture, state, time.perf_counter() - started)
-                publish(final, Path(job.output_dir), spec, info)
+                info = finished_info(draft, state, time.perf_counter() - started)
+                publish(final, Path(draft.folder), draft.train_spec, info)
             if run.curves is not None:
-                run.curves.put({"draft": job.name, "published": True})
+                run.curves.put({"draft": draft.name, "published": True})
     finally:
         session.release()
 
@@ -353,124 +338,78 @@ def _user_error(error: BaseException) -> BaseException:
     return find_cause(error, USER_ERRORS) or error
 
 
-@dataclass(frozen=True)
-class DraftJob:
-    """One draft of a Train run: its paradigm, its τ_kd mixture, where it is published, which training
-    replicate it is (`SweepSpec.for_replicate`: replicate r trains with distill.seed + r) and, online in
-    DistillSpec's grid, its divergence and data source (`SweepSpec.for_variant`; "" = the spec's only one).
-    `label`: the sweep's name for it (`sweep.plan`), else `offline/tau_kd=0.6` and the like. `models`: its
-    own target (teacher) and student where they are not the run's (a model garden distils several pairs
-    in one run)."""
-
-    paradigm: str
-    mixture: Mapping[float, float]
-    output_dir: Path
-    replicate: int = 0
-    divergence: str = ""
-    data_source: str = ""
-    label: str = ""
-    models: ModelsSpec | None = None
-
-    @property
-    def name(self) -> str:
-        return self.label or replicate_name(draft_name(self.paradigm, self.mixture), self.replicate)
-
-    def spec(self, spec: SweepSpec) -> SweepSpec:
-        """The spec this draft trains under."""
-        on_its_own = spec.for_draft(self.paradigm, self.replicate, self.divergence, self.data_source)
-        return on_its_own if self.models is None else on_its_own.model_copy(update={"models": self.models})
-
-
 def distill(
-    spec: SweepSpec,
-    paradigm: str,
-    mixture: Mapping[float, float],
-    output_dir: Path,
+    draft: Draft,
     report: Callable[[CurvePoint], None] | None = None,
+    splits: Mapping[str, Sequence[Example]] | None = None,
 ) -> DistillResult:
-    """Distil the spec's draft with Ray Train (`distill.workers` DDP workers) and publish it at `output_dir`.
-
-    Uses the running Ray, else starts one per `spec.ray`. `report` gets each curve point live, on this
-    thread (exceptions from it are logged, not raised: the run goes on). A draft already published under
-    the same key is returned as it is.
-    """
-    on_curve = None if report is None else (lambda _draft, curve: report(curve))
-    return distill_drafts(spec, [DraftJob(paradigm, mixture, Path(output_dir))], on_curve)[0]
+    """Distil one draft in a Ray Train run of its own (`distill.workers` DDP workers) and publish it in its
+    folder (`specray distill`); `report` gets each curve point live, on this thread. A draft already
+    published under its key is returned as it is."""
+    on_curve = None if report is None else (lambda _name, curve: report(curve))
+    return distill_drafts(draft.train_spec, [draft], splits, on_curve)[0]
 
 
 def distill_drafts(
     spec: SweepSpec,
-    jobs: Sequence[DraftJob],
+    drafts: Sequence[Draft],
+    splits: Mapping[str, Sequence[Example]] | None = None,
     report: Callable[[str, CurvePoint], None] | None = None,
     published: Callable[[str], None] | None = None,
 ) -> list[DistillResult]:
     """Distil several drafts one after another in one Ray Train run and publish each as it ends.
 
     One run pays Ray Train's start (controller, placement group, worker processes importing torch and
-    transformers, models loaded; `benchmarks/train_runs.py` measures it) once for all of them. Drafts
-    already published under their key are skipped; the others are trained in the given order.
-    `report(draft, curve)` gets each curve point and `published(draft)` each publication, live, on this
-    thread (exceptions from either are logged, not raised). Calling it again with the same jobs after the
-    driver died resumes: the run's folder is keyed by every job's key, and its latest checkpoint names its
-    draft (the drafts before it are published; the ones after it start fresh).
+    transformers, models loaded; `benchmarks/train_runs.py` measures it) once for all of them. Each draft
+    trains under its own spec, in its own folder, keyed by its own key (the plan's `Draft`); `spec` is the
+    run's (Ray, the Train workers' resources). Drafts already published under their key are skipped; the
+    others are trained in the given order. `splits`: the sweep's splits as its plan built them (the fixed
+    data and the probe's prompts come from them). `report(draft, curve)` gets each curve point and
+    `published(draft)` each publication, live, on this thread (exceptions from either are logged, not
+    raised). Calling it again with the same drafts after the driver died resumes: the run's folder is keyed
+    by every draft's key, and its latest checkpoint names its draft (the drafts before it are published;
+    the ones after it start fresh).
     """
-    # distill.steps: this paradigm's steps; distill.seed (and teacher.seed): this replicate's
-    specs = [job.spec(spec) for job in jobs]
-    jobs = [  # a bad paradigm or τ_kd is one clear error here, before any key is computed
-        replace(j, mixture=check_request(s, j.paradigm, j.mixture), output_dir=Path(j.output_dir).absolute())
-        for s, j in zip(specs, jobs, strict=True)
-    ]
-    keys = [fingerprint(s, job.paradigm, job.mixture) for s, job in zip(specs, jobs, strict=True)]
-    for job in jobs:
-        set_aside_damaged(job.output_dir)
-    todo = [i for i, job in enumerate(jobs) if not is_finished(job.output_dir, keys[i])]
-    work = _claim_run_dir(jobs, keys)
+    drafts = [replace(d, folder=Path(d.folder).absolute()) for d in drafts]
+    for draft in drafts:  # a bad paradigm or τ_kd is one clear error here, before any work
+        check_request(draft.train_spec, draft.paradigm or "", draft.mixture)
+        set_aside_damaged(draft.folder)
+    todo = [draft for draft in drafts if not is_finished(draft.folder, draft.key)]
+    work = _claim_run_dir(drafts)
     if todo:
         # every user error surfaces here, before Ray
-        inputs = {i: prepare_inputs(specs[i], jobs[i].paradigm, jobs[i].mixture) for i in todo}
-        config = _TrainRun(
-            spec.model_dump(mode="json"),
-            [_train_job_of(jobs[i], keys[i], inputs[i]) for i in todo],
-            str(work),
-            Faults.from_env(),
-        )
+        jobs = [_TrainJob(draft, prepare_inputs(draft, splits)) for draft in todo]
+        config = _TrainRun(jobs, str(work), Faults.from_env())
         told: set[str] = set()
 
-        def on_published(draft: str) -> None:
-            told.add(draft)
+        def on_published(name: str) -> None:
+            told.add(name)
             if published is not None:
-                published(draft)
+                published(name)
 
         with ray_session(spec.ray):
             if spec.ray.address is None:  # a remote cluster may autoscale; a local one never grows
                 check_local_fits(_demand(spec))
             _run_trainer(spec, config, work, report, on_published)
-        for i in todo:
-            if not is_finished(jobs[i].output_dir, keys[i]):
-                raise RuntimeError(f"{jobs[i].name}: the run ended without publishing it")
-            if jobs[i].name not in told:  # published just before a restart, the message lost with it
-                on_published(jobs[i].name)
+        for draft in todo:
+            if not is_finished(draft.folder, draft.key):
+                raise RuntimeError(f"{draft.name}: the run ended without publishing it")
+            if draft.name not in told:  # published just before a restart, the message lost with it
+                on_published(draft.name)
     shutil.rmtree(work, ignore_errors=True)
     return [
-        DistillResult(job.output_dir, s.distill.steps, read_curves(job.output_dir))
-        for s, job in zip(specs, jobs, strict=True)
+        DistillResult(draft.folder, draft.train_spec.distill.steps, read_curves(draft.folder))
+        for draft in drafts
     ]
 
 
-def _claim_run_dir(jobs: Sequence[DraftJob], keys: Sequence[str]) -> Path:
+def _claim_run_dir(drafts: Sequence[Draft]) -> Path:
     """The run's work folder: `.<draft>.work` beside a single draft; `.run-<digest>.work` beside the first
-    of several, keyed by all of their keys (the same jobs find the same folder again)."""
-    if len(jobs) == 1:
-        return claim_work_dir(jobs[0].output_dir, keys[0])
-    run_key = digest({"drafts": list(keys)})
-    return claim_work_dir(jobs[0].output_dir.parent / f"run-{run_key[:16]}", run_key)
-
-
-def _train_job_of(job: DraftJob, key: str, inputs: DistillInputs) -> _TrainJob:
-    mixture, folder = dict(job.mixture), str(job.output_dir)
-    variant = (job.divergence, job.data_source)
-    models = job.models.model_dump(mode="json") if job.models is not None else None
-    return _TrainJob(job.paradigm, mixture, folder, key, job.name, inputs, job.replicate, variant, models)
+    of several, named by all of their keys (the same drafts find the same folder again)."""
+    if len(drafts) == 1:
+        return claim_work_dir(drafts[0].folder, drafts[0].key)
+    run_key = digest({"drafts": [draft.key for draft in drafts]})
+    return claim_work_dir(drafts[0].folder.parent / f"run-{run_key[:16]}", run_key)
 
 
 def _run_trainer(

@@ -19,18 +19,15 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from specray.cluster.runtime import ray_session
-from specray.config import ModelRef, SweepSpec, dump_spec
-from specray.distill.checkpoints import fingerprint, read_curves
+from specray.config import SweepSpec, dump_spec
 from specray.distill.curves import CurvePoint, curves_to_json
-from specray.distill.progress import curve_note
-from specray.distill.ray_train import DraftJob, distill_drafts
+from specray.draft import Draft, plan_draft
 from specray.files import write_json, write_text
 from specray.garden.measure import MEASURE_FORMAT, GardenPoint, PointResult
 from specray.garden.plan import (
@@ -45,15 +42,13 @@ from specray.garden.plan import (
 )
 from specray.keys import digest, model_id
 from specray.locks import output_folder
-from specray.models.loading import load_tokenizer, resolve_model_path
+from specray.models.loading import resolve_model_path
 from specray.report.garden import figures, write_garden_report
-from specray.specdec.cells import encode_test_prompts, evaluated_examples
 from specray.specdec.workers import measure_garden_points
-from specray.sweep.plan import SPEC_FILE, sweep_dir
+from specray.sweep.plan import SPEC_FILE, ShardPlan, SweepPlan, plan_shards, plan_sweep, sweep_dir
 from specray.sweep.preflight import preflight
 from specray.sweep.progress import SweepDisplay
-from specray.sweep.schedule import concurrent_runs
-from specray.teacher.pool import generate_teacher_shards
+from specray.sweep.stages import Stages
 from specray.tracking.client import Tracker, open_tracker
 from specray.tracking.names import LATENCY_MS_PER_TOKEN, QUALITY, garden_metric
 
@@ -70,12 +65,18 @@ class GardenOutcome:
 
 @dataclass(frozen=True)
 class Distilled:
-    """A model the garden distilled: `student` from `teacher`, published at `ref.name_or_path`."""
+    """What the garden knows of a model it distilled beyond its `Draft`: its role — "target" (a smaller
+    target distilled from the teacher) or "draft" — and its teacher's label."""
 
-    name: str
-    role: str  # "target" (a smaller target distilled from the teacher) or "draft"
-    ref: ModelRef
-    key: str
+    draft: Draft
+    role: str
+    teacher: str
+    student: GardenModel
+
+    @property
+    def ref(self):  # noqa: ANN201 (a ModelRef)
+        """The distilled model as a model of its own (in the student's dtype)."""
+        return distilled_ref(self.student.ref, self.draft.folder)
 
 
 def run_garden(spec: SweepSpec, show_progress: bool = True) -> GardenOutcome:
@@ -87,86 +88,83 @@ def run_garden(spec: SweepSpec, show_progress: bool = True) -> GardenOutcome:
 
 
 def _run_garden(spec: SweepSpec, show_progress: bool) -> GardenOutcome:
-    out = sweep_dir(spec)
-    root = out / GARDEN_DIR
-    write_text(out / SPEC_FILE, dump_spec(spec))
+    plan = plan_sweep(spec)
+    root = plan.folder / GARDEN_DIR
+    write_text(plan.folder / SPEC_FILE, dump_spec(spec))
     tracker = open_tracker(spec.tracking.uri, spec.experiment)
     parent, _ = tracker.garden_run(spec)
     models = garden_models(spec)
     teacher, smaller = models[-1], models[:-1]
+    student = GardenModel(model_label(spec.models.draft), spec.models.draft)
     display = SweepDisplay(enabled=show_progress)
-    with ray_session(spec.ray), display:
-        with display.stage("zoo", 1, "model"):
-            for ref in [*spec.models.garden, spec.models.draft]:
-                resolve_model_path(ref, spec.models.zoo)
-            display.advance()
-        with display.stage("distill targets", len(smaller), "model"):
-            pairs = [(teacher, m, "target") for m in smaller]
-            targets = _distil_all(spec, pairs, root, tracker, parent, display)
-        raw_and_distilled = [*models, *(GardenModel(d.name, d.ref) for d in targets)]
-        draft = GardenModel(model_label(spec.models.draft), spec.models.draft)
-        with display.stage("distill drafts", len(raw_and_distilled), "draft"):
-            pairs = [(m, draft, "draft") for m in raw_and_distilled]
-            made = _distil_all(spec, pairs, root, tracker, parent, display)
-            drafts = {m.label: d for m, d in zip(raw_and_distilled, made, strict=True)}
+
+    def logged(made: Distilled, curves: list[CurvePoint]) -> None:
+        _log_distilled(spec, tracker, parent, made, curves)
+
+    with ray_session(spec.ray), display, Stages(plan, display) as stages:
+        stages.models(spec.models.garden)
+        targets = [_distilled(plan, teacher, m, "target", root) for m in smaller]
+        _distil(stages, targets, "distill targets", logged)
+        raw_and_distilled = [*models, *(GardenModel(d.draft.name, d.ref) for d in targets)]
+        made = [_distilled(plan, m, student, "draft", root) for m in raw_and_distilled]
+        _distil(stages, made, "distill drafts", logged)
+        drafts = {m.label: d for m, d in zip(raw_and_distilled, made, strict=True)}
         points = garden_points(spec, models, targets, drafts)
         garden = garden_model_table(spec, models, [*targets, *made])
         with display.stage("garden points", len(points), "point"):
-            results = measure_points(spec, points, garden, root / "points", display)
-    report = _report(spec, results, tracker, parent, out)
+            results = measure_points(plan, stages, points, garden, root / "points", display)
+    report = _report(spec, results, tracker, parent, plan.folder)
     tracker.finish(parent)
     return GardenOutcome(parent, report, results, display.summary)
 
 
-def _distil_all(
-    spec: SweepSpec,
-    pairs: Sequence[tuple[GardenModel, GardenModel, str]],
-    root: Path,
-    tracker: Tracker,
-    parent: str,
-    display: SweepDisplay,
-) -> list[Distilled]:
-    """Each (teacher, student, role) pair: the student distilled from the teacher online under the pair's
-    spec and published under its draft key (reused when published already). Every teacher's shards first,
-    then the distillations in as many Train runs side by side as the cluster fits, each run distilling its
-    share one after another (a pair's models ride on its `DraftJob`)."""
-    mixture = kd_mixture(spec)
-    jobs, made, teachers = [], [], []
-    for teacher, student, role in pairs:
-        pair = pair_spec(spec, teacher.ref, student.ref)
-        generate_teacher_shards(pair, show_progress=False)  # cached: a teacher's shards are made once
-        key = fingerprint(pair, "online", mixture)
-        name = f"{student.label}-distilled" if role == "target" else f"draft-of-{teacher.label}"
-        output_dir = (root / f"{role}s" / f"{name}-{key[:12]}").absolute()
-        jobs.append(DraftJob("online", mixture, output_dir, label=name, models=pair.models))
-        made.append(Distilled(name, role, distilled_ref(student.ref, output_dir), key))
-        teachers.append(teacher.label)
-    base = pair_spec(spec, pairs[0][0].ref, pairs[0][1].ref)
-    runs = max(1, min(concurrent_runs(base), len(jobs)))
-    lanes = [jobs[i::runs] for i in range(runs)]
-    steps, tau_decs = base.distill.steps_for("online"), base.eval.temperatures
+def _distilled(
+    plan: SweepPlan, teacher: GardenModel, student: GardenModel, role: str, root: Path
+) -> Distilled:
+    """`student` distilled from `teacher` online under the pair's spec (`pair_spec`), on the teacher's own
+    shards of the train split, in a folder named by its label and key."""
+    pair = pair_spec(plan.spec, teacher.ref, student.ref)
+    shards = plan_shards(pair, plan.splits["train"])
+    name = f"{student.label}-distilled" if role == "target" else f"draft-of-{teacher.label}"
+    folder = lambda key: (root / f"{role}s" / f"{name}-{key[:12]}").absolute()  # noqa: E731
+    draft = plan_draft(pair, shards.keys, "online", kd_mixture(plan.spec), name=name, folder=folder)
+    return Distilled(draft, role, teacher.label, student)
 
-    def note(draft: str, curve: CurvePoint) -> None:  # each run's latest step, loss and acceptance
-        display.note(curve_note(draft, curve, steps, tau_decs))
 
-    with ThreadPoolExecutor(max_workers=runs) as executor:
-        for done in executor.map(lambda lane: distill_drafts(base, lane, report=note), lanes):
-            display.advance(len(done))
-    for model, job, teacher_label in zip(made, jobs, teachers, strict=True):
-        _log_distilled(spec, tracker, parent, model, job.output_dir, teacher_label)
-    return made
+def _distil(
+    stages: Stages,
+    made: Sequence[Distilled],
+    stage: str,
+    logged: Callable[[Distilled, list[CurvePoint]], None],
+) -> None:
+    """Each teacher's shards, then every distillation through the stage runner (a teacher's shards are
+    made once), each distilled model logged to its own child run as it is published."""
+    samples: dict[str, ShardPlan] = {}
+    for d in made:
+        key = "|".join(k.digest for k in d.draft.shards.values())
+        samples.setdefault(key, plan_shards(d.draft.train_spec, stages.plan.splits["train"]))
+    stages.generate(list(samples.values()), stage=f"shards for {stage.removeprefix('distill ')}")
+    by_name = {d.draft.name: d for d in made}
+    stages.distil(
+        [d.draft for d in made], lambda draft, curves, _: logged(by_name[draft.name], curves), stage
+    )
 
 
 def _log_distilled(
-    spec: SweepSpec, tracker: Tracker, parent: str, model: Distilled, folder: Path, teacher: str
+    spec: SweepSpec, tracker: Tracker, parent: str, model: Distilled, curves: list[CurvePoint]
 ) -> None:
     """A distilled model's child run with its training curves (once: a resumed run finds them logged)."""
     (tau_kd,) = kd_mixture(spec)
-    tags = {"paradigm": "online", "tau_kd": f"{tau_kd:g}", "garden_role": model.role, "teacher": teacher}
-    run_id = tracker.child_run(parent, model.name, model.key, tags)
+    tags = {
+        "paradigm": "online",
+        "tau_kd": f"{tau_kd:g}",
+        "garden_role": model.role,
+        "teacher": model.teacher,
+    }
+    run_id = tracker.child_run(parent, model.draft.name, model.draft.key, tags)
     if "loss" not in tracker.metric_keys(run_id):
-        tracker.set_tags(run_id, {"mlflow.runName": f"{spec.name} · {model.name}"})
-        tracker.log_curves(run_id, curves_to_json(read_curves(folder)))
+        tracker.set_tags(run_id, {"mlflow.runName": f"{spec.name} · {model.draft.name}"})
+        tracker.log_curves(run_id, curves_to_json(curves))
         tracker.finish(run_id)
 
 
@@ -179,7 +177,7 @@ def garden_points(
     path = lambda ref: resolve_model_path(ref, zoo)  # noqa: E731
     raw_draft = path(spec.models.draft)
     teacher = models[-1]
-    distilled = [(d.name, d.ref) for d in targets] + [(teacher.label, teacher.ref)]
+    distilled = [(d.draft.name, d.ref) for d in targets] + [(teacher.label, teacher.ref)]
     points = []
     for tau in e.empirical_temperatures or e.temperatures:
         # lossy points only at τ > 0: greedy verification has no ratio to relax (`LenienceSpec.points`)
@@ -218,7 +216,7 @@ def garden_model_table(
 ) -> GardenModels:
     named = [(m.ref, model_id(m.ref, spec.models)) for m in raw]
     named.append((spec.models.draft, model_id(spec.models.draft, spec.models)))
-    named += [(d.ref, f"distilled/{d.key}") for d in distilled]
+    named += [(d.ref, f"distilled/{d.draft.key}") for d in distilled]
     ids, load = {}, {}
     for ref, identity in named:
         folder = resolve_model_path(ref, spec.models.zoo)
@@ -248,18 +246,20 @@ def point_key(spec: SweepSpec, point: GardenPoint, models: GardenModels, prompts
     )
 
 
-def garden_prompts(spec: SweepSpec, teacher_path: str) -> tuple[list[list[int]], list[Any], str]:
+def garden_prompts(plan: SweepPlan, stages: Stages) -> tuple[list[list[int]], list[Any], str]:
     """The first `eval.empirical_prompts` prompts of the first test set (as the empirical cells take),
-    their examples, and a fingerprint of the prompts' token ids."""
-    test_set = spec.eval.test_sets[0]
-    n = spec.eval.empirical_prompts
-    prompts = encode_test_prompts(spec, load_tokenizer(teacher_path), teacher_path)[test_set][:n]
-    examples = evaluated_examples(spec)[test_set][:n]
+    their examples, and a fingerprint of the prompts' token ids (encoded with the teacher's tokenizer,
+    which every model shares)."""
+    test_set = plan.spec.eval.test_sets[0]
+    n = plan.spec.eval.empirical_prompts
+    prompts = stages.prompts[test_set][:n]
+    examples = list(plan.prompt_sets[test_set].examples[:n])
     return prompts, examples, digest({"prompts": prompts}, 16)
 
 
 def measure_points(
-    spec: SweepSpec,
+    plan: SweepPlan,
+    stages: Stages,
     points: Sequence[GardenPoint],
     models: GardenModels,
     folder: Path,
@@ -267,9 +267,9 @@ def measure_points(
 ) -> list[PointResult]:
     """Every point's figures: read back where saved under its key, else measured on one eval actor
     (`specdec.workers.measure_garden_points`) and saved as it ends (a killed run keeps the points it
-    finished). The prompts are encoded with the teacher's tokenizer, which every model shares."""
-    teacher_path = resolve_model_path(spec.models.garden[-1], spec.models.zoo)
-    prompts, examples, prompts_fingerprint = garden_prompts(spec, teacher_path)
+    finished)."""
+    spec = plan.spec
+    prompts, examples, prompts_fingerprint = garden_prompts(plan, stages)
     keys = [point_key(spec, p, models, prompts_fingerprint) for p in points]
     saved: dict[str, PointResult] = {}
     for key in set(keys):
@@ -293,7 +293,7 @@ def measure_points(
 
     if todo:
         points_todo = [todo[k] for k in order]
-        measure_garden_points(spec, points_todo, teacher_path, prompts, examples, models.load, measured)
+        measure_garden_points(spec, points_todo, plan.target_path, prompts, examples, models.load, measured)
     # a saved point's figures under the name this run gives it
     return [replace(saved[k], point=p) for p, k in zip(points, keys, strict=True)]
 

@@ -44,6 +44,18 @@ def resolve_model_path(ref: ModelRef, zoo: ZooSpec | None = None) -> str:
     return ref.name_or_path
 
 
+def model_path(ref: ModelRef, zoo: ZooSpec | None = None) -> str:
+    """Where `ref` is, without building anything: its HF name or path, or the folder the zoo builds (or has
+    built) the entry in (`resolve_model_path` returns the same once the zoo exists)."""
+    if ref.zoo is not None:
+        from specray.config import ZooSpec
+        from specray.models.zoo import zoo_dir
+
+        return str(zoo_dir(zoo or ZooSpec()) / ref.zoo)
+    assert ref.name_or_path is not None  # guaranteed by ModelRef's validator
+    return ref.name_or_path
+
+
 def _looks_local(path: str) -> bool:
     """A path (absolute, ./ or ../, or existing) is never sent to the hub: a typo must fail as 'not found'."""
     return Path(path).is_absolute() or path.startswith(".") or Path(path).exists()

@@ -247,9 +247,14 @@ def _build_model(
     }
 
 
+def zoo_dir(spec: ZooSpec, root: Path | None = None) -> Path:
+    """The folder the zoo of `spec` is built in (whether or not it is built yet)."""
+    return (root or cache_dir() / "zoo") / zoo_key(spec)
+
+
 def build_zoo(spec: ZooSpec, root: Path | None = None, force: bool = False) -> Zoo:
     """Build (or reuse) the zoo for `spec`; returns where it lives and whether it was a cache hit."""
-    final = (root or cache_dir() / "zoo") / zoo_key(spec)
+    final = zoo_dir(spec, root)
     if (final / "zoo.json").exists() and not force:
         return Zoo(final, cached=True)
     with producing([final], "the tiny zoo"):  # another process building it: wait, then reuse its zoo

@@ -89,12 +89,14 @@ def verify_outcome(outcome: ExportOutcome, prompts_limit: int, seed: int = 0) ->
     """`--verify`: HF assisted generation on the held-out test prompts, per speculative band."""
     from specray.models.loading import load_tokenizer
     from specray.serving.verify import verify_export
-    from specray.specdec.cells import encode_test_prompts
+    from specray.sweep.plan import plan_sweep
+    from specray.sweep.stages import encode
 
     spec, test_set = outcome.results.spec, outcome.plan["sweep"]["test_set"]
     tokenizer = load_tokenizer(outcome.plan["target"]["name_or_path"])
+    plan = plan_sweep(spec)
     target = outcome.plan["target"]["name_or_path"]
-    prompts = encode_test_prompts(spec, tokenizer, target)[test_set][:prompts_limit]
+    prompts = encode(plan, plan.prompt_sets[test_set], tokenizer, target)[:prompts_limit]
     settings = {
         "max_new_tokens": spec.eval.max_new_tokens,
         "eos": tokenizer.eos_token_id,

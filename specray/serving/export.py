@@ -27,7 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from specray.distill.inputs import draft_folder_name
+from specray.draft import draft_folder_name
 from specray.files import write_json, write_text
 from specray.keys import spec_key
 from specray.serving.engines import (

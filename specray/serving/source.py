@@ -71,29 +71,27 @@ def read_folder(folder: Path) -> SweepResults:
     """The current cells, c and drafts of the sweep whose output folder this is."""
     from specray.garden.plan import require_sweep
     from specray.models.loading import resolve_model_path
-    from specray.specdec.cells import plan_jobs, prompts_fingerprints
-    from specray.sweep.plan import SPEC_FILE, baseline_plan, read_cells
-    from specray.sweep.run import plan_sweep
+    from specray.sweep.plan import SPEC_FILE, plan_sweep
+    from specray.sweep.survey import CELLS_DIR, read_cells, survey
 
     if not (folder / SPEC_FILE).is_file():
         raise SpecError(f"{folder}: no {SPEC_FILE}; run `specray run` on its sweep once more to write it")
     spec = load_spec(folder / SPEC_FILE)
     require_sweep(spec, f"specray export {folder}")
-    work = plan_sweep(spec)
-    if work.step_costs is None or work.drafts_todo:
-        raise SpecError(f"{folder}: the sweep is not finished ({'; '.join(work.lines())}); finish it first")
-    baseline = baseline_plan(spec, resolve_model_path(spec.models.draft, spec.models.zoo))
-    drafts = [baseline, *work.drafts]
-    keyed = (spec, prompts_fingerprints(spec), work.step_costs.fingerprint())
-    jobs = plan_jobs(spec.eval, [plan.ref for plan in drafts], keyed)
-    saved = read_cells(folder / "cells")
+    plan = plan_sweep(spec)
+    found = survey(plan)
+    if found.step_costs is None or found.drafts_todo:
+        raise SpecError(f"{folder}: the sweep is not finished ({'; '.join(found.lines())}); finish it first")
+    jobs = plan.cell_jobs(found.step_costs)
+    saved = read_cells(folder / CELLS_DIR)
     missing = [job.label for job in jobs if job.key not in saved]
     if missing:
         raise SpecError(
             f"{folder}: {len(missing)} cells of the current settings are missing (e.g. {missing[0]})"
         )
-    dirs = {plan.key: Path(plan.output_dir) for plan in drafts}
-    return SweepResults(spec, [saved[job.key] for job in jobs], work.step_costs, dirs, str(folder))
+    resolve_model_path(spec.models.draft, spec.models.zoo)  # the un-distilled draft: the zoo's, if it is one
+    dirs = {draft.key: Path(draft.folder) for draft in plan.everything}
+    return SweepResults(spec, [saved[job.key] for job in jobs], found.step_costs, dirs, str(folder))
 
 
 def cell_from_flat(row: dict[str, Any]) -> CellRecord:

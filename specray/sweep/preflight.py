@@ -12,15 +12,13 @@ from specray.sweep.plan import sweep_dir
 
 def preflight(spec: SweepSpec) -> None:
     """Everything that can be checked in seconds, before MLflow runs are created or Ray starts: the output
-    and cache folders are writable, the data sources load into the configured splits, and models given by
-    name or path have a tokenizer, safetensors weights and one shared vocabulary (zoo entries are built
-    later, and share one tokenizer by construction)."""
-    from specray.data.dataset import build_splits
+    and cache folders are writable, and models given by name or path have a tokenizer, safetensors weights
+    and one shared vocabulary (zoo entries are built later, and share one tokenizer by construction). The
+    data sources were loaded into the configured splits by the plan, before this."""
     from specray.models.loading import check_model_dir, check_same_vocabulary
 
     check_writable(sweep_dir(spec), "output_dir", "choose another with output_dir=PATH")
     check_writable(cache_dir(), "the cache folder", "set SPECRAY_CACHE to a writable folder")
-    build_splits(spec.data)
     refs = {"target": spec.models.target, "draft": spec.models.draft}
     # a ref without a zoo entry has a name or path (ModelRef validates exactly one of the two)
     paths = {name: ref.name_or_path for name, ref in refs.items() if ref.name_or_path is not None}

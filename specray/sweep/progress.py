@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -117,7 +117,6 @@ class SweepDisplay:
         if self._meter is not None:
             self._meter.set_postfix_str(text)
 
-    def curve_reporter(self, draft: str, spec: SweepSpec) -> Callable[[CurvePoint], None]:
-        """A `distill(..., report=...)` callback: the draft's latest step, loss and acceptance as the note."""
-        steps, tau_decs = spec.distill.steps, spec.eval.temperatures
-        return lambda curve: self.note(curve_note(draft, curve, steps, tau_decs))
+    def note_curve(self, draft: str, curve: CurvePoint, spec: SweepSpec) -> None:
+        """A distillation's latest step, loss and acceptance as the note (`spec`: the one it trains under)."""
+        self.note(curve_note(draft, curve, spec.distill.steps, spec.eval.temperatures))

@@ -48,7 +48,6 @@ from specray.data.shards import (
     finalize_shard,
     is_complete,
     shard_dir,
-    shard_key,
     write_part,
 )
 from specray.data.templates import prompt_text
@@ -347,20 +346,13 @@ def _check_prompt_ids(examples: Sequence[Example], split: str) -> list[str]:
 
 
 def _plan(
-    spec: SweepSpec,
-    examples: Sequence[Example],
-    temperatures: Sequence[float],
-    max_new_tokens: int,
-    seed: int,
-    split: str,
-    root: Path | None,
+    examples: Sequence[Example], keys: Mapping[float, ShardKey], split: str, root: Path | None
 ) -> tuple[dict[float, ShardReport], dict[float, _Progress]]:
     """A report per τ, and the bookkeeping of every τ that still misses prompts."""
     prompt_ids = _check_prompt_ids(examples, split)
     reports: dict[float, ShardReport] = {}
     progress: dict[float, _Progress] = {}
-    for tau in temperatures:
-        key = shard_key(spec, examples, tau, max_new_tokens, seed)
+    for tau, key in keys.items():
         cached = is_complete(key, root)
         missing = set(prompt_ids) - done_prompt_ids(key, root)  # validates saved files (DataError if bad)
         reports[tau] = ShardReport(tau, shard_dir(key, root), cached, len(prompt_ids), split)
@@ -374,28 +366,27 @@ def _plan(
 def generate_shards(
     spec: SweepSpec,
     examples: Sequence[Example],
-    temperatures: Sequence[float],
-    max_new_tokens: int,
-    seed: int,
-    split: str,
+    keys: Mapping[float, ShardKey],
+    split: str = "train",
     *,
     pool: GenerationPool | None = None,
     root: Path | None = None,
     show_progress: bool = True,
     on_progress: Callable[[int, int, int], None] | None = None,
 ) -> dict[float, ShardReport]:
-    """Make sure a complete shard of `examples` exists for every τ: reuse complete ones, finish partial
-    ones, generate the rest in one pass. Starts Ray (per `spec.ray`) and a teacher pool over the sweep's
+    """Make sure a complete shard of `examples` exists for every τ of `keys` (the plan's shard keys, which
+    hold each shard's τ, seed and length): reuse complete ones, finish partial ones, generate the rest in
+    one pass. Starts Ray (per `spec.ray`) and a teacher pool over the sweep's
     target only when something is missing, unless a `pool` (hosting that same model) is given.
     `on_progress(done, total, saved)` counts responses over every τ (`saved`: found saved, of `done`):
     once after planning, then after every batch. A shard that another process is generating is waited
     for (one producer per shard, `locks.producing`), then reused as far as that process got."""
-    plan = (spec, examples, temperatures, max_new_tokens, seed, split, root)
+    plan = (examples, keys, split, root)
     reports, progress = _plan(*plan)
     with producing([shard_dir(state.key, root) for state in progress.values()], "a teacher shard"):
         if progress:  # again, holding them: what another producer wrote meanwhile is not redone
             reports, progress = _plan(*plan)
-        total = len(examples) * len(temperatures)
+        total = len(examples) * len(keys)
         done = saved = total - sum(len(state.missing) for state in progress.values())
         report = on_progress or (lambda done, total, saved: None)
         report(done, total, saved)
@@ -435,31 +426,3 @@ def _own_pool(spec: SweepSpec) -> Iterator[TeacherPool]:
             check_local_fits(teacher_demand(spec.teacher))
         with make_teacher_pool(spec.teacher, model_path, target.dtype, target.trust_remote_code) as pool:
             yield pool
-
-
-def generate_teacher_shards(
-    spec: SweepSpec,
-    *,
-    pool: GenerationPool | None = None,
-    root: Path | None = None,
-    show_progress: bool = True,
-    on_progress: Callable[[int, int, int], None] | None = None,
-) -> dict[float, ShardReport]:
-    """Every τ_kd shard of the sweep's train split (what `specray generate` runs); `on_progress` as in
-    `generate_shards`."""
-    from specray.data.dataset import build_splits
-
-    train = build_splits(spec.data)["train"]
-    teacher = spec.teacher
-    return generate_shards(
-        spec,
-        train,
-        teacher.temperatures,
-        teacher.max_new_tokens,
-        teacher.seed,
-        "train",
-        pool=pool,
-        root=root,
-        show_progress=show_progress,
-        on_progress=on_progress,
-    )

@@ -39,7 +39,6 @@ from specray.tracking.lineage import (
     RunsView,
     SweepData,
     runs_view,
-    sweep_data,
     sweep_note,
 )
 from specray.tracking.names import (
@@ -395,12 +394,10 @@ def _mlmodel_file(logged: Any, run_id: str, model: DraftModel, folder: Path) -> 
     return path
 
 
-def describe_sweep(tracker: Tracker, parent: str, spec: SweepSpec, drafts: int) -> SweepData:
-    """What the UI shows of a sweep before any work: the parent run's description and datasets, and the
-    drafts view. Returns the datasets, for the draft runs."""
-    data = sweep_data(spec)
+def describe_sweep(tracker: Tracker, parent: str, spec: SweepSpec, data: SweepData, drafts: int) -> None:
+    """What the UI shows of a sweep before any work: the parent run's description and datasets (`data`),
+    and the drafts view."""
     tracker.describe_experiment(EXPERIMENT_NOTE)
     tracker.set_tags(parent, {NOTE: sweep_note(spec, drafts)})
     tracker.log_datasets(parent, data.everything())
     tracker.save_runs_view(runs_view(spec))
-    return data

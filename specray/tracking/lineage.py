@@ -1,4 +1,4 @@
-"""What the MLflow UI shows about a sweep, built from the spec and the plan (the calls are in `client.py`):
+"""What the MLflow UI shows about a sweep, from the spec and the plan's records (calls: `client.py`):
 the datasets each run used, with their content keys as digests; a finished draft as a model with its KD
 recipe; run names and descriptions a person reads; and the saved runs view with the columns a user compares.
 
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from specray.tracking.names import ACCEPTANCE_RATE, SPEEDUP_MODEL, cell_key
 
 if TYPE_CHECKING:
-    from specray.config import SourceSpec, SweepSpec
-    from specray.sweep.plan import DraftPlan
+    from specray.config import SweepSpec
+    from specray.draft import Draft
 
 DRAFTS_VIEW = "specray-drafts"  # the saved runs view's id (stable: a re-run replaces it)
 EXPERIMENT_NOTE = (  # MLflow 3.17 shows its first line on every page of the experiment (GenAI ones too)
@@ -78,45 +78,12 @@ class SweepData:
         return [*shards, *self.tests]
 
 
-def sweep_data(spec: SweepSpec) -> SweepData:
-    """The sweep's datasets, keyed as the caches key them (builds the splits; loads no model)."""
-    from specray.data.dataset import build_splits
-    from specray.data.shards import shard_dir, train_shard_keys
-    from specray.data.splits import fingerprint
-    from specray.specdec.cells import evaluated_examples, prompts_fingerprints
-
-    splits = build_splits(spec.data)
-    train = splits["train"]
-    where, kind = _source(spec.data.train)
-    shards = {
-        tau: DatasetRef(f"teacher τ_kd={tau:g}", key.digest, "training", str(shard_dir(key)), len(train))
-        for tau, key in train_shard_keys(spec, train).items()
-    }
-    tests = []
-    examples = evaluated_examples(spec)
-    for test_set, digest in prompts_fingerprints(spec).items():
-        where_test, kind_test = _source(spec.data.test_source(test_set))
-        rows = len(examples[test_set])
-        tests.append(DatasetRef(f"{test_set} test", digest, "evaluation", where_test, rows, kind_test))
-    prompts = DatasetRef("train prompts", fingerprint(train), "generation", where, len(train), kind)
-    return SweepData(prompts, shards, tuple(tests))
-
-
-def _source(source: SourceSpec) -> tuple[str, str]:
-    """(where the examples come from, MLflow's source type) for a data source."""
-    if source.kind == "synthetic":
-        families = ",".join(source.families) if source.families else "in-domain"
-        return f"specray synthetic corpus (size {source.size}, seed {source.seed}, {families})", "code"
-    path = str(source.path)
-    return (str(Path(path).absolute()), "local") if Path(path).exists() else (path, "hugging_face")
-
-
 # ---------------------------------------------------------------- models, names and descriptions
 
 
-def draft_model(plan: DraftPlan) -> DraftModel:
+def draft_model(draft: Draft) -> DraftModel:
     """A finished draft's logged model: its folder, and what its draft key hashes as the KD recipe."""
-    return DraftModel(plan.name, plan.key, plan.output_dir, dict(plan.key_inputs), plan.tags)
+    return DraftModel(draft.name, draft.key, draft.folder, dict(draft.key_inputs), draft.tags)
 
 
 def sweep_note(spec: SweepSpec, drafts: int) -> str:
@@ -130,24 +97,25 @@ def sweep_note(spec: SweepSpec, drafts: int) -> str:
     )
 
 
-def draft_note(spec: SweepSpec, plan: DraftPlan) -> str:
+def draft_note(spec: SweepSpec, draft: Draft) -> str:
     """A draft run's description (Markdown): what it was trained on and how, and where its results are."""
-    if plan.paradigm is None:
+    if draft.paradigm is None:
         return f"The un-distilled draft (the student as loaded), evaluated like the others at {_grid(spec)}."
     d = spec.distill
     how = (
         "cross-entropy on the teacher's responses (SeqKD)"
-        if plan.paradigm == "offline"
+        if draft.paradigm == "offline"
         else (
-            f"white-box KD, divergence `{plan.divergence or d.divergence}`, data source "
-            f"`{plan.data_source or d.data_sources}`, on-policy fraction {d.onpolicy_fraction:g}"
+            f"white-box KD, divergence `{draft.divergence or d.divergence}`, data source "
+            f"`{draft.data_source or d.data_sources}`, on-policy fraction {d.onpolicy_fraction:g}"
         )
     )
-    data = f"τ_kd={plan.tau_kd:g}" if plan.tau_kd is not None else f"the mixture {plan.tags['mixture']}"
+    steps = (draft.spec or spec).distill.steps_for(draft.paradigm)
+    data = f"τ_kd={draft.tau_kd:g}" if draft.tau_kd is not None else f"the mixture {draft.tags['mixture']}"
     return (
-        f"**{plan.paradigm}** draft trained on the teacher's responses at **{data}** — {how}; "
-        f"{d.steps_for(plan.paradigm)} steps, lr {d.lr:g}. Evaluated at {_grid(spec)}. The draft is this "
-        f"run's logged model (Models); its key `{plan.key}` is the hash of its recipe (the model's params)."
+        f"**{draft.paradigm}** draft trained on the teacher's responses at **{data}** — {how}; "
+        f"{steps} steps, lr {d.lr:g}. Evaluated at {_grid(spec)}. The draft is this "
+        f"run's logged model (Models); its key `{draft.key}` is the hash of its recipe (the model's params)."
     )
 
 

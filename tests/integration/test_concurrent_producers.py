@@ -18,6 +18,7 @@ PRODUCE_SHARDS = """
     from pathlib import Path
     from specray.config import load_spec
     from specray.data.dataset import build_splits
+    from specray.data.shards import shard_key
     from specray.teacher.generation import GenerationResult
     from specray.teacher.pool import generate_shards
 
@@ -33,8 +34,8 @@ PRODUCE_SHARDS = """
             on_results([GenerationResult(r.prompt_id, r.tau, r.seed, [1, 2], [3, 4, 2], "x y", "stop")
                         for r in requests])
 
-    reports = generate_shards(spec, train, [0.0, 1.0], 8, 0, "train", pool=CountingPool(), root=root,
-                              show_progress=False)
+    keys = {tau: shard_key(spec, train, tau, 8, 0) for tau in [0.0, 1.0]}
+    reports = generate_shards(spec, train, keys, pool=CountingPool(), root=root, show_progress=False)
     print(sorted(str(r.path) for r in reports.values()))
 """
 

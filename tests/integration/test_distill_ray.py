@@ -15,7 +15,8 @@ import torch
 
 from specray.distill import ray_train
 from specray.distill.checkpoints import FINISHED_FILE, is_finished, work_dir
-from specray.distill.ray_train import DraftJob, distill, distill_drafts
+from specray.distill.ray_train import distill, distill_drafts
+from specray.draft import one_draft
 from specray.faults import FAULTS_DIR_ENV, FAULTS_ENV
 from specray.models.loading import load_model
 from tests.conftest import REPO
@@ -57,11 +58,11 @@ def two_workers(micro_zoo, local_ray, tmp_path_factory):
     """The reference: online KD on a τ_kd mixture with 2 DDP workers, uninterrupted, with the LM heads
     chunked 4 response positions at a time (the other runs compared with it take the plain path)."""
     spec = ddp_spec(micro_zoo, 2, "distill.loss_chunk_size=4")
-    return distill(spec, "online", MIXTURE, tmp_path_factory.mktemp("ddp") / "two")
+    return distill(one_draft(spec, "online", MIXTURE, tmp_path_factory.mktemp("ddp") / "two"))
 
 
 def test_two_ddp_workers_train_like_one_on_the_same_global_batch(micro_zoo, two_workers, tmp_path) -> None:
-    one = distill(ddp_spec(micro_zoo, 1), "online", MIXTURE, tmp_path / "one")
+    one = distill(one_draft(ddp_spec(micro_zoo, 1), "online", MIXTURE, tmp_path / "one"))
     assert losses(one.curves) == pytest.approx(losses(two_workers.curves), rel=DDP_RTOL)
     assert len(losses(one.curves)) == 6
     for p, q in zip(
@@ -77,7 +78,9 @@ def test_a_killed_worker_resumes_from_the_last_checkpoint_and_ends_at_the_step_c
 ) -> None:
     arm_train_fault(monkeypatch, tmp_path)  # rank 0 dies after step 3; the last checkpoint is step 2
     reported: list[dict] = []
-    result = distill(ddp_spec(micro_zoo, 2), "online", MIXTURE, tmp_path / "draft", reported.append)
+    result = distill(
+        one_draft(ddp_spec(micro_zoo, 2), "online", MIXTURE, tmp_path / "draft"), reported.append
+    )
     assert (tmp_path / "faults" / "train.step").exists()  # the worker really was killed
     finished = json.loads((result.output_dir / FINISHED_FILE).read_text())
     assert finished["resumed_from"] == [2] and finished["steps"] == 6
@@ -98,12 +101,12 @@ def test_a_run_that_dies_leaves_no_finished_draft_and_a_later_call_resumes_it(
     make_shards(spec)
     output = tmp_path / "draft"
     with pytest.raises(ray.train.TrainingFailedError):
-        distill(spec, "offline", {1.0: 1.0}, output)
+        distill(one_draft(spec, "offline", {1.0: 1.0}, output))
     assert not is_finished(output) and not output.exists()
     assert list(work_dir(output).rglob("checkpoint_*"))  # kept: a later call resumes from it
 
     monkeypatch.delenv(FAULTS_ENV)
-    result = distill(spec, "offline", {1.0: 1.0}, output)  # e.g. after the driver itself died
+    result = distill(one_draft(spec, "offline", {1.0: 1.0}, output))  # e.g. after the driver itself died
     assert is_finished(output) and json.loads((output / FINISHED_FILE).read_text())["resumed_from"] == [2]
     assert [c.step for c in result.curves] == [0, 1, 2, 3, 4] and not work_dir(output).exists()
 
@@ -130,18 +133,19 @@ def test_several_drafts_in_one_run_each_resume_only_from_their_own_checkpoint(
         "distill.onpolicy_fraction=0.5",
     )
     make_shards(spec)
-    alone = distill(spec, "online", MIXTURE, tmp_path / "alone")  # before the fault is armed
+    alone = distill(one_draft(spec, "online", MIXTURE, tmp_path / "alone"))  # before the fault is armed
     arm_train_fault(monkeypatch, tmp_path)
     jobs = [
-        DraftJob("offline", {1.0: 1.0}, tmp_path / "offline"),
-        DraftJob("offline", {1.0: 1.0}, tmp_path / "offline-again"),
-        DraftJob("online", MIXTURE, tmp_path / "online"),
+        one_draft(spec, "offline", {1.0: 1.0}, tmp_path / "offline"),
+        one_draft(spec, "offline", {1.0: 1.0}, tmp_path / "offline-again"),
+        one_draft(spec, "online", MIXTURE, tmp_path / "online"),
     ]
     reported: dict[str, list[int]] = {}
     published: list[str] = []
     offline, again, online = distill_drafts(
         spec,
         jobs,
+        None,
         lambda draft, curve: reported.setdefault(draft, []).append(curve.step),
         published.append,
     )

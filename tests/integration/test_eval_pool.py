@@ -15,11 +15,12 @@ from specray.config import load_spec
 from specray.devices import Resources
 from specray.models.loading import load_tokenizer
 from specray.models.zoo import build_zoo
-from specray.specdec.cells import encode_test_prompts, passes
+from specray.specdec.cells import passes
 from specray.specdec.evaluator import EvalJob, EvalSettings, Evaluator
 from specray.specdec.records import StepCosts
 from specray.specdec.workers import EvalPool
 from tests.conftest import REPO, micro_zoo_spec
+from tests.plans import encode_test_prompts
 from tests.waiting import CLI_TIMEOUT_S, wait_until
 
 pytestmark = pytest.mark.integration

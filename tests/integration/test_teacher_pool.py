@@ -68,9 +68,8 @@ class Recording:
 
 
 def run(spec, train, root: Path, pool, seed: int = 0, temperatures=TEMPERATURES):
-    return generate_shards(
-        spec, train, temperatures, 16, seed, "train", pool=pool, root=root, show_progress=False
-    )
+    keys = {tau: shard_key(spec, train, tau, 16, seed) for tau in temperatures}
+    return generate_shards(spec, train, keys, pool=pool, root=root, show_progress=False)
 
 
 def tables(spec, train, root: Path, seed: int = 0, temperatures=TEMPERATURES):

@@ -4,17 +4,19 @@ never served, the metric names, and the report's batch-size section."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from specray.config import load_spec
+from specray.draft import Draft
 from specray.errors import SpecError
 from specray.keys import CELL_RECORD_FORMAT, cost_ratio_inputs, digest
 from specray.report import batching
-from specray.specdec.cells import DraftRef, plan_jobs, prompts_fingerprints
 from specray.specdec.records import CellRecord, StepCosts, Timing
-from specray.sweep.plan import cell_stage
+from specray.sweep.plan import plan_sweep
+from specray.sweep.survey import cell_stage
 from specray.tracking.names import CellAxes, cell_metrics
 from tests.conftest import REPO
 
@@ -27,8 +29,7 @@ def _with(**fields) -> object:
 
 
 def _jobs(spec, costs: StepCosts = COSTS):
-    keyed = (spec, prompts_fingerprints(spec), costs.fingerprint())
-    return plan_jobs(spec.eval, [DraftRef("d", "p", "DRAFT")], keyed)
+    return plan_sweep(spec).cell_jobs(costs, [Draft("d", None, {}, Path("p"), "DRAFT")])
 
 
 def test_at_batch_size_one_the_cells_keep_their_coordinates_and_empirical_ones_their_keys() -> None:
@@ -158,7 +159,10 @@ def test_step_costs_are_kept_per_grid_so_switching_back_reuses_them(tmp_path) ->
     from dataclasses import replace
 
     from specray.files import write_json
-    from specray.sweep.plan import step_costs_file, step_costs_stage
+    from specray.sweep.survey import step_costs_file, step_costs_stage
+
+    def stage_of(spec):  # noqa: ANN001, ANN202
+        return step_costs_stage(replace(plan_sweep(spec), folder=tmp_path))
 
     def timed(spec) -> StepCosts:
         inputs = cost_ratio_inputs(spec)
@@ -167,14 +171,14 @@ def test_step_costs_are_kept_per_grid_so_switching_back_reuses_them(tmp_path) ->
         write_json(step_costs_file(tmp_path, costs.key), costs.to_json())
         return costs
 
-    stage, none = step_costs_stage(SMOKE, tmp_path)
+    stage, none = stage_of(SMOKE)
     assert none is None and stage.reasons == {"new": 1}
     first = timed(SMOKE)
     wider = _with(gamma="[3,6]")
-    stage, none = step_costs_stage(wider, tmp_path)
+    stage, none = stage_of(wider)
     assert none is None and "eval.gamma [3] → [3, 6]" in stage.line()
     timed(wider)
-    stage, back = step_costs_stage(SMOKE, tmp_path)  # back to γ = 3: the first timing, not a new one
+    stage, back = stage_of(SMOKE)  # back to γ = 3: the first timing, not a new one
     assert stage.reused == 1 and back == first and back.fingerprint() == first.fingerprint()
     step_costs_file(tmp_path, first.key).write_text("{truncated")
-    assert step_costs_stage(SMOKE, tmp_path)[1] is None  # a damaged file is timed again
+    assert stage_of(SMOKE)[1] is None  # a damaged file is timed again

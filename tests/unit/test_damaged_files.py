@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specray.specdec.records import EvalJob
-from specray.sweep.plan import UNREADABLE, cell_stage, read_cells
+from specray.sweep.survey import UNREADABLE, cell_stage, read_cells
 
 
 def _job(key: str) -> EvalJob:
@@ -52,28 +52,27 @@ def test_a_draft_whose_weights_were_cut_short_is_retrained_and_kept_aside(tmp_pa
         read_finished,
         set_aside_damaged,
     )
-    from specray.sweep.plan import draft_stage, plan_drafts
+    from specray.sweep.plan import plan_sweep
+    from specray.sweep.survey import draft_stage
     from tests.conftest import REPO
 
     spec = load_spec(REPO / "sweeps" / "smoke.yaml", [f"output_dir={tmp_path / 'out'}"])
-    plan = plan_drafts(spec)[0]
+    plan = list(plan_sweep(spec).drafts)[0]
     checkpoint = tmp_path / "checkpoint"
     checkpoint.mkdir()
     (checkpoint / "model.safetensors").write_bytes(bytes(range(256)) * 64)
     (checkpoint / "config.json").write_text("{}")
-    publish(
-        checkpoint, plan.output_dir, spec, FinishedDraft(fingerprint=plan.key, key_inputs=plan.key_inputs)
-    )
-    assert set(read_finished(plan.output_dir).weights_sha256 or {}) == {"model.safetensors"}
-    assert is_finished(plan.output_dir, plan.key) and draft_stage(spec, [plan])[0].reused == 1
+    publish(checkpoint, plan.folder, spec, FinishedDraft(fingerprint=plan.key, key_inputs=plan.key_inputs))
+    assert set(read_finished(plan.folder).weights_sha256 or {}) == {"model.safetensors"}
+    assert is_finished(plan.folder, plan.key) and draft_stage(spec, [plan])[0].reused == 1
 
-    weights = plan.output_dir / "model.safetensors"
+    weights = plan.folder / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])  # a partial copy
-    assert not is_finished(plan.output_dir, plan.key)
+    assert not is_finished(plan.folder, plan.key)
     stage, todo = draft_stage(spec, [plan])
     assert todo == [plan] and stage.reasons == Counter({"retrain (weights differ from finished.json)": 1})
 
-    aside = set_aside_damaged(plan.output_dir)
-    assert aside is not None and aside.name.startswith(f"{plan.output_dir.name}.damaged-")
-    assert not plan.output_dir.exists() and (aside / "model.safetensors").stat().st_size == 1000
-    assert set_aside_damaged(plan.output_dir) is None  # nothing left to set aside
+    aside = set_aside_damaged(plan.folder)
+    assert aside is not None and aside.name.startswith(f"{plan.folder.name}.damaged-")
+    assert not plan.folder.exists() and (aside / "model.safetensors").stat().st_size == 1000
+    assert set_aside_damaged(plan.folder) is None  # nothing left to set aside

@@ -27,8 +27,9 @@ from specray.distill.checkpoints import (
     work_dir,
 )
 from specray.distill.curves import CurvePoint
-from specray.distill.inputs import draft_name, parse_mixture, prepare_inputs
+from specray.distill.inputs import parse_mixture, prepare_inputs
 from specray.distill.loop import train_draft
+from specray.draft import draft_name, one_draft
 from specray.errors import DataError, SpecError
 from specray.models.loading import load_model
 from tests.conftest import REPO
@@ -68,14 +69,14 @@ class InProcessPool:
 
 def make_shards(spec: SweepSpec, taus: Sequence[float] = TAUS_KD) -> None:
     """Real teacher shards of the spec's train split (cached by key: a second call is a no-op)."""
+    from specray.data.shards import shard_key
     from specray.teacher.pool import generate_shards
 
     train = build_splits(spec.data)["train"]
     pool = InProcessPool(Path(spec.models.target.name_or_path))
     t = spec.teacher
-    generate_shards(
-        spec, train, list(taus), t.max_new_tokens, t.seed, "train", pool=pool, show_progress=False
-    )
+    keys = {tau: shard_key(spec, train, tau, t.max_new_tokens, t.seed) for tau in taus}
+    generate_shards(spec, train, keys, pool=pool, show_progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -100,21 +101,21 @@ def test_draft_names() -> None:
 
 def test_bad_requests_fail_before_any_work(spec, micro_zoo) -> None:
     with pytest.raises(SpecError, match=r"τ_kd \[0.5\] not in teacher.temperatures \[0.0, 1.0\]"):
-        prepare_inputs(spec, "offline", {0.5: 1.0})
+        prepare_inputs(one_draft(spec, "offline", {0.5: 1.0}, Path("draft")))
     with pytest.raises(SpecError, match="paradigm 'sideways' is not one of offline, online"):
-        prepare_inputs(spec, "sideways", {0.0: 1.0})
+        prepare_inputs(one_draft(spec, "sideways", {0.0: 1.0}, Path("draft")))
     too_many_workers = micro_spec(micro_zoo, "distill.workers=8")
     with pytest.raises(SpecError, match=r"distill.batch_size \(4\) must be >= distill.workers \(8\)"):
-        prepare_inputs(too_many_workers, "offline", {0.0: 1.0})
+        prepare_inputs(one_draft(too_many_workers, "offline", {0.0: 1.0}, Path("draft")))
     no_shards = micro_spec(micro_zoo, "teacher.seed=99")
     with pytest.raises(DataError, match=r"no teacher shards yet for τ_kd \[1.0\]; run `specray generate`"):
-        prepare_inputs(no_shards, "offline", {1.0: 1.0})
+        prepare_inputs(one_draft(no_shards, "offline", {1.0: 1.0}, Path("draft")))
 
 
 @pytest.mark.parametrize("paradigm", ["offline", "online"])
 def test_a_run_publishes_a_loadable_draft_with_curves(spec, paradigm, tmp_path: Path) -> None:
     reported: list[CurvePoint] = []
-    result = train_draft(spec, paradigm, {1.0: 1.0}, tmp_path / "draft", reported.append)
+    result = train_draft(one_draft(spec, paradigm, {1.0: 1.0}, tmp_path / "draft"), reported.append)
     assert result.output_dir == tmp_path / "draft" and result.steps == 4
     assert [c.step for c in result.curves] == [0, 2, 4] and reported == result.curves
     first = result.curves[0]
@@ -139,10 +140,10 @@ def test_a_run_publishes_a_loadable_draft_with_curves(spec, paradigm, tmp_path: 
 
 def test_online_drafts_train_online_steps_and_offline_drafts_steps(micro_zoo, tmp_path: Path) -> None:
     both = micro_spec(micro_zoo, "distill.online_steps=6")
-    online = train_draft(both, "online", {1.0: 1.0}, tmp_path / "online")
+    online = train_draft(one_draft(both, "online", {1.0: 1.0}, tmp_path / "online"))
     assert online.steps == 6 and [c.step for c in online.curves] == [0, 2, 4, 6]
     assert load_spec(online.output_dir / SPEC_FILE).distill.steps == 6  # the spec it trained under
-    offline = train_draft(both, "offline", {1.0: 1.0}, tmp_path / "offline")
+    offline = train_draft(one_draft(both, "offline", {1.0: 1.0}, tmp_path / "offline"))
     assert offline.steps == 4 and offline.curves[-1].step == 4
 
 
@@ -160,16 +161,16 @@ def crash_at(step: int):
 
 def test_a_killed_run_leaves_no_draft_and_resumes_from_its_last_checkpoint(spec, micro_zoo, tmp_path) -> None:
     long = micro_spec(micro_zoo, "distill.steps=6", "distill.report_every=1", "distill.checkpoint_every=2")
-    reference = train_draft(long, "online", {0.0: 1.0, 1.0: 2.0}, tmp_path / "reference")
+    reference = train_draft(one_draft(long, "online", {0.0: 1.0, 1.0: 2.0}, tmp_path / "reference"))
 
     output = tmp_path / "draft"
     with pytest.raises(Crash):  # dies at step 3, after the checkpoint of step 2
-        train_draft(long, "online", {0.0: 1.0, 1.0: 2.0}, output, crash_at(3))
+        train_draft(one_draft(long, "online", {0.0: 1.0, 1.0: 2.0}, output), crash_at(3))
     assert not output.exists() and not is_finished(output)
     assert [p.name for p in work_dir(output).glob("checkpoint-*")] == ["checkpoint-00000002"]
 
     reported: list[dict] = []
-    resumed = train_draft(long, "online", {0.0: 1.0, 1.0: 2.0}, output, reported.append)
+    resumed = train_draft(one_draft(long, "online", {0.0: 1.0, 1.0: 2.0}, output), reported.append)
     assert [c.step for c in reported] == [3, 4, 5, 6]  # steps up to the checkpoint are not re-reported
     assert [c.step for c in resumed.curves] == list(range(7))
     assert json.loads((output / "finished.json").read_text())["resumed_from"] == [2]
@@ -180,9 +181,9 @@ def test_a_killed_run_leaves_no_draft_and_resumes_from_its_last_checkpoint(spec,
 def test_a_changed_spec_never_resumes_a_stale_checkpoint(spec, micro_zoo, tmp_path) -> None:
     output = tmp_path / "draft"
     with pytest.raises(Crash):
-        train_draft(spec, "offline", {1.0: 1.0}, output, crash_at(4))
+        train_draft(one_draft(spec, "offline", {1.0: 1.0}, output), crash_at(4))
     changed = micro_spec(micro_zoo, "distill.lr=0.01")
-    result = train_draft(changed, "offline", {1.0: 1.0}, output)
+    result = train_draft(one_draft(changed, "offline", {1.0: 1.0}, output))
     assert json.loads((output / "finished.json").read_text())["resumed_from"] == []
     assert [c.step for c in result.curves] == [0, 2, 4]
 
@@ -192,8 +193,8 @@ def test_a_same_seed_rerun_reproduces_the_draft_bit_for_bit(spec, tmp_path, para
     """On one machine with the same versions, the same spec and seed give the same weights, byte for byte
     (their SHA-256 in finished.json), and the same curves. Across machines fp kernels differ, so drafts do
     too (docs/results.md)."""
-    first = train_draft(spec, paradigm, {1.0: 1.0}, tmp_path / "a")
-    second = train_draft(spec, paradigm, {1.0: 1.0}, tmp_path / "b")
+    first = train_draft(one_draft(spec, paradigm, {1.0: 1.0}, tmp_path / "a"))
+    second = train_draft(one_draft(spec, paradigm, {1.0: 1.0}, tmp_path / "b"))
     timeless = [
         [replace(c, tokens_per_s=None, seconds_per_step=None) for c in r.curves] for r in (first, second)
     ]
@@ -215,9 +216,9 @@ def test_the_loop_imports_no_ray_or_mlflow() -> None:
 def test_gradient_accumulation_equals_one_large_batch(micro_zoo, spec, tmp_path) -> None:
     """Offline, B=4 x 1 micro-batch and B=2 x 2 micro-batches train on the same rows (the row plan is
     cut in order) with the loss normalised over the whole step: same losses, same model."""
-    large = train_draft(spec, "offline", {1.0: 1.0}, tmp_path / "large")
+    large = train_draft(one_draft(spec, "offline", {1.0: 1.0}, tmp_path / "large"))
     accumulated_spec = micro_spec(micro_zoo, "distill.batch_size=2", "distill.grad_accum=2")
-    accumulated = train_draft(accumulated_spec, "offline", {1.0: 1.0}, tmp_path / "accumulated")
+    accumulated = train_draft(one_draft(accumulated_spec, "offline", {1.0: 1.0}, tmp_path / "accumulated"))
     assert losses(accumulated.curves) == pytest.approx(losses(large.curves), rel=1e-6)
     for p, q in zip(
         load_model(str(large.output_dir)).parameters(),

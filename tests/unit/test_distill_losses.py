@@ -15,6 +15,7 @@ from specray.distill.losses import (
     distillation_divergence,
     response_cross_entropy,
 )
+from specray.draft import one_draft
 from specray.models.loading import load_model
 from tests.unit.test_distill_loop import losses, make_shards, micro_spec
 
@@ -185,7 +186,7 @@ def test_the_loop_with_chunked_heads_trains_like_the_plain_loop(micro_zoo, tmp_p
 
     def run(name: str, *overrides: str):
         spec = micro_spec(micro_zoo, *common, *overrides)
-        return train_draft(spec, "online", mixture, tmp_path / name)
+        return train_draft(one_draft(spec, "online", mixture, tmp_path / name))
 
     plain = run("plain", "distill.loss_chunk_size=0", "distill.loss_averaging=sequence")
     chunked = run("chunked", "distill.loss_chunk_size=4", "distill.loss_averaging=sequence")
@@ -219,5 +220,5 @@ def test_online_kd_with_student_equal_teacher_has_zero_loss(micro_zoo, divergenc
         cache,
     )
     make_shards(spec)
-    result = train_draft(spec, "online", {0.0: 1.0, 1.0: 1.0}, tmp_path / "draft")
+    result = train_draft(one_draft(spec, "online", {0.0: 1.0, 1.0: 1.0}, tmp_path / "draft"))
     assert losses(result.curves) == pytest.approx([0.0, 0.0], abs=1e-6)

@@ -20,6 +20,7 @@ from specray.distill.inputs import ground_truth_responses, prepare_inputs
 from specray.distill.loop import _local_rows, _setup, train_draft
 from specray.distill.presets import DATA_PRESETS, DataPresetName
 from specray.distill.session import LocalSession
+from specray.draft import one_draft
 from specray.errors import DataError, SpecError
 from specray.models.loading import load_tokenizer
 from tests.unit.test_distill_loop import losses, make_shards, micro_spec
@@ -186,7 +187,7 @@ def test_ground_truth_is_tokenised_as_a_response_to_the_shard_prompt(spec) -> No
     fixed = spec.model_copy(
         update={"distill": spec.distill.model_copy(update={"data_sources": "supervised_kd"})}
     )
-    inputs = prepare_inputs(fixed, "online", {1.0: 1.0})
+    inputs = prepare_inputs(one_draft(fixed, "online", {1.0: 1.0}, Path("draft")))
     tokenizer = load_tokenizer(inputs.target_path)
     from specray.data.dataset import build_splits
 
@@ -200,15 +201,22 @@ def test_ground_truth_is_tokenised_as_a_response_to_the_shard_prompt(spec) -> No
             assert text in outputs
         else:  # cut at the teacher's length limit, like a teacher response
             assert len(truth) == limit and any(o.startswith(text) for o in outputs)
-    assert prepare_inputs(spec, "online", {1.0: 1.0}).rows[1.0][0].ground_truth_ids == ()  # not needed
+    assert (
+        prepare_inputs(one_draft(spec, "online", {1.0: 1.0}, Path("draft"))).rows[1.0][0].ground_truth_ids
+        == ()
+    )  # not needed
 
 
 def test_a_batch_takes_its_rows_from_the_sources_in_the_stated_fractions(micro_zoo, spec, tmp_path) -> None:
     """B = 8 with λ1 = ¼, λ2 = ½: exactly 2 ground-truth rows, 4 student samples and 2 teacher rows in
     every micro-batch; and two DDP ranks together train on exactly the rows of one."""
     mixed = micro_spec(micro_zoo, "distill.batch_size=8", "distill.data_sources={fixed: 0.25, student: 0.5}")
-    inputs = prepare_inputs(mixed, "online", {0.0: 1.0, 1.0: 1.0})
-    run = _setup(mixed, "online", {0.0: 1.0, 1.0: 1.0}, inputs, LocalSession(tmp_path, None, "cpu"))
+    inputs = prepare_inputs(one_draft(mixed, "online", {0.0: 1.0, 1.0: 1.0}, Path("draft")))
+    run = _setup(
+        one_draft(mixed, "online", {0.0: 1.0, 1.0: 1.0}, tmp_path / "draft"),
+        inputs,
+        LocalSession(tmp_path, None, "cpu"),
+    )
     for step in (1, 2, 3):
         rows = run.data.micro_batch(step, 0)
         sources = row_sources(8, 0.25, 0.5, mixed.distill.seed, step, 0)
@@ -233,6 +241,6 @@ def test_a_batch_takes_its_rows_from_the_sources_in_the_stated_fractions(micro_z
 @pytest.mark.parametrize("preset", list(DATA_PRESETS))
 def test_every_preset_trains_through_the_real_loop(micro_zoo, spec, preset: str, tmp_path: Path) -> None:
     recipe = micro_spec(micro_zoo, f"distill.data_sources={preset}", "distill.steps=2")
-    result = train_draft(recipe, "online", {1.0: 1.0}, tmp_path / preset)
+    result = train_draft(one_draft(recipe, "online", {1.0: 1.0}, tmp_path / preset))
     assert is_finished(result.output_dir) and result.steps == 2
     assert losses(result.curves) and all(math.isfinite(x) and x >= 0 for x in losses(result.curves))

@@ -3,6 +3,8 @@ teacher forward pass every step, up to fp round-off; fewer teacher rows run per 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -19,6 +21,7 @@ from specray.distill.teacher_states import (
     prompt_cache_matches,
     response_states,
 )
+from specray.draft import one_draft
 from specray.models.loading import load_model
 from tests.unit.test_distill_loop import losses, make_shards, micro_spec
 from tests.unit.test_distill_losses import ROWS
@@ -71,8 +74,10 @@ def test_static_rows_are_exactly_the_non_student_rows(micro_zoo, tmp_path) -> No
     """λ = 0.5 on batch 4: two rows per step are static, so 4 steps hold 8 (with repeats)."""
     spec = micro_spec(micro_zoo, "distill.onpolicy_fraction=0.5")
     make_shards(spec)
-    inputs = prepare_inputs(spec, "online", {1.0: 1.0})
-    run = _setup(spec, "online", {1.0: 1.0}, inputs, LocalSession(tmp_path, None))
+    inputs = prepare_inputs(one_draft(spec, "online", {1.0: 1.0}, Path("draft")))
+    run = _setup(
+        one_draft(spec, "online", {1.0: 1.0}, tmp_path / "draft"), inputs, LocalSession(tmp_path, None)
+    )
     rows, prompts = _row_plan(run)
     assert len(rows) == spec.distill.steps * 2
     assert run.states is not None and set(run.states.states) == set(rows)
@@ -92,7 +97,9 @@ def test_the_loop_with_kept_states_trains_like_the_loop_without(micro_zoo, tmp_p
 
     def run(name: str, *overrides: str):
         return train_draft(
-            micro_spec(micro_zoo, *common, *overrides), "online", {0.0: 1.0, 1.0: 1.0}, tmp_path / name
+            one_draft(
+                micro_spec(micro_zoo, *common, *overrides), "online", {0.0: 1.0, 1.0: 1.0}, tmp_path / name
+            )
         )
 
     every_step = run("every_step", "distill.teacher_cache_mb=0")
@@ -145,8 +152,10 @@ def test_kept_states_and_prompt_caches_share_the_budget(micro_zoo, tmp_path, cap
     prompt cache (and says so); every fresh row then runs in full."""
     spec = micro_spec(micro_zoo, "distill.onpolicy_fraction=0.5")
     make_shards(spec)
-    inputs = prepare_inputs(spec, "online", {1.0: 1.0})
-    run = _setup(spec, "online", {1.0: 1.0}, inputs, LocalSession(tmp_path / "a", None))
+    inputs = prepare_inputs(one_draft(spec, "online", {1.0: 1.0}, Path("draft")))
+    run = _setup(
+        one_draft(spec, "online", {1.0: 1.0}, tmp_path / "draft"), inputs, LocalSession(tmp_path / "a", None)
+    )
     assert run.states is not None and run.states.prompts is not None
     rows, _ = _row_plan(run)
     states_mb = estimated_mb(rows, run.teacher.config.hidden_size)
@@ -154,6 +163,10 @@ def test_kept_states_and_prompt_caches_share_the_budget(micro_zoo, tmp_path, cap
         micro_zoo, "distill.onpolicy_fraction=0.5", f"distill.teacher_cache_mb={states_mb * 1.01}"
     )
     with caplog.at_level("INFO", logger="specray.distill"):
-        run = _setup(tight, "online", {1.0: 1.0}, inputs, LocalSession(tmp_path / "b", None))
+        run = _setup(
+            one_draft(tight, "online", {1.0: 1.0}, tmp_path / "draft"),
+            inputs,
+            LocalSession(tmp_path / "b", None),
+        )
     assert run.states is not None and run.states.prompts is None
     assert "prompt caches need" in caplog.text

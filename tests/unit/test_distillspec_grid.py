@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 
 from specray.config import SweepSpec, load_spec
+from specray.draft import Draft
 from specray.errors import SpecError
 from specray.keys import digest, draft_key_inputs, spec_key
-from specray.sweep.plan import DraftPlan, plan_drafts
+from specray.sweep.plan import plan_sweep
 from tests.conftest import REPO
 
 SMOKE = REPO / "sweeps" / "smoke.yaml"
@@ -27,33 +28,35 @@ SMOKE_DRAFTS = {
 }
 
 
-def _recipe_digest(plan: DraftPlan) -> str:
+def _recipe_digest(plan: Draft) -> str:
     moving = {"student", "target", "shards"}
     return digest({k: v for k, v in plan.key_inputs.items() if k not in moving})
 
 
-def _online(plans: list[DraftPlan]) -> list[DraftPlan]:
+def _online(plans: list[Draft]) -> list[Draft]:
     return [p for p in plans if p.paradigm == "online"]
 
 
 def test_a_one_value_spec_keeps_its_names_folders_and_keys() -> None:
-    plans = plan_drafts(load_spec(SMOKE))
-    observed = {p.name: (p.output_dir.name, _recipe_digest(p)) for p in plans}
+    plans = list(plan_sweep(load_spec(SMOKE)).drafts)
+    observed = {p.name: (p.folder.name, _recipe_digest(p)) for p in plans}
     assert observed == SMOKE_DRAFTS
     online = _online(plans)[0]
     assert online.key_inputs["distill.divergence"] == "fkl"  # a value, not a list of one
     assert online.key_inputs["distill.data_sources"] == "tempspec_teacher"
     assert online.tags["divergence"] == "fkl" and online.tags["data_source"] == "tempspec_teacher"
     lists_of_one = load_spec(SMOKE, ["distill.divergence=[fkl]", "distill.data_sources=[tempspec_teacher]"])
-    assert [(p.name, p.key) for p in plan_drafts(lists_of_one)] == [(p.name, p.key) for p in plans]
+    assert [(p.name, p.key) for p in list(plan_sweep(lists_of_one).drafts)] == [
+        (p.name, p.key) for p in plans
+    ]
 
 
 def test_every_divergence_and_source_pair_is_its_own_draft() -> None:
     spec = load_spec(SMOKE, GRID)
-    plans = plan_drafts(spec)
+    plans = list(plan_sweep(spec).drafts)
     offline = [p for p in plans if p.paradigm == "offline"]
     assert [p.key for p in offline] == [
-        p.key for p in plan_drafts(load_spec(SMOKE)) if p.paradigm == "offline"
+        p.key for p in list(plan_sweep(load_spec(SMOKE)).drafts) if p.paradigm == "offline"
     ]
     assert all(p.divergence == p.data_source == "" for p in offline)  # SeqKD on the shards, as before
     online = _online(plans)
@@ -61,9 +64,9 @@ def test_every_divergence_and_source_pair_is_its_own_draft() -> None:
     assert len({p.key for p in online}) == len(online)
     by_name = {p.name: p for p in online}
     tvd_gkd = by_name["online/tau_kd=1/tvd/gkd"]
-    assert tvd_gkd.output_dir.name == "online__tau_kd=1__tvd__gkd"
+    assert tvd_gkd.folder.name == "online__tau_kd=1__tvd__gkd"
     assert tvd_gkd.tags | {"divergence": "tvd", "data_source": "gkd"} == tvd_gkd.tags
-    assert tvd_gkd.info["divergence"] == "tvd" and tvd_gkd.recipe == "online/tau_kd=1/tvd/gkd"
+    assert tvd_gkd.divergence == "tvd" and tvd_gkd.recipe == "online/tau_kd=1/tvd/gkd"
     mixed = by_name["online/tau_kd=0/fkl/fixed0.5_student0.5"]
     assert mixed.key_inputs["distill.data_sources"] == {"fixed": 0.5, "student": 0.5}
     assert mixed.tags["data_source"] == "fixed0.5_student0.5"
@@ -71,21 +74,21 @@ def test_every_divergence_and_source_pair_is_its_own_draft() -> None:
 
 def test_a_grid_draft_has_the_key_of_the_one_value_spec_with_its_values() -> None:
     """The cache knows a draft however it was asked for: a 2 × 2 grid reuses a one-value sweep's draft."""
-    grid = {p.name: p.key for p in plan_drafts(load_spec(SMOKE, GRID))}
+    grid = {p.name: p.key for p in list(plan_sweep(load_spec(SMOKE, GRID)).drafts)}
     single = load_spec(SMOKE, ["distill.divergence=tvd", "distill.data_sources=gkd"])
-    for plan in _online(plan_drafts(single)):
+    for plan in _online(list(plan_sweep(single).drafts)):
         assert grid[f"{plan.name}/tvd/gkd"] == plan.key
 
 
 def test_only_the_varied_axis_is_in_the_name() -> None:
-    divergences = _online(plan_drafts(load_spec(SMOKE, ["distill.divergence=[rkl, jsd]"])))
+    divergences = _online(list(plan_sweep(load_spec(SMOKE, ["distill.divergence=[rkl, jsd]"])).drafts))
     assert [p.name for p in divergences] == [f"online/tau_kd={t}/{d}" for t in (0, 1) for d in ("rkl", "jsd")]
     assert {p.data_source for p in divergences} == {"tempspec_teacher"}
-    sources = _online(plan_drafts(load_spec(SMOKE, ["distill.data_sources=[seqkd, imitkd]"])))
+    sources = _online(list(plan_sweep(load_spec(SMOKE, ["distill.data_sources=[seqkd, imitkd]"])).drafts))
     assert [p.name for p in sources] == [
         f"online/tau_kd={t}/{s}" for t in (0, 1) for s in ("seqkd", "imitkd")
     ]
-    replicated = plan_drafts(load_spec(SMOKE, [*GRID, "distill.replicates=2"]))
+    replicated = list(plan_sweep(load_spec(SMOKE, [*GRID, "distill.replicates=2"])).drafts)
     again = next(p for p in replicated if p.name == "online/tau_kd=1/tvd/gkd/r1")
     assert again.recipe == "online/tau_kd=1/tvd/gkd" and again.key_inputs["distill.seed"] == 1
 

@@ -268,21 +268,24 @@ def test_the_interval_of_a_reduction_holds_its_estimate_and_widens_with_noise(tm
     assert (tmp_path / "garden_quality_latency.png").stat().st_size > 0
 
 
-def test_a_draft_job_with_its_own_models_trains_and_is_keyed_under_them() -> None:
-    from specray.distill.checkpoints import fingerprint
-    from specray.distill.ray_train import DraftJob, _train_job_of
+def test_a_garden_draft_carries_its_own_models_and_is_keyed_under_them() -> None:
+    import pickle
+
+    from specray.data.shards import train_shard_keys
+    from specray.draft import plan_draft
 
     spec = garden_spec({"small": SMALL}, [{"zoo": "small"}, {"zoo": "target"}])
     pair = pair_spec(spec, spec.models.target, spec.models.garden[0])
     base = pair_spec(spec, spec.models.target, spec.models.draft)
-    job = DraftJob("online", {1.0: 1.0}, Path("/x"), label="small-distilled", models=pair.models)
-    assert job.spec(base).models == pair.models  # the run's spec is the base; the job brings its pair
-    assert DraftJob("online", {1.0: 1.0}, Path("/x")).spec(base).models == base.models
-    # what the workers get rebuilds the same spec from JSON
-    worker_side = _train_job_of(job, "KEY", None)  # type: ignore[arg-type]
-    assert worker_side.spec(base).models == pair.models
-    assert fingerprint(job.spec(base), "online", {1.0: 1.0}) == fingerprint(pair, "online", {1.0: 1.0})
-    assert fingerprint(pair, "online", {1.0: 1.0}) != fingerprint(base, "online", {1.0: 1.0})
+
+    def draft(of: SweepSpec):  # noqa: ANN202
+        return plan_draft(of, train_shard_keys(of), "online", {1.0: 1.0}, folder=Path("/x"))
+
+    small = draft(pair)
+    assert small.train_spec.models == pair.models  # the pair's models ride on the draft, not on the run
+    assert draft(base).train_spec.models == base.models and small.key != draft(base).key
+    # what a Train worker gets is this record, spec included
+    assert pickle.loads(pickle.dumps(small)).train_spec == small.train_spec
 
 
 def test_each_decoding_temperature_gets_its_own_plot_and_reductions(tmp_path: Path) -> None:

@@ -51,6 +51,7 @@ from specray.config import DistillSpec, SweepSpec
 from specray.distill.curves import CurvePoint
 from specray.distill.loop import train_draft
 from specray.distill.losses import IGNORE_INDEX, ResponseLoss
+from specray.draft import one_draft
 from specray.models.loading import load_model, load_tokenizer
 from specray.models.zoo import Zoo, build_zoo
 from specray.ops import DIVERGENCES
@@ -254,7 +255,7 @@ def _curve_values(curves: list[CurvePoint]) -> dict:
 
 @pytest.mark.parametrize("paradigm", ["offline", "online"])
 def test_a_four_step_distillation_reproduces_its_pinned_curve(spec, paradigm, tmp_path: Path) -> None:
-    result = train_draft(spec, paradigm, {1.0: 1.0}, tmp_path / paradigm)
+    result = train_draft(one_draft(spec, paradigm, {1.0: 1.0}, tmp_path / paradigm))
     assert [c.step for c in result.curves] == [0, 1, 2, 3, 4]
     assert_golden(
         paradigm.upper(), _curve_values(result.curves), OFFLINE if paradigm == "offline" else ONLINE

@@ -26,24 +26,21 @@ SWEEPS = ["tiny", "smoke"]
 
 def planned_keys(sweep: str, output_dir: Path) -> dict[str, dict[str, str]]:
     """Every key the sweep's plan computes, by a readable name of what it keys."""
-    from specray.data.shards import train_shard_keys
-    from specray.keys import cost_ratio_inputs, digest
-    from specray.sweep.plan import baseline_plan, shard_specs
-    from specray.sweep.run import cell_jobs, plan_sweep
+    from specray.sweep.plan import plan_sweep
 
     spec = load_spec(REPO / "sweeps" / f"{sweep}.yaml", [f"output_dir={output_dir}"])
-    drafts = [baseline_plan(spec, ""), *plan_sweep(spec).drafts]
+    plan = plan_sweep(spec)
     costs = StepCosts.fixed(0.2, spec.eval.batch_sizes, spec.eval.gamma)
     shards = {
-        f"seed={s.teacher.seed}/tau_kd={tau:g}": key.digest
-        for s in shard_specs(spec)
-        for tau, key in train_shard_keys(s).items()
+        f"seed={sample.spec.teacher.seed}/tau_kd={tau:g}": key.digest
+        for sample in plan.shards
+        for tau, key in sample.keys.items()
     }
     return {
         "shards": shards,
-        "drafts": {draft.name: draft.key for draft in drafts},
-        "step_costs": {"measured": digest(cost_ratio_inputs(spec))},
-        "cells": {job.label: job.key for job in cell_jobs(spec, drafts, costs)},
+        "drafts": {draft.name: draft.key for draft in plan.everything},
+        "step_costs": {"measured": plan.step_costs_key},
+        "cells": {job.label: job.key for job in plan.cell_jobs(costs)},
     }
 
 

@@ -24,8 +24,8 @@ from specray.keys import (
     leaf_fields,
     spec_key,
 )
-from specray.specdec.cells import prompts_fingerprints
 from tests.conftest import REPO
+from tests.plans import prompts_fingerprints
 
 SMOKE = load_spec(REPO / "sweeps" / "smoke.yaml")
 # Fields whose change cannot be tried alone on the synthetic smoke spec: the loader options of a file
@@ -239,11 +239,11 @@ def test_direct_fields_are_real_leaves() -> None:
 def test_a_list_form_is_a_grid_axis_whose_drafts_are_keyed_by_one_value(path: str, values: list) -> None:
     """One value: in the online drafts' keys. A list: which online drafts exist (`grid`), each keyed by its
     own single value, so no key ever holds the list."""
-    from specray.sweep.plan import plan_drafts
+    from specray.sweep.plan import plan_sweep
 
     assert classification(path).roles == {"draft:online", "grid"}
     listed = _with(SMOKE, path, values)
-    online = [p for p in plan_drafts(listed) if p.paradigm == "online"]
+    online = [p for p in list(plan_sweep(listed).drafts) if p.paradigm == "online"]
     assert sorted({p.key_inputs[path] for p in online}) == sorted(values)
     assert len({p.key for p in online}) == len(online) == len(values) * len(SMOKE.teacher.temperatures)
     assert spec_key(listed) != spec_key(SMOKE)

@@ -10,12 +10,14 @@ from specray.config import EvalSpec, LenienceSpec, load_spec
 from specray.data.examples import Example
 from specray.keys import CELL_RECORD_FORMAT, cell_key_inputs
 from specray.models.loading import load_tokenizer
-from specray.specdec.cells import DraftRef, plan_jobs, prompts_fingerprints
+from specray.specdec.cells import plan_jobs
 from specray.specdec.evaluator import EvalJob, EvalSettings, Evaluator
 from specray.specdec.lossy import lossy_betas
 from specray.specdec.records import CellRecord, StepCosts
+from specray.sweep.plan import plan_sweep
 from specray.tracking.names import CellAxes, cell_metrics
 from tests.conftest import REPO
+from tests.plans import draft_at, prompts_fingerprints
 
 SMOKE = load_spec(REPO / "sweeps" / "smoke.yaml")
 
@@ -49,7 +51,7 @@ def test_lossy_cells_exist_only_above_greedy_and_lossless_is_one_cell() -> None:
         lenience=LenienceSpec(function=["lin", "exp"], epsilon=[1.0, 0.5]),
         quality_ends=True,
     )
-    jobs = plan_jobs(spec, [DraftRef("d", "p")])
+    jobs = plan_jobs(spec, [draft_at("d", "p")])
     coordinates = {(j.estimator, j.tau_dec, j.lenience, j.epsilon) for j in jobs}
     for estimator in ("analytic", "empirical"):
         assert {(t, f, e) for s, t, f, e in coordinates if s == estimator} == {
@@ -64,9 +66,10 @@ def test_lossy_cells_exist_only_above_greedy_and_lossless_is_one_cell() -> None:
 def test_a_lossless_cell_keeps_its_key_and_lossy_cells_get_their_own() -> None:
     lossy_spec = _with_lenience(function=["lin", "sq"], epsilon=[1.0, 0.5])
     fingerprints = prompts_fingerprints(SMOKE)
+    costs = StepCosts.fixed(0.1, gammas=[3])
 
     def keys(spec) -> dict:
-        jobs = plan_jobs(spec.eval, [DraftRef("d", "p", "DRAFT")], (spec, fingerprints, 0.1))
+        jobs = plan_sweep(spec).cell_jobs(costs, [draft_at("d", "p", "DRAFT")])
         return {(j.test_set, j.estimator, j.tau_dec, j.lenience, j.epsilon): j.key for j in jobs}
 
     before, after = keys(SMOKE), keys(lossy_spec)
@@ -76,14 +79,17 @@ def test_a_lossless_cell_keeps_its_key_and_lossy_cells_get_their_own() -> None:
     assert len(lossy) == 8 and not set(lossy.values()) & set(before.values())
     assert len(set(lossy.values())) == len(lossy)
     # unchanged analytic recipe: the same inputs as before lenience existed
-    inputs = cell_key_inputs(SMOKE, "DRAFT", fingerprints["in_domain"], "in_domain", 1.0, "analytic", 3, 0.1)
+    fixed = costs.fingerprint()
+    inputs = cell_key_inputs(
+        SMOKE, "DRAFT", fingerprints["in_domain"], "in_domain", 1.0, "analytic", 3, fixed
+    )
     assert inputs["record_format"] == CELL_RECORD_FORMAT
     assert not any(k.startswith("eval.lenience") for k in inputs)
     assert "lossy_format" not in inputs
     # a lossy analytic cell names how its β_ε was made (along the lossy decoder's output, format 2), so
     # records of the earlier recipe (along the target's continuations) are not served under the new one
     lossy = cell_key_inputs(
-        SMOKE, "DRAFT", fingerprints["in_domain"], "in_domain", 1.0, "analytic", 3, 0.1, ("lin", 0.5)
+        SMOKE, "DRAFT", fingerprints["in_domain"], "in_domain", 1.0, "analytic", 3, fixed, ("lin", 0.5)
     )
     assert lossy["lossy_format"] == 2
 

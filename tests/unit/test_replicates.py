@@ -9,9 +9,10 @@ import pytest
 
 from specray.config import load_spec
 from specray.data.shards import train_shard_keys
+from specray.draft import Draft
 from specray.report import paired, verdicts
 from specray.report.replicates import replicate_means, replicate_spread, variance_table
-from specray.sweep.plan import plan_drafts, shard_specs
+from specray.sweep.plan import plan_sweep
 from tests.conftest import REPO
 from tests.unit.test_verdicts import DIFFICULTY, cell
 
@@ -19,25 +20,24 @@ TINY = REPO / "sweeps" / "tiny.yaml"
 
 
 def test_replicates_add_drafts_and_replicate_0_keeps_the_key_of_a_run_without_them() -> None:
-    single = plan_drafts(load_spec(TINY))
+    single = list(plan_sweep(load_spec(TINY)).drafts)
     spec = load_spec(TINY, ["distill.replicates=3"])
-    plans = plan_drafts(spec)
+    plans = list(plan_sweep(spec).drafts)
     assert len(plans) == 3 * len(single)
     first = [p for p in plans if p.replicate == 0]
-    assert [(p.name, p.key, p.output_dir) for p in first] == [(p.name, p.key, p.output_dir) for p in single]
+    assert [(p.name, p.key, p.folder) for p in first] == [(p.name, p.key, p.folder) for p in single]
     assert len({p.key for p in plans}) == len(plans)  # every replicate its own draft
     again = next(p for p in plans if p.replicate == 2 and p.name.startswith("online/tau_kd=0.6"))
-    assert again.name == "online/tau_kd=0.6/r2" and again.output_dir.name == "online__tau_kd=0.6__r2"
+    assert again.name == "online/tau_kd=0.6/r2" and again.folder.name == "online__tau_kd=0.6__r2"
     assert again.recipe == "online/tau_kd=0.6" and again.tags["replicate"] == "2"
-    assert again.info == {
-        "paradigm": "online",
-        "tau_kd": 0.6,
-        "mixture": "0.6:1",
-        "recipe": "online/tau_kd=0.6",
-        "replicate": 2,
-        "divergence": "fkl",
-        "data_source": "tempspec_teacher",
-    }
+    assert (again.paradigm, again.tau_kd, dict(again.mixture), again.replicate) == (
+        "online",
+        0.6,
+        {0.6: 1.0},
+        2,
+    )
+    assert (again.divergence, again.data_source) == ("fkl", "tempspec_teacher")
+    assert Draft.from_json(again.to_json()) == again  # the record the report and MLflow read back
     assert again.key_inputs["distill.seed"] == spec.distill.seed + 2
     twin = next(p for p in first if p.name == "online/tau_kd=0.6")
     assert twin.key_inputs["shards"] == again.key_inputs["shards"]  # one teacher sample by default
@@ -45,27 +45,26 @@ def test_replicates_add_drafts_and_replicate_0_keeps_the_key_of_a_run_without_th
 
 def test_replicate_r_is_the_draft_of_seed_plus_r() -> None:
     """The same weights are the same key: replicate 1 of seed 0 is replicate 0 of seed 1."""
-    replicate = plan_drafts(load_spec(TINY, ["distill.replicates=2"]))
-    shifted = {p.name: p.key for p in plan_drafts(load_spec(TINY, ["distill.seed=1"]))}
+    replicate = list(plan_sweep(load_spec(TINY, ["distill.replicates=2"])).drafts)
+    shifted = {p.name: p.key for p in list(plan_sweep(load_spec(TINY, ["distill.seed=1"])).drafts)}
     for plan in (p for p in replicate if p.replicate == 1):
         assert plan.key == shifted[plan.recipe]
 
 
 def test_replicate_shards_give_each_replicate_its_own_teacher_sample() -> None:
     spec = load_spec(TINY, ["distill.replicates=2", "teacher.replicate_shards=true"])
-    samples = shard_specs(spec)
+    samples = [sample.spec for sample in plan_sweep(spec).shards]
     assert [s.teacher.seed for s in samples] == [spec.teacher.seed, spec.teacher.seed + 1]
     keys = [train_shard_keys(s) for s in samples]
     assert {k.digest for k in keys[0].values()}.isdisjoint({k.digest for k in keys[1].values()})
-    plans = plan_drafts(spec)
+    plans = list(plan_sweep(spec).drafts)
     by_name = {p.name: p for p in plans}
     assert (
         by_name["offline/tau_kd=0.6"].key_inputs["shards"]
         != by_name["offline/tau_kd=0.6/r1"].key_inputs["shards"]
     )
-    assert shard_specs(load_spec(TINY, ["distill.replicates=2"])) == [
-        load_spec(TINY, ["distill.replicates=2"])
-    ]
+    one = load_spec(TINY, ["distill.replicates=2"])
+    assert [sample.spec for sample in plan_sweep(one).shards] == [one]
 
 
 def test_replicate_0_is_the_spec_itself_and_a_negative_one_is_refused() -> None:

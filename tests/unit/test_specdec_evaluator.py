@@ -16,10 +16,11 @@ from specray.specdec.analytic import (
     ratio_ci95,
     sample_continuations,
 )
-from specray.specdec.cells import DraftRef, check_drafts, passes, plan_jobs
+from specray.specdec.cells import check_drafts, passes, plan_jobs
 from specray.specdec.evaluator import EvalJob, EvalSettings, Evaluator
 from specray.specdec.records import StepCosts
 from tests.conftest import micro_zoo_spec
+from tests.plans import draft_at
 
 SETTINGS = EvalSettings(repeats=2, max_new_tokens=12, empirical_prompts=3, step_costs=StepCosts.fixed(0.1))
 GAMMA = 3
@@ -199,7 +200,7 @@ def test_plan_covers_the_grid() -> None:
         empirical_temperatures=[1.0],
         gamma=[2, 4],
     )
-    jobs = plan_jobs(spec, [DraftRef("a", "/a"), DraftRef("b", "/b")])
+    jobs = plan_jobs(spec, [draft_at("a", "/a"), draft_at("b", "/b")])
     assert len(jobs) == 2 * 2 * (3 + 1) * 2
     assert len({job.label for job in jobs}) == len(jobs)
     units = passes(jobs, drafts_per_pass=1)
@@ -210,7 +211,7 @@ def test_plan_covers_the_grid() -> None:
     )
     assert sorted(j.label for unit in units for j in unit) == sorted(j.label for j in jobs)
     diagonal = spec.model_copy(update={"empirical_drafts": "diagonal", "gamma": [3]})
-    refs = [DraftRef("base", "/b"), DraftRef("kd1", "/k1", tau_kd=1.0), DraftRef("kd5", "/k5", tau_kd=0.5)]
+    refs = [draft_at("base", "/b"), draft_at("kd1", "/k1", tau_kd=1.0), draft_at("kd5", "/k5", tau_kd=0.5)]
     jobs = plan_jobs(diagonal, refs)
     empirical = {(j.draft, j.test_set) for j in jobs if j.estimator == "empirical"}
     assert empirical == {(d, t) for d in ("base", "kd1") for t in ("in_domain", "out_of_domain")}

@@ -5,22 +5,23 @@ from __future__ import annotations
 import pytest
 
 from specray.config import load_spec
-from specray.sweep.plan import plan_drafts
-from specray.sweep.schedule import ONLINE_STEP_COST, split_runs
+from specray.sweep.plan import plan_sweep
+from specray.sweep.stages import ONLINE_STEP_COST, split_runs
 from tests.conftest import REPO
 
 
 def _cost(spec, plan) -> float:
     steps = spec.distill.steps_for(plan.paradigm)
+    assert plan.train_spec.distill.steps == steps  # the draft's own spec holds its paradigm's steps
     return steps * (ONLINE_STEP_COST if plan.paradigm == "online" else 1.0)
 
 
 @pytest.mark.parametrize("runs", [1, 2, 3, 5])
 def test_every_draft_once_longest_first_and_the_runs_balanced(runs: int) -> None:
     spec = load_spec(REPO / "sweeps" / "tiny.yaml")
-    plans = plan_drafts(spec)
+    plans = list(plan_sweep(spec).drafts)
     assert plans[0].paradigm == "offline"  # the plan lists offline first; the schedule must not
-    lanes = split_runs(spec, plans, runs)
+    lanes = split_runs(plans, runs)
     assert len(lanes) == runs
     assert sorted(p.name for lane in lanes for p in lane) == sorted(p.name for p in plans)
     for lane in lanes:  # online (the long ones) first in every run: the last to end is a short one
@@ -29,10 +30,10 @@ def test_every_draft_once_longest_first_and_the_runs_balanced(runs: int) -> None
     loads = [sum(_cost(spec, p) for p in lane) for lane in lanes]
     shortest = min(_cost(spec, p) for p in plans)
     assert max(loads) - min(loads) <= shortest  # LPT: within one (the shortest, last placed) draft
-    assert split_runs(spec, list(reversed(plans)), runs) == lanes  # the same runs whatever the order given
+    assert split_runs(list(reversed(plans)), runs) == lanes  # the same runs whatever the order given
 
 
 def test_more_runs_than_drafts_gives_one_draft_a_run() -> None:
     spec = load_spec(REPO / "sweeps" / "tiny.yaml", ["teacher.temperatures=[0.0, 1.0]"])
-    plans = plan_drafts(spec)
-    assert [len(lane) for lane in split_runs(spec, plans, 10)] == [1, 1, 1, 1]
+    plans = list(plan_sweep(spec).drafts)
+    assert [len(lane) for lane in split_runs(plans, 10)] == [1, 1, 1, 1]

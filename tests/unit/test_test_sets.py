@@ -19,15 +19,10 @@ from specray.keys import cell_key_inputs, digest, spec_key
 from specray.report import categories as report_categories
 from specray.report.paired import prompt_cells
 from specray.specdec.categories import category_figures, with_categories
-from specray.specdec.cells import (
-    encode_test_prompts,
-    evaluated_examples,
-    prompt_categories,
-    prompts_fingerprints,
-)
 from specray.specdec.records import CellRecord
 from specray.tracking.names import BY_CATEGORY, cell_metrics
 from tests.conftest import REPO
+from tests.plans import encode_test_prompts, evaluated_examples, prompt_categories, prompts_fingerprints
 
 SMOKE = load_spec(REPO / "sweeps" / "smoke.yaml")
 QUESTIONS = [

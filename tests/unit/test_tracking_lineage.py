@@ -14,10 +14,10 @@ from mlflow.entities import LoggedModelStatus
 
 from specray.config import load_spec
 from specray.data.shards import train_shard_keys
-from specray.specdec.cells import prompts_fingerprints
-from specray.sweep.plan import baseline_plan, plan_drafts
+from specray.sweep.plan import plan_sweep
+from specray.sweep.tracked import sweep_data
 from specray.tracking.client import Tracker, describe_sweep
-from specray.tracking.lineage import DRAFTS_VIEW, DatasetRef, DraftModel, draft_note, runs_view, sweep_data
+from specray.tracking.lineage import DRAFTS_VIEW, DatasetRef, DraftModel, draft_note, runs_view
 from specray.tracking.names import (
     DRAFT_DIR,
     EXPERIMENT_KIND,
@@ -163,26 +163,28 @@ def test_the_drafts_view_and_the_page_that_opens_it(tracker: Tracker) -> None:
 
 
 def test_the_sweeps_datasets_carry_the_cache_keys() -> None:
-    data = sweep_data(SMOKE)
+    plan = plan_sweep(SMOKE)
+    data = sweep_data(plan)
     keys = train_shard_keys(SMOKE)
     assert {tau: ref.digest for tau, ref in data.shards.items()} == {tau: k.digest for tau, k in keys.items()}
     assert {ref.name: ref.digest for ref in data.tests} == {
-        f"{name} test": digest for name, digest in prompts_fingerprints(SMOKE).items()
+        f"{name} test": prompts.key for name, prompts in plan.prompt_sets.items()
     }
     assert data.train.rows == SMOKE.data.train_size and data.train.context == "generation"
-    offline_1 = next(p for p in plan_drafts(SMOKE) if p.paradigm == "offline" and p.tau_kd == 1.0)
+    offline_1 = next(p for p in plan.drafts if p.paradigm == "offline" and p.tau_kd == 1.0)
     assert [d.name for d in data.for_draft(offline_1.mixture)] == [
         "teacher τ_kd=1",
         "in_domain test",
         "out_of_domain test",
     ]
     assert "τ_kd=1" in draft_note(SMOKE, offline_1) and offline_1.key in draft_note(SMOKE, offline_1)
-    assert "un-distilled" in draft_note(SMOKE, baseline_plan(SMOKE, "draft"))
+    assert "un-distilled" in draft_note(SMOKE, plan.baseline)
 
 
 def test_a_sweep_is_described_before_any_work(tracker: Tracker) -> None:
     parent, _ = tracker.parent_run(SMOKE)
-    data = describe_sweep(tracker, parent, SMOKE, drafts=4)
+    data = sweep_data(plan_sweep(SMOKE))
+    describe_sweep(tracker, parent, SMOKE, data, drafts=4)
     experiment = tracker.client.get_experiment(tracker.experiment_id)
     assert "Model training" in experiment.tags[NOTE] and SAVED_VIEW + DRAFTS_VIEW in experiment.tags
     run = tracker.run(parent)

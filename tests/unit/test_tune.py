@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
@@ -11,7 +10,7 @@ from pydantic import ValidationError
 from specray.config import load_spec
 from specray.distill.curves import CurvePoint
 from specray.errors import SpecError
-from specray.specdec.records import StepCosts
+from specray.specdec.records import CellRecord, StepCosts
 from specray.sweep.tune.baselines import (
     Contenders,
     best_single,
@@ -139,9 +138,9 @@ def test_the_manual_recipe_needs_a_peak_on_the_grid() -> None:
 def test_the_peak_is_chosen_per_tau_dec_with_ties_to_the_lower_tau_kd() -> None:
     assert best_single({0.2: 1.5, 0.8: 1.7, 0.9: 1.7}) == 0.8
     records = [
-        {"draft": f"offline/tau_kd={t:g}", "tau_dec": d, "speedup_model": s}
+        _record(d, s, f"offline/tau_kd={t:g}")
         for t, d, s in [(0.0, 0.8, 1.1), (1.0, 0.8, 1.3), (0.0, 1.0, 1.2), (1.0, 1.0, 1.0)]
-    ] + [{"draft": "non-distill", "tau_dec": 0.8, "speedup_model": 9.0}]  # not a single τ_kd draft: ignored
+    ] + [_record(0.8, 9.0, "non-distill")]  # not a single τ_kd draft: ignored
     tau_kd_of = {"offline/tau_kd=0": 0.0, "offline/tau_kd=1": 1.0}
     assert peaks(records, tau_kd_of) == {0.8: 1.0, 1.0: 0.0}
 
@@ -150,16 +149,17 @@ def test_the_peak_is_chosen_per_tau_dec_with_ties_to_the_lower_tau_kd() -> None:
 
 
 def _record(
-    tau_dec: float, speedup: float, draft: str = "d", test_set: str = "validation", alpha: float = 0.5
-):
-    return {
-        "draft": draft,
-        "test_set": test_set,
-        "tau_dec": tau_dec,
-        "estimator": "analytic",
-        "speedup_model": speedup,
-        "acceptance_rate": alpha,
-    }
+    tau_dec: float,
+    speedup: float,
+    draft: str = "d",
+    test_set: str = "validation",
+    alpha: float = 0.5,
+    gamma: int = 3,
+) -> CellRecord:
+    metrics = {"speedup_model": speedup, "acceptance_rate": alpha}
+    return CellRecord(
+        draft, "K", test_set, tau_dec, "analytic", gamma, f"{draft}{tau_dec}{gamma}", 0.1, 0.0, metrics
+    )
 
 
 def test_the_objective_is_the_mean_speedup_over_the_objective_temperatures() -> None:
@@ -239,13 +239,15 @@ def test_table3_shows_the_mean_over_a_contenders_replicates() -> None:
     contenders = Contenders(
         tuned="tuned:x", single={1.0: "s"}, manual={1.0: "m"}, labels={"s": "1", "m": "0.9+1", "tuned:x": "x"}
     )
+    replicates = {"s": (1.0, 1.2), "m": (1.1, 1.3), "tuned:x": (1.4, 1.0)}
+    names = {recipe: [recipe, f"{recipe}/r1"] for recipe in replicates}
     records = [
-        _record(1.0, speedup, draft, "in_domain") | {"recipe": recipe, "replicate": r}
-        for recipe, speedups in {"s": (1.0, 1.2), "m": (1.1, 1.3), "tuned:x": (1.4, 1.0)}.items()
+        _record(1.0, speedup, names[recipe][r], "in_domain")
+        for recipe, speedups in replicates.items()
         for r, speedup in enumerate(speedups)
-        for draft in [recipe if r == 0 else f"{recipe}/r{r}"]
     ]
-    (row,) = table3(records, contenders).to_dict("records")
+    recipes = {name: recipe for recipe, both in names.items() for name in both}
+    (row,) = table3(records, contenders, recipes).to_dict("records")
     assert row["single speedup_model"] == pytest.approx(1.1) and row["manual speedup_model"] == pytest.approx(
         1.2
     )
@@ -289,19 +291,6 @@ def test_shipped_tune_sweeps_pass_the_tune_checks(name: str) -> None:
 
 
 def test_the_objective_takes_each_tau_dec_at_its_best_gamma() -> None:
-    records = [
-        _record(0.8, 1.2) | {"gamma": 2},
-        _record(0.8, 1.5) | {"gamma": 5},
-        _record(1.0, 1.6) | {"gamma": 2},
-    ]
-    records += [_record(1.0, 1.1) | {"gamma": 5}]
+    records = [_record(0.8, 1.2, gamma=2), _record(0.8, 1.5, gamma=5), _record(1.0, 1.6, gamma=2)]
+    records += [_record(1.0, 1.1, gamma=5)]
     assert objective(records, [0.8, 1.0]) == pytest.approx((1.5 + 1.6) / 2)
-
-
-def test_the_state_file_round_trips_and_an_older_one_reads_with_nothing_to_reuse() -> None:
-    from specray.sweep.tune.run import TuneState
-
-    state = TuneState("k", StepCosts.fixed(0.2), [{"draft": "a"}], {"a": "/d/a"})
-    assert TuneState.from_json(json.loads(json.dumps(state.to_json()))) == state
-    older = TuneState.from_json({"key": "k", "cost_ratio": 0.2})  # before the step costs: measured again
-    assert older.step_costs is None and older.validation is None

@@ -17,10 +17,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from specray.specdec.records import CellRecord
+from specray.tracking.names import ACCEPTANCE_RATE, SPEEDUP_MODEL
 
 
 def manual_recipe(grid: Sequence[float], peak: float, k: int = 3) -> dict[float, float]:
@@ -39,14 +41,13 @@ def best_single(scores: Mapping[float, float]) -> float:
     return min(scores, key=lambda tau: (-scores[tau], tau))
 
 
-def peaks(records: Sequence[Mapping[str, Any]], tau_kd_of: Mapping[str, float]) -> dict[float, float]:
+def peaks(records: Sequence[CellRecord], tau_kd_of: Mapping[str, float]) -> dict[float, float]:
     """Per τ_dec, the single τ_kd with the best `speedup_model` among `records` (draft name -> its τ_kd)."""
     scores: dict[float, dict[float, float]] = {}
     for record in records:
-        if record["draft"] in tau_kd_of:
-            scores.setdefault(float(record["tau_dec"]), {})[tau_kd_of[record["draft"]]] = record[
-                "speedup_model"
-            ]
+        if record.draft in tau_kd_of:
+            by_tau_kd = scores.setdefault(float(record.tau_dec), {})
+            by_tau_kd[tau_kd_of[record.draft]] = record.metrics[SPEEDUP_MODEL]
     return {tau_dec: best_single(by_tau_kd) for tau_dec, by_tau_kd in sorted(scores.items())}
 
 
@@ -65,22 +66,24 @@ class Contenders:
     labels: dict[str, str]  # draft name -> what the table shows (τ_kd, recipe or mixture)
 
 
-def table3(records: Sequence[Mapping[str, Any]], contenders: Contenders) -> pd.DataFrame:
+def table3(
+    records: Sequence[CellRecord], contenders: Contenders, recipes: Mapping[str, str] | None = None
+) -> pd.DataFrame:
     """One row per (test set, τ_dec): acceptance rate and speedup of each contender, and the gains. A
-    contender trained several times (`tune.replicates`: records whose `recipe` is its name) shows the mean
-    over its replicates."""
-    replicates: dict[tuple[str, str, float], list[Mapping[str, Any]]] = {}
+    contender trained several times (`tune.replicates`: `recipes` maps each replicate's draft name to the
+    contender's) shows the mean over its replicates."""
+    recipes = recipes or {}
+    replicates: dict[tuple[str, str, float], list[CellRecord]] = {}
     for r in records:
-        if r["estimator"] == "analytic":
-            replicates.setdefault(
-                (r.get("recipe") or r["draft"], r["test_set"], float(r["tau_dec"])), []
-            ).append(r)
+        if r.estimator == "analytic":
+            where = (recipes.get(r.draft, r.draft), r.test_set, float(r.tau_dec))
+            replicates.setdefault(where, []).append(r)
     cell = {
         key: {"draft": key[0]}
-        | {m: float(np.mean([r[m] for r in rs])) for m in ("acceptance_rate", "speedup_model")}
+        | {m: float(np.mean([r.metrics[m] for r in rs])) for m in (ACCEPTANCE_RATE, SPEEDUP_MODEL)}
         for key, rs in replicates.items()
     }
-    test_sets = sorted({r["test_set"] for r in records})
+    test_sets = sorted({r.test_set for r in records})
     rows = []
     for test_set in test_sets:
         for tau_dec in sorted(contenders.single):

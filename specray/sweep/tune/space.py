@@ -24,12 +24,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specray.config import SweepSpec
+from specray.config import EvalSpec, LenienceSpec, SweepSpec
 from specray.distill.curves import CurvePoint
-from specray.distill.inputs import draft_name
+from specray.draft import draft_name, mixture_tag
 from specray.errors import SpecError
 from specray.ops import expected_block_efficiency
-from specray.specdec.records import StepCosts
+from specray.specdec.records import CellRecord, StepCosts
+from specray.tracking.names import SPEEDUP_MODEL
 
 WEIGHT_PREFIX = "w_tau_kd_"
 MIN_SCORE = 0.01  # scores span two decades: a τ_kd can weigh up to 100x another
@@ -57,7 +58,7 @@ class Recipe:
     @property
     def mixture_tag(self) -> str:
         """`0.7:0.4,0.9:0.6`: the mixture as MLflow tags and tables show it."""
-        return ",".join(f"{tau:g}:{weight:g}" for tau, weight in sorted(self.mixture.items()))
+        return mixture_tag(self.mixture)
 
 
 # ---------------------------------------------------------------- scores -> mixture
@@ -167,25 +168,37 @@ def speedup_estimate(
     return sum(speedups) / len(speedups)
 
 
-def at_best_gamma(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def at_best_gamma(records: Sequence[CellRecord]) -> list[CellRecord]:
     """The analytic records at each (draft, test set, τ_dec)'s best γ by `speedup_model` (others dropped)."""
-    best: dict[tuple, Mapping[str, Any]] = {}
+    best: dict[tuple, CellRecord] = {}
     for record in records:
-        if record["estimator"] != "analytic":
+        if record.estimator != "analytic":
             continue
-        where = (record["draft"], record["test_set"], float(record["tau_dec"]))
-        if where not in best or record["speedup_model"] > best[where]["speedup_model"]:
+        where = (record.draft, record.test_set, float(record.tau_dec))
+        if where not in best or record.metrics[SPEEDUP_MODEL] > best[where].metrics[SPEEDUP_MODEL]:
             best[where] = record
     return list(best.values())
 
 
-def objective(records: Sequence[Mapping[str, Any]], taus_dec: Sequence[float]) -> float:
+def objective(records: Sequence[CellRecord], taus_dec: Sequence[float]) -> float:
     """Mean analytic `speedup_model` (at the best γ) over `taus_dec`; ValueError if a τ_dec has no record."""
-    by_tau = {float(r["tau_dec"]): float(r["speedup_model"]) for r in at_best_gamma(records)}
+    by_tau = {float(r.tau_dec): float(r.metrics[SPEEDUP_MODEL]) for r in at_best_gamma(records)}
     missing = [tau for tau in taus_dec if float(tau) not in by_tau]
     if missing:
         raise ValueError(f"no analytic record at τ_dec {missing}")
     return sum(by_tau[float(tau)] for tau in taus_dec) / len(taus_dec)
+
+
+def tune_grid(spec: SweepSpec, test_sets: Sequence[str]) -> EvalSpec:
+    """The cells the search and Table 3 measure: analytic, lossless, at every objective τ_dec and γ of the
+    grid, on `test_sets` (validation for the baselines' choice, the test sets for Table 3)."""
+    update = {
+        "temperatures": list(spec.tune.objective_temperatures),
+        "estimators": ["analytic"],
+        "test_sets": list(test_sets),
+        "lenience": LenienceSpec(),
+    }
+    return spec.eval.model_copy(update=update)
 
 
 # ---------------------------------------------------------------- the edge

@@ -12,8 +12,8 @@ cached shards once (`TrialContext.inputs`). A trial that is restarted (worker fa
 its distillation from the latest checkpoint in its folder, and one that had already measured its objective
 reports the saved result again without training or evaluating.
 
-The baselines (`distil_baseline`) train through the same function in a Ray task with the same resources, so
-a baseline and a trial differ only in their recipe.
+A trial's draft is planned like every other (`specray.draft.plan_draft`: the recipe's budget spec, the
+shards' keys), so its key is the one a baseline of the same recipe has.
 """
 
 from __future__ import annotations
@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from specray.config import SweepSpec
+from specray.data.shards import ShardKey
 from specray.distill.checkpoints import is_finished, read_curves
 from specray.distill.curves import CurvePoint
 from specray.distill.inputs import DistillInputs
+from specray.draft import plan_draft
 from specray.files import write_atomic
 from specray.specdec.records import CellRecord, StepCosts
 from specray.sweep.tune.space import (
@@ -53,6 +55,7 @@ class TrialContext:
     validation_prompts: list[list[int]]
     step_costs: StepCosts  # measured once: every draft has the same architecture
     trials_dir: str  # absolute: Tune runs a trial with its own working directory
+    shard_keys: dict[float, ShardKey]  # the τ_kd shards the rows were read from (the drafts' key inputs)
 
 
 def progress_metrics(curve: CurvePoint, spec: SweepSpec, step_costs: StepCosts) -> dict[str, Any]:
@@ -100,27 +103,8 @@ def final_metrics(
     """The trial's last result: its last curve point plus the measured objective and validation cells."""
     with_gamma = len(spec.eval.gamma) > 1
     cells = {name: value for record in records for name, value in cell_metrics(record, with_gamma).items()}
-    measured = objective([record.flat() for record in records], spec.tune.objective_temperatures)
+    measured = objective(records, spec.tune.objective_temperatures)
     return progress_metrics(curves[-1], spec, step_costs) | cells | {OBJECTIVE: measured, MEASURED: 1}
-
-
-def distil_baseline(
-    spec_json: dict[str, Any],
-    paradigm: str,
-    mixture: dict[float, float],
-    output_dir: str,
-    inputs: DistillInputs,
-) -> None:
-    """A baseline draft, trained exactly like a trial (a Ray task with one distill worker's resources)."""
-    from transformers.utils import logging as hf_logging
-
-    from specray.distill.loop import train_draft, worker_resources
-
-    hf_logging.disable_progress_bar()
-    spec = SweepSpec.model_validate(spec_json)
-    worker_resources(spec).enter()  # threads as reserved (no oversubscription); fails if a GPU is missing
-    rows = {tau: inputs.rows[tau] for tau in mixture}
-    train_draft(spec, paradigm, mixture, Path(output_dir), inputs=replace(inputs, rows=rows))
 
 
 def run_trial(config: dict[str, Any], context: TrialContext) -> None:
@@ -146,10 +130,10 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
         if curve.step < steps:  # the last point goes out with the objective (ASHA stops at max_t)
             tune.report(progress_metrics(curve, trial_spec, context.step_costs))
 
-    if not is_finished(draft):
+    planned = plan_draft(trial_spec, context.shard_keys, recipe.paradigm, recipe.mixture, folder=draft)
+    if not is_finished(draft, planned.key):
         rows = {tau: context.inputs.rows[tau] for tau in recipe.mixture}
-        inputs = replace(context.inputs, rows=rows)
-        train_draft(trial_spec, recipe.paradigm, recipe.mixture, draft, report, inputs=inputs)
+        train_draft(planned, report, inputs=replace(context.inputs, rows=rows))
     records = _validate(trial_spec, context, draft, recipe.name)
     result = final_metrics(trial_spec, read_curves(draft), records, context.step_costs)
     write_atomic(saved, lambda path: path.write_text(json.dumps(result)))
