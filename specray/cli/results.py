@@ -36,7 +36,7 @@ from specray.cli.provenance import git_commit, machine
 RECORD_ENV, SINCE_ENV, COMMAND_ENV = "SPECRAY_RECORD", "SPECRAY_RECORD_SINCE", "SPECRAY_RECORD_COMMAND"
 BLOCK = re.compile(r"<!-- results (\w+) -->\n.*?<!-- /results -->", re.DOTALL)
 INLINE = re.compile(r"<!--r:(\w+)\.([\w.]+)-->(.*?)<!--/r-->")
-VERDICT_WORDS = ("reproduced", "not reproduced", "inconclusive")
+VERDICT_WORDS = ("reproduced", "not reproduced", "inconclusive")  # the report's verdicts
 
 
 # ---------------------------------------------------------------- writing one from a finished run
@@ -183,7 +183,7 @@ def verdict_counts(tables: Mapping[str, list[dict[str, str]]]) -> dict[str, int]
             verdict = row.get("verdict", "").strip("* ")
             if verdict in counts:
                 counts[verdict] += 1
-    return counts
+    return {verdict.replace(" ", "_"): n for verdict, n in counts.items()}  # `verdicts.not_reproduced`
 
 
 # ---------------------------------------------------------------- quoting one in a page
@@ -237,7 +237,7 @@ def render(results: Mapping[str, Any]) -> str:
     where = results["machine"]
     gpu = where.get("gpu", "none")
     memory = f", {where['memory_gib']} GiB" if where.get("memory_gib") else ""
-    hardware = f"{where['cores']} cores of {where['cpu']}{memory}, " + ("no GPU" if gpu == "none" else gpu)
+    hardware = f"{where['cores']} cores ({where['cpu']}){memory}, " + ("no GPU" if gpu == "none" else gpu)
     lines = [
         f"<!-- results {results['name']} -->",
         f"`{results['command']}` at `{results['commit']}` on {results['date']}; {hardware}.",
@@ -259,7 +259,7 @@ def _figure_rows(figures: Mapping[str, Any], prefix: str = "") -> list[tuple[str
         if isinstance(value, Mapping):
             rows += _figure_rows(value, f"{path}.")
         elif value is not None:
-            rows.append((f"`{path}`", format_figure(path, value)))
+            rows.append((path, format_figure(path, value)))
     return rows
 
 
@@ -290,9 +290,12 @@ def rendered(text: str, results: Mapping[str, Mapping[str, Any]]) -> str:
     return INLINE.sub(inline, BLOCK.sub(block, text))
 
 
+CODE = re.compile(r"^ {0,3}(`{3,}|~{3,}).*?^ {0,3}\1|(`+).+?\2", re.DOTALL | re.MULTILINE)
+
+
 def quote_problems(text: str, results: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """What a page quotes that its results files do not say: stale blocks, and inline figures that name no
-    results file or figure, or show another value than the file's."""
+    results file or figure, or show another value than the file's (markers shown in code are examples)."""
     problems = []
     for match in BLOCK.finditer(text):
         name = match.group(1)
@@ -300,7 +303,7 @@ def quote_problems(text: str, results: Mapping[str, Mapping[str, Any]]) -> list[
             problems.append(f"results block {name}: no docs/results/{name}.json")
         elif match.group(0) != render(results[name]):
             problems.append(f"results block {name}: differs from docs/results/{name}.json; re-render it")
-    for name, path, shown in INLINE.findall(text):
+    for name, path, shown in INLINE.findall(CODE.sub("", text)):
         if name not in results:
             problems.append(f"{name}.{path}: no docs/results/{name}.json")
             continue
