@@ -259,3 +259,11 @@ def _shown(name: str, path: str) -> str:
     from specray.cli.results import figure, format_figure
 
     return format_figure(path, figure(RESULTS[name], path))
+
+
+def test_the_front_page_stays_an_entry_point() -> None:
+    """README.md: at most 250 lines, and exactly two commands for a fresh machine."""
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) <= 250
+    quick_start = text.split("## Quick start", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    assert [line.split("#")[0].strip() for line in quick_start.splitlines()] == ["make demo", "make test"]
