@@ -59,7 +59,7 @@ def test_a_finished_run_writes_its_results_file(tmp_path, monkeypatch) -> None:
     assert (figures["c"], figures["cells"], figures["drafts"]) == (0.2, 3, 2)
     assert figures["verdicts"] == {"reproduced": 1, "not_reproduced": 1, "inconclusive": 0}
     assert list(written["tables"]) == ["Verdicts"]  # the table without a verdict column is not kept
-    page = f"Took <!--r:tiny.stages.zoo.seconds-->3 min 36 s<!--/r-->.\n\n<!-- results tiny -->\n<!-- /results -->\n"
+    page = "<!--r:tiny.stages.zoo.seconds-->3 min<!--/r-->.\n\n<!-- results tiny -->\n<!-- /results -->\n"
     shown = results.rendered(page, {"tiny": written})
     assert results.quote_problems(shown, {"tiny": written}) == []
     assert "| models.draft_parameters | 0.46M |" in shown and "| verdicts.not_reproduced | 1 |" in shown
