@@ -301,9 +301,8 @@ def main() -> None:
         from specray.cli.results import write_results
 
         command = " ".join(["python", "benchmarks/peers.py", *sys.argv[1:]])
-        write_results(
-            Path(args.record), command, figures, {"Medians": rows}, recorded_by="benchmarks/peers.py --record"
-        )
+        by = "recorded by `benchmarks/peers.py --record`"
+        write_results(Path(args.record), command, figures, {"Medians": rows}, recorded_by=by)
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ def write_results(
     command: str,
     figures: Mapping[str, Any],
     tables: Mapping[str, list[dict[str, str]]],
-    recorded_by: str = "specray run (SPECRAY_RECORD)",
+    recorded_by: str = "recorded by `specray run` (SPECRAY_RECORD)",
     **extra: Any,
 ) -> Path:
     """Write a results file: the figures and tables with the commit, machine, date and command."""
@@ -241,7 +241,7 @@ def render(results: Mapping[str, Any]) -> str:
     lines = [
         f"<!-- results {results['name']} -->",
         f"`{results['command']}` at `{results['commit']}` on {results['date']}; {hardware}.",
-        f"Source: `docs/results/{results['name']}.json` ({results['recorded_by']}).",
+        f"Source: `docs/results/{results['name']}.json`, {results['recorded_by']}.",
         "",
         "| figure | value |",
         "|---|---:|",
