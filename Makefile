@@ -1,10 +1,10 @@
 # Two commands for a fresh machine (both create or reuse .venv and install what they need):
 #   make demo   set up, then run the main job on the embedded default (sweeps/tiny.yaml)
-#   make test   set up, then run the unit and integration tests
+#   make test   set up, then run lint, the docs site build and the unit and integration tests
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test unit integration lint setup setup-test test-vllm-api clean
+.PHONY: demo test unit integration lint docs setup setup-test record-demo test-vllm-api clean
 
 setup:
 	VENV=$(VENV) scripts/setup.sh
@@ -15,7 +15,7 @@ setup-test:
 demo: setup
 	$(BIN)/specray run sweeps/tiny.yaml
 
-test: setup-test lint
+test: setup-test lint docs
 	$(BIN)/pytest -q --durations=30
 
 unit: setup-test
@@ -34,6 +34,19 @@ lint: setup-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy specray
+
+# The docs site (mkdocs.yml) into build/site/; --strict fails on a broken link or anchor and on a page
+# missing from the site's navigation.
+docs: setup-test
+	$(BIN)/mkdocs build --strict --quiet
+
+# Re-measure what the docs quote of `make demo` (run it on a fresh clone with nothing cached: rm -rf
+# ~/.cache/specray), then rewrite every figure the docs quote and refresh the front page's heatmap.
+record-demo:
+	SPECRAY_RECORD=$(CURDIR)/docs/results/tiny.json SPECRAY_RECORD_SINCE=$$(date +%s) \
+		SPECRAY_RECORD_COMMAND="make demo" $(MAKE) demo
+	$(BIN)/python scripts/results.py
+	cp outputs/tiny/report/heatmap_speedup_model_in_domain.png docs/figures/tiny_heatmap_speedup_model_in_domain.png
 
 clean:
 	rm -rf $(VENV) .venv-vllm-api .pytest_cache .ruff_cache .mypy_cache build *.egg-info

@@ -48,6 +48,18 @@ from specray.draft import one_draft
 TOOLS = ("specray", "trl")
 PARADIGMS = ("online", "offline")
 PEER = {"online": "TRL GKD", "offline": "TRL SFT"}
+COLUMNS = (
+    "paradigm",
+    "tool",
+    "steps",
+    "s/step",
+    "s per finished draft",
+    "tokens/step",
+    "CE",
+    "FKL",
+    "α τ_dec=0",
+    "α τ_dec=1",
+)
 INSTALL = "skipped: TRL is not installed; `pip install -e '.[peers]'` to run benchmarks/peers.py"
 
 
@@ -189,8 +201,11 @@ def _median(runs: list[dict], key: str) -> float:
     return statistics.median(run[key] for run in runs)
 
 
-def report(spec: SweepSpec, runs: dict, quality: dict, rates: dict, args) -> None:
+def report(spec: SweepSpec, runs: dict, quality: dict, rates: dict, args) -> tuple[dict, list[dict]]:
+    """Print the medians and the ratios; return them as a results file's figures and table rows."""
     d = spec.distill
+    figures: dict = {}
+    rows: list[dict] = []
     steps = {p: spec.distill.steps_for(p) for p in args.paradigms}
     setting = f"τ_kd {args.tau_kd:g}, batch {d.batch_size}, λ {d.onpolicy_fraction:g}, 1 thread"
     print(f"\nmedians over {args.repeats} repeat(s), {setting}:")
@@ -203,16 +218,16 @@ def report(spec: SweepSpec, runs: dict, quality: dict, rates: dict, args) -> Non
         for tool in TOOLS:
             r, q = runs[paradigm, tool], quality[paradigm, tool]
             name = "specray" if tool == "specray" else PEER[paradigm]
-            print(
-                f"| {paradigm} | {name} | {steps[paradigm]} | {_median(r, 's/step'):.4f} | "
-                f"{_median(r, 's/draft'):.1f} | {_median(r, 'tokens/step'):.0f} | {q['ce']:.4f} | "
-                f"{q['fkl']:.4f} | {q['alpha'][0.0]:.4f} | {q['alpha'][1.0]:.4f} |"
-            )
+            cells = [paradigm, name, steps[paradigm], f"{_median(r, 's/step'):.4f}"]
+            cells += [f"{_median(r, 's/draft'):.1f}", f"{_median(r, 'tokens/step'):.0f}", f"{q['ce']:.4f}"]
+            cells += [f"{q['fkl']:.4f}", f"{q['alpha'][0.0]:.4f}", f"{q['alpha'][1.0]:.4f}"]
+            print("| " + " | ".join(map(str, cells)) + " |")
+            rows.append(dict(zip(COLUMNS, map(str, cells), strict=True)))
     q = quality["undistilled"]
     alpha = f"{q['alpha'][0.0]:.4f} | {q['alpha'][1.0]:.4f}"
     print(f"| — | un-distilled draft | 0 | | | | {q['ce']:.4f} | {q['fkl']:.4f} | {alpha} |")
     if "online" in args.paradigms:
-        _online_ratios(runs)
+        figures["online_draft_ratio"] = _online_ratios(runs)
     if "offline" in args.paradigms:
         ours, sft = runs["offline", "specray"], runs["offline", "trl"]
         ratio = _median(ours, "s/draft") / _median(sft, "s/draft")
@@ -220,14 +235,15 @@ def report(spec: SweepSpec, runs: dict, quality: dict, rates: dict, args) -> Non
         print(
             f"offline SeqKD, s per finished draft, specray / TRL SFT: {ratio:.3f} (per step {per_step:.3f})"
         )
-    shown = ", ".join(
-        f"{statistics.median(r['engine'] / r['generate'] for r in rates[b]):.2f} at batch {b}"
-        for b in args.batches
-    )
+        figures |= {"offline_draft_ratio": round(ratio, 3), "offline_step_ratio": round(per_step, 3)}
+    engine = {b: statistics.median(r["engine"] / r["generate"] for r in rates[b]) for b in args.batches}
+    shown = ", ".join(f"{v:.2f} at batch {b}" for b, v in engine.items())
     print(f"teacher engine / model.generate tokens/s: {shown}")
+    figures |= {f"teacher_batch{b}_ratio": round(v, 2) for b, v in engine.items()}
+    return figures, rows
 
 
-def _online_ratios(runs: dict) -> None:
+def _online_ratios(runs: dict) -> float:
     gkd = runs["online", "trl"]
     if all("s/step λ" in r for r in gkd):
         fraction = statistics.fmean(r["onpolicy"] for r in gkd)
@@ -243,6 +259,7 @@ def _online_ratios(runs: dict) -> None:
         f"online KD, s per finished draft, specray / TRL GKD: {ratio:.3f} "
         f"(λ-weighted {weighted:.3f}; per step {per_step:.3f})"
     )
+    return round(ratio, 3)
 
 
 def main() -> None:
@@ -255,6 +272,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a micro zoo and a few steps: a smoke check")
     parser.add_argument("--paradigms", type=lambda text: tuple(text.split(",")), default=PARADIGMS)
     parser.add_argument("overrides", nargs="*", help="key=value overrides of sweeps/tiny.yaml, both sides")
+    parser.add_argument("--record", help="write the figures to this results file (docs/results/peers.json)")
     parser.add_argument("--job", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -279,7 +297,13 @@ def main() -> None:
         rates = measure_teacher(args, Path(root))
         quality = draft_quality(spec, args.tau_kd, drafts)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
-    report(spec, runs, quality, rates, args)
+    figures, rows = report(spec, runs, quality, rates, args)
+    if args.record:  # docs/results/peers.json: the figures README.md quotes
+        from specray.cli.results import write_results
+
+        command = " ".join(["python", "benchmarks/peers.py", *sys.argv[1:]])
+        by = "recorded by `benchmarks/peers.py --record`"
+        write_results(Path(args.record), command, figures, {"Medians": rows}, recorded_by=by)
 
 
 if __name__ == "__main__":

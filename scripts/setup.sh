@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Create (or reuse) the project's virtualenv and install specray into it, editable.
-#   scripts/setup.sh          runtime only
-#   scripts/setup.sh test     with the test tools
-# torch goes in first, pinned: on CPU machines torch==2.13.0 resolves to a local CPU build, and with it
-# installed the package's own torch range adds nothing (an unpinned torch would pull GBs of CUDA wheels).
-# On a GPU machine the same pin installs the CUDA build from PyPI; set TORCH_SPEC to choose another.
+# Create (or reuse) the project's virtualenv and install specray into it, editable. What it installs:
+#   scripts/setup.sh          torch (TORCH_SPEC), then specray and its dependencies, into $VENV (.venv)
+#   scripts/setup.sh test     the same with the test tools (pytest, ruff, mypy, mkdocs, ...), and, run as root
+#                             on a machine with apt-get, Debian's chromium for the MLflow UI test
+# torch goes in first, pinned, so the package's own torch range adds nothing. Which build the pin resolves to
+# is the package index's choice (PyPI's Linux wheels are CUDA builds, GBs of them): TORCH_INDEX_URL picks
+# PyTorch's own index for a build, e.g. https://download.pytorch.org/whl/cpu (docs/troubleshooting.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+TORCH_INDEX_URL=${TORCH_INDEX_URL:-}
 extras=${1:-}
 
 # --- test extra only: Debian's chromium, for the MLflow UI integration test (tests/integration/test_mlflow_ui.py).
@@ -17,7 +19,7 @@ extras=${1:-}
 # its reason. It runs before the stamp check below because it is a system package, not part of the venv.
 if [ "$extras" = test ] && ! command -v chromium >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    echo "setup: installing chromium (apt) for the MLflow UI test"
+    echo "setup: installing chromium (Debian's package, as root via apt-get) for the MLflow UI test"
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
       || echo "setup: warning: could not install chromium; the MLflow UI test will skip" >&2
   else
@@ -26,7 +28,7 @@ if [ "$extras" = test ] && ! command -v chromium >/dev/null 2>&1; then
 fi
 # --- end of the chromium step
 
-stamp="$VENV/.installed-$( (cat pyproject.toml; echo "$extras $TORCH_SPEC") | sha256sum | cut -c1-16)"
+stamp="$VENV/.installed-$( (cat pyproject.toml; echo "$extras $TORCH_SPEC $TORCH_INDEX_URL") | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ]; then
   exit 0
 fi
@@ -37,8 +39,8 @@ fi
 pip() { "$VENV/bin/python" -m pip --disable-pip-version-check "$@"; }
 pip install -q --upgrade pip
 if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
-  echo "setup: installing $TORCH_SPEC"
-  pip install -q "$TORCH_SPEC"
+  echo "setup: installing $TORCH_SPEC${TORCH_INDEX_URL:+ from $TORCH_INDEX_URL} (TORCH_SPEC, TORCH_INDEX_URL choose the build)"
+  pip install -q "$TORCH_SPEC" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
 fi
 echo "setup: installing specray${extras:+[$extras]} and its dependencies"
 pip install -q -e ".${extras:+[$extras]}"

@@ -105,8 +105,25 @@ def resumable(kept: Path, resume_flag: str | None = None) -> Iterator[None]:
         raise typer.Exit(1) from None
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from specray.cli.provenance import version_text
+
+        typer.echo(version_text())
+        raise typer.Exit()
+
+
 @app.callback()
-def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages.")) -> None:
+def main(
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages."),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print the version, the git commit and the record formats of cached results, then exit.",
+    ),
+) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from specray.cli.common import OverridesArg, SweepArg, app, resumable, set_threads, stage_spec, user_errors
+from specray.cli.results import record_run
 from specray.config import load_spec
 
 
@@ -53,6 +54,7 @@ def run(
             f"MLflow UI: mlflow ui --backend-store-uri {spec.tracking.uri} --host 127.0.0.1, then open"
         )
     typer.echo(f"MLflow runs: {outcome.runs_page}")
+    record_run(spec, outcome)  # docs/results/*.json, when SPECRAY_RECORD names one (specray/cli/results.py)
 
 
 def _run_garden(spec, dry_run: bool) -> None:  # noqa: ANN001 (a SweepSpec; imported lazily)

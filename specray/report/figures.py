@@ -8,6 +8,7 @@ KD step, probed τ_dec).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.colors import Normalize  # noqa: E402
 
 from specray.distill.curves import CurvePoint  # noqa: E402
 from specray.names import BASELINE  # noqa: E402
@@ -62,30 +64,57 @@ def heatmaps(cells: pd.DataFrame, metric: str, out_dir: Path) -> list[Path]:
         fig, axes = plt.subplots(
             1, max(1, len(paradigms)), figsize=(5.5 * max(1, len(paradigms)), 5), squeeze=False
         )
-        for ax, paradigm in zip(axes[0], paradigms, strict=False):
-            _heatmap_panel(ax, rows, paradigm, metric)
+        scale = colour_scale(rows[metric].to_numpy(dtype=float), centred=metric.startswith("speedup"))
+        for ax, paradigm in zip(axes[0], paradigms, strict=False):  # one scale: panels compare
+            _heatmap_panel(ax, rows, paradigm, metric, scale)
         fig.suptitle(f"{metric} ({test_set} test)")
         paths.append(save_figure(fig, out_dir / f"heatmap_{metric}_{test_set}.png"))
     return paths
 
 
-def _heatmap_panel(ax: plt.Axes, rows: pd.DataFrame, paradigm: str, metric: str) -> None:
+def _heatmap_panel(ax: plt.Axes, rows: pd.DataFrame, paradigm: str, metric: str, scale: ColourScale) -> None:
     single = rows[(rows.paradigm == paradigm) & rows.tau_kd.notna()]
     grid = single.pivot_table(index="tau_kd", columns="tau_dec", values=metric)
     baseline = rows[rows.draft == BASELINE].pivot_table(index="draft", columns="tau_dec", values=metric)
     table = pd.concat([baseline.rename(index={BASELINE: "none"}), grid]) if not baseline.empty else grid
-    image = ax.imshow(table.values, aspect="auto", cmap="viridis")
+    image = ax.imshow(table.values, aspect="auto", cmap=scale.cmap, norm=scale.norm)
     ax.set_xticks(range(table.shape[1]), [f"{t:g}" for t in table.columns])
     ax.set_yticks(range(table.shape[0]), [str(i) if isinstance(i, str) else f"{i:g}" for i in table.index])
     ax.set_xlabel("τ_dec (decoding)")
     ax.set_ylabel("τ_kd (KD data)")
     ax.set_title(paradigm)
-    middle = np.nanmean([np.nanmin(table.values), np.nanmax(table.values)])
     for (i, j), value in np.ndenumerate(table.values):
-        if np.isfinite(value):  # dark text on the bright end of viridis, light text on the dark end
-            color = "black" if value > middle else "white"
-            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7, color=color)
+        if np.isfinite(value):
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7, color=scale.text(value))
     plt.colorbar(image, ax=ax, fraction=0.046)
+
+
+@dataclass(frozen=True)
+class ColourScale:
+    """A heatmap's colours and the text colour that stays readable on each cell."""
+
+    cmap: str
+    norm: Normalize
+
+    def text(self, value: float) -> str:
+        shade = float(self.norm(value))
+        if self.cmap == BREAK_EVEN_CMAP:  # diverging: dark at both ends, pale at break-even
+            return "white" if abs(shade - 0.5) > 0.3 else "black"
+        return "black" if shade > 0.5 else "white"  # viridis: bright at the top, dark at the bottom
+
+
+BREAK_EVEN_CMAP = "RdBu"  # red: slower than the target alone; white: break-even; blue: faster
+
+
+def colour_scale(values: np.ndarray, centred: bool) -> ColourScale:
+    """A speedup's scale is diverging and centred at 1.0, symmetric around it, so break-even is white at a
+    glance and 0.99 and 1.01 get opposite hues (viridis coloured them alike and gave slowdowns no colour of
+    their own); other metrics keep viridis over their range."""
+    low, high = float(np.nanmin(values)), float(np.nanmax(values))
+    if not centred:
+        return ColourScale("viridis", Normalize(low, high))
+    span = max(abs(high - 1.0), abs(1.0 - low), 0.01)
+    return ColourScale(BREAK_EVEN_CMAP, Normalize(1.0 - span, 1.0 + span))
 
 
 def peak_speedup(cells: pd.DataFrame, out_dir: Path, metric: str = "speedup_model") -> list[Path]:

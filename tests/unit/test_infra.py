@@ -1,9 +1,12 @@
 """Every file under infra/ parses and agrees with the repository: the sweeps and configs it names exist and
-validate, the images it names carry the Dockerfile's tag, versions match, and no secret is committed.
-A file nobody checks fails `test_every_infra_file_is_checked`."""
+validate, the manifests rendered with infra/cluster.env (scripts/render_infra.py) name its image, which
+follows the Dockerfile's tag convention, versions match, the image holds every file the shipped sweeps read,
+and no secret is committed. A file nobody checks fails `test_every_infra_file_is_checked`."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 import shlex
 from collections.abc import Callable, Iterator
@@ -13,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from specray.config import load_spec
+from specray.config import SourceSpec, load_spec
 from specray.sweep.tune.space import check_tune
 from tests.conftest import REPO
 
@@ -45,16 +48,29 @@ def dockerfile_args(path: Path) -> dict[str, str]:
     return dict(a.split("=", 1) for kw, a in dockerfile_instructions(path) if kw == "ARG" and "=" in a)
 
 
+def load_script(name: str) -> Any:
+    """A module of scripts/ (not a package: loaded by path)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+RENDER = load_script("render_infra")
+
+
 def image_tag_convention() -> str:
-    """The tag the Dockerfile's header says to build, e.g. registry.example.com/specray:0.1.0-cuda12.8.1."""
+    """The image infra/cluster.env names, e.g. registry.example.com/specray:0.1.0-cuda12.8.1; the Dockerfile's
+    header builds exactly it."""
     header = (INFRA / "docker/Dockerfile").read_text()
-    match = re.search(r"docker build -f infra/docker/Dockerfile -t (\S+) \.", header)
-    assert match, "infra/docker/Dockerfile: the header must show its build command with the tag"
-    return match.group(1)
+    assert 'docker build -f infra/docker/Dockerfile -t "$SPECRAY_IMAGE" .' in header
+    return RENDER.settings(INFRA / "cluster.env")["SPECRAY_IMAGE"]
 
 
 def yaml_documents(path: Path) -> list[Any]:
-    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+    """An infra file's YAML documents, rendered with infra/cluster.env as scripts/render_infra.py does."""
+    text = RENDER.render(path.read_text(), RENDER.settings(INFRA / "cluster.env"), str(path))
+    return [doc for doc in yaml.safe_load_all(text) if doc is not None]
 
 
 def walk(node: Any, key: str) -> Iterator[Any]:
@@ -83,8 +99,7 @@ def check_image_dockerfile(path: Path) -> None:
         if kw == "COPY":  # the build context is the repository root
             for source in shlex.split(arguments)[:-1]:
                 assert (REPO / source).exists(), f"COPY {source}: not in the repository"
-    tag = image_tag_convention()
-    assert tag.endswith(f"/specray:{VERSION}-cuda{args['CUDA_VERSION']}"), tag
+    assert image_tag_convention().endswith(f"/specray:{VERSION}-cuda{args['CUDA_VERSION']}")
 
 
 def check_dockerignore(path: Path) -> None:
@@ -119,7 +134,11 @@ def check_raycluster(path: Path) -> None:
 
 
 def check_rayjob(path: Path) -> None:
-    (job,) = yaml_documents(path)
+    """A RayJob that runs on its own: it brings its volume claim, the same as the RayCluster's."""
+    claim, job = yaml_documents(path)
+    cluster_claim = yaml_documents(INFRA / "kuberay/raycluster.yaml")[0]
+    assert claim == cluster_claim and claim["kind"] == "PersistentVolumeClaim"
+    assert set(walk(job, "claimName")) == {claim["metadata"]["name"]}
     assert job["kind"] == "RayJob" and job["spec"]["shutdownAfterJobFinishes"] is True
     assert job["spec"]["entrypointNumGpus"] == 0
     check_kuberay_cluster_spec(job["spec"]["rayClusterSpec"], str(path))
@@ -196,6 +215,13 @@ def check_gitignore(path: Path) -> None:
     assert ".env" in path.read_text().splitlines()
 
 
+def check_cluster_env(path: Path) -> None:
+    """One place for the deployment's settings: every `${NAME}` of every manifest is set there."""
+    named = {name for m in RENDER.MANIFESTS for name in RENDER.VARIABLE.findall((INFRA / m).read_text())}
+    assert named == set(RENDER.settings(path)) == {"SPECRAY_IMAGE", "SPECRAY_TRACKING_URI"}
+    assert not any("registry.example.com" in (INFRA / m).read_text() for m in RENDER.MANIFESTS)
+
+
 CHECKS: dict[str, Callable[[Path], None]] = {
     "docker/Dockerfile": check_image_dockerfile,
     "docker/Dockerfile.dockerignore": check_dockerignore,
@@ -206,6 +232,7 @@ CHECKS: dict[str, Callable[[Path], None]] = {
     "mlflow/Dockerfile": check_mlflow_dockerfile,
     "mlflow/.env.example": check_env_example,
     "mlflow/.gitignore": check_gitignore,
+    "cluster.env": check_cluster_env,
 }
 INFRA_FILES = sorted(p for p in INFRA.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
@@ -229,6 +256,11 @@ def test_named_sweeps_and_configs_exist_and_validate(path: Path) -> None:
     for sweep in SWEEP_PATH.findall(text):
         assert (REPO / sweep).is_file(), f"{path.name} names {sweep}, which does not exist"
         load_spec(REPO / sweep)
+
+
+def test_the_image_follows_the_tag_convention() -> None:
+    cuda = dockerfile_args(INFRA / "docker/Dockerfile")["CUDA_VERSION"]
+    assert image_tag_convention().endswith(f"/specray:{VERSION}-cuda{cuda}")
 
 
 @pytest.mark.parametrize("path", [p for p in INFRA_FILES if p.suffix == ".yaml"], ids=lambda p: p.name)
@@ -287,3 +319,69 @@ def test_paper_scale_sweeps_are_the_papers_grid() -> None:
     for name in ("paper_grid", "out_of_range", "composition_tune"):
         header = (REPO / "sweeps" / f"{name}.yaml").read_text().split("\nname:")[0]
         assert f"sweeps/{name}.yaml" in header and "GPU-hours by stage" in header, name
+
+
+# ---------------------------------------------------------------- what the image holds
+
+
+def image_files() -> tuple[Path, set[Path]]:
+    """The image's working folder, and every file the Dockerfile puts there: what it copies from the
+    repository and what scripts/fetch_data.sh fetches at build time."""
+    instructions = dockerfile_instructions(INFRA / "docker/Dockerfile")
+    workdir = Path(next(arguments for kw, arguments in instructions if kw == "WORKDIR"))
+    fetched = re.findall(r"^fetch (\S+) https://", (REPO / "scripts/fetch_data.sh").read_text(), re.MULTILINE)
+    files: set[Path] = set()
+    for kw, arguments in instructions:
+        if kw == "COPY":
+            *sources, dest = shlex.split(arguments)
+            target = Path(os.path.normpath(workdir / dest))
+            for source in sources:
+                if (REPO / source).is_dir():
+                    files |= {
+                        target / p.relative_to(REPO / source)
+                        for p in (REPO / source).rglob("*")
+                        if p.is_file()
+                    }
+                else:
+                    files.add(target / Path(source).name if dest.endswith("/") else target)
+        elif kw == "RUN" and "scripts/fetch_data.sh" in arguments:
+            folder = shlex.split(arguments.split("scripts/fetch_data.sh", 1)[1])[0]
+            files |= {Path(os.path.normpath(workdir / folder / relative)) for relative in fetched}
+    return workdir, files
+
+
+def local_data_files(spec: Any) -> list[str]:
+    """The files a spec's data sources read from disk (a hub dataset name reads none)."""
+    sources: list[SourceSpec] = [spec.data.train, spec.data.out_of_domain]
+    sources += [test_set.source for test_set in spec.data.test_sets.values()]
+    hub = [s for s in sources if s.kind == "alpaca" and not s.path.endswith((".json", ".jsonl"))]
+    return [s.path for s in sources if s.kind != "synthetic" and s not in hub]
+
+
+def included_files(path: Path) -> list[Path]:
+    """Every YAML file a sweep pulls in with `include:`, at any depth."""
+    found = []
+    for include in walk(yaml.safe_load(path.read_text()), "include"):
+        target = (path.parent / include).resolve()
+        found += [target, *included_files(target)]
+    return found
+
+
+@pytest.mark.parametrize("sweep", sorted((REPO / "sweeps").glob("*.yaml")), ids=lambda p: p.name)
+def test_the_image_holds_every_file_a_shipped_sweep_reads(sweep: Path) -> None:
+    """A job runs `specray run sweeps/NAME.yaml` in the image's working folder (the RayJob's entrypoint
+    `cd`s there): the sweep, what it includes and every data file it reads by relative path must be there."""
+    workdir, files = image_files()
+    (job,) = [d for d in yaml_documents(INFRA / "kuberay/rayjob.yaml") if d["kind"] == "RayJob"]
+    assert job["spec"]["entrypoint"].startswith(f"cd {workdir} && specray run sweeps/")
+    needed = [sweep, *included_files(sweep)]
+    assert [p for p in needed if workdir / p.relative_to(REPO) not in files] == []
+    for data_file in local_data_files(load_spec(sweep)):
+        assert not Path(data_file).is_absolute(), f"{sweep.name}: {data_file} is not in the image"
+        assert Path(os.path.normpath(workdir / data_file)) in files, f"{sweep.name} reads {data_file}"
+
+
+def test_the_layout_check_finds_a_missing_data_file() -> None:
+    workdir, files = image_files()
+    assert workdir / "data/gsm8k/test.jsonl" in files and workdir / "sweeps/tiny.yaml" in files
+    assert workdir / "data/alpaca/seed_tasks.jsonl" not in files  # a path no sweep may read
