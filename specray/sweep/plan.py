@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from specray.config import SweepSpec
+from specray.config.presets import source_name
 from specray.distill.checkpoints import (
     DAMAGED,
     FINISHED_FILE,
@@ -24,7 +25,6 @@ from specray.distill.checkpoints import (
     read_finished,
 )
 from specray.distill.inputs import draft_folder_name, draft_name, replicate_name, variant_name
-from specray.distill.presets import source_name
 from specray.keys import cost_ratio_inputs, curve_inputs, describe_change, digest, draft_key_inputs
 from specray.names import BASELINE
 from specray.specdec.cells import DraftRef, fixed_step_costs

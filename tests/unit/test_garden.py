@@ -188,7 +188,8 @@ def test_a_ladder_renames_no_other_model() -> None:
 
 
 def test_a_lossless_greedy_speculative_point_decodes_what_its_target_alone_does(micro_zoo) -> None:
-    from specray.data.synthetic import IN_DOMAIN, synthetic_corpus
+    from specray.config.vocabulary import IN_DOMAIN
+    from specray.data.synthetic import synthetic_corpus
     from specray.data.templates import format_prompt
     from specray.models.loading import load_model, load_tokenizer
 

@@ -40,7 +40,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "spec, data, models",
         (
             "specray.config",
-            "specray.distill.presets",
             "specray.draft",
             "specray.data",
             "specray.keys",
