@@ -32,7 +32,6 @@ from specray.distill.curves import CurvePoint, curves_to_json
 from specray.distill.progress import curve_note
 from specray.distill.ray_train import DraftJob, distill_drafts
 from specray.files import write_json, write_text
-from specray.garden.measure import MEASURE_FORMAT, GardenPoint, PointResult
 from specray.garden.plan import (
     GARDEN_DIR,
     GardenModel,
@@ -48,6 +47,7 @@ from specray.locks import output_folder
 from specray.models.loading import load_tokenizer, resolve_model_path
 from specray.report.garden import figures, write_garden_report
 from specray.specdec.cells import encode_test_prompts, evaluated_examples
+from specray.specdec.garden_points import MEASURE_FORMAT, GardenPoint, PointResult
 from specray.specdec.workers import measure_garden_points
 from specray.sweep.plan import SPEC_FILE, sweep_dir
 from specray.sweep.preflight import preflight

@@ -13,11 +13,11 @@ from pydantic import ValidationError
 
 from specray.config import ModelRef, SweepSpec, TinyLlamaSpec, ZooSpec, load_spec
 from specray.errors import ModelError, SpecError
-from specray.garden.measure import GardenPoint, PointResult, measure_point
 from specray.garden.plan import check_garden, kd_mixture, pair_spec, parameter_count
 from specray.keys import model_id
 from specray.models.zoo import model_key, shape_of, zoo_key, zoo_models
 from specray.report.garden import figures, garden_section, matched_reduction, pareto_front, reductions
+from specray.specdec.garden_points import GardenPoint, PointResult, measure_point
 from specray.specdec.records import EvalSettings
 from tests.conftest import REPO
 
