@@ -132,8 +132,8 @@ def _garden_report(tracking_uri: str, run_id: str, folder: Path) -> None:
     (the same seed) as the run wrote."""
     import tempfile
 
-    from specray.garden.measure import PointResult
     from specray.report.garden import write_garden_report
+    from specray.specdec.garden_points import PointResult
     from specray.tracking.fetch import fetch_garden_records
 
     with user_errors(), tempfile.TemporaryDirectory() as tmp:

@@ -39,7 +39,8 @@ def zoo_build(
 
 
 def _show_samples(model_dir: Path, n: int) -> None:
-    from specray.data.synthetic import IN_DOMAIN, OUT_OF_DOMAIN, synthetic_corpus
+    from specray.config.vocabulary import IN_DOMAIN, OUT_OF_DOMAIN
+    from specray.data.synthetic import synthetic_corpus
     from specray.data.templates import format_prompt
     from specray.models.zoo import sample_responses
 

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from specray.config.base import Frozen
-from specray.data.spec_bench import resolve_categories
+from specray.config.vocabulary import SYNTHETIC_FAMILIES, resolve_categories
 
 SourceKind = Literal["synthetic", "alpaca", "jsonl", "gsm8k", "self_instruct", "parquet", "spec_bench"]
 Template = Literal["alpaca", "chat"]
@@ -42,11 +42,10 @@ class SourceSpec(Frozen):
         if self.kind != "synthetic" and not self.path:
             raise ValueError(f"a {self.kind} source needs 'path' (a local file or dataset name)")
         if self.kind == "synthetic" and self.families:
-            from specray.data.synthetic import FAMILIES
-
-            unknown = sorted(set(self.families) - set(FAMILIES))
+            unknown = sorted(set(self.families) - set(SYNTHETIC_FAMILIES))
             if unknown:
-                raise ValueError(f"unknown synthetic families {unknown} (allowed: {', '.join(FAMILIES)})")
+                allowed = ", ".join(SYNTHETIC_FAMILIES)
+                raise ValueError(f"unknown synthetic families {unknown} (allowed: {allowed})")
         if self.categories is not None:
             if self.kind != "spec_bench":
                 raise ValueError(f"'categories' filters a spec_bench source, not a {self.kind} one")

@@ -15,7 +15,7 @@ from specray.config.base import (
     Temperature,
     unique_sorted,
 )
-from specray.data.spec_bench import WORKLOADS
+from specray.config.vocabulary import WORKLOADS
 
 
 class LenienceSpec(Frozen):

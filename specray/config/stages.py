@@ -17,7 +17,7 @@ from specray.config.base import (
     Temperature,
     unique_sorted,
 )
-from specray.distill.presets import (
+from specray.config.presets import (
     DATA_PRESETS,
     DEFAULT_PRESET,
     DataPresetName,
@@ -142,7 +142,7 @@ class DistillSpec(Frozen):
     )
     data_sources: DataSourcesAxis = Field(
         default=DEFAULT_PRESET,
-        description="online batches: a preset of specray/distill/presets.py or {fixed: λ1, student: λ2}; "
+        description="online batches: a preset of specray/config/presets.py or {fixed: λ1, student: λ2}; "
         "one or a list (a grid axis: one online draft each)",
     )
     loss_temperature: float = Field(default=1.0, gt=0.0, le=MAX_TEMPERATURE)

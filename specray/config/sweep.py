@@ -8,9 +8,9 @@ from specray.config.base import Frozen
 from specray.config.data import DataSpec
 from specray.config.evaluation import EvalSpec, TuneSpec, WorkloadSpec
 from specray.config.models import ModelsSpec
+from specray.config.presets import source_name
 from specray.config.stages import DistillSpec, TeacherSpec
-from specray.data.spec_bench import SPEC_BENCH_CATEGORIES, resolve_categories
-from specray.distill.presets import source_name
+from specray.config.vocabulary import SPEC_BENCH_CATEGORIES, resolve_categories
 
 
 class TrackingSpec(Frozen):

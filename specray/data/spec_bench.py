@@ -1,4 +1,4 @@
-"""Spec-Bench question files, MT-bench's categories and the per-category request temperatures of a workload.
+"""Spec-Bench question files, and the per-category request temperatures and weights of a workload.
 
 A Spec-Bench question file (`data/spec_bench/question.jsonl` of the Spec-Bench repository) is JSON Lines, one
 question per line:
@@ -10,9 +10,8 @@ question per line:
 has 480 questions in 13 categories: MT-bench's 80 two-turn questions in its eight categories, and 80
 single-turn questions each of translation, summarization, qa, math_reasoning and rag.
 
-MT-bench decodes each category at its own temperature. The `mt_bench` workload is FastChat's table
-(`fastchat/llm_judge/common.py`, `temperature_config`): writing and roleplay 0.7, stem and humanities 0.1,
-extraction, math, coding and reasoning 0.
+The category names, their groups and the workload presets are part of the spec's vocabulary
+(`specray.config.vocabulary`), which validates against them before any file is read.
 """
 
 from __future__ import annotations
@@ -23,36 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specray.config.vocabulary import WORKLOADS, resolve_categories
 from specray.data.examples import Example
 from specray.errors import DataError
-
-MT_BENCH_CATEGORIES = (
-    "writing",
-    "roleplay",
-    "reasoning",
-    "math",
-    "coding",
-    "extraction",
-    "stem",
-    "humanities",
-)
-SPEC_BENCH_CATEGORIES = (*MT_BENCH_CATEGORIES, "translation", "summarization", "qa", "math_reasoning", "rag")
-# Named category selections: `categories: [mt_bench]` is MT-bench's eight.
-CATEGORY_GROUPS = {"mt_bench": MT_BENCH_CATEGORIES, "spec_bench": SPEC_BENCH_CATEGORIES}
-
-# category -> request temperature (FastChat's llm_judge temperature_config)
-WORKLOADS: dict[str, dict[str, float]] = {
-    "mt_bench": {
-        "writing": 0.7,
-        "roleplay": 0.7,
-        "extraction": 0.0,
-        "math": 0.0,
-        "coding": 0.0,
-        "reasoning": 0.0,
-        "stem": 0.1,
-        "humanities": 0.1,
-    }
-}
 
 
 @dataclass(frozen=True)
@@ -64,25 +36,6 @@ class Question:
     turns: tuple[str, ...]
     # per turn, the acceptable answers (RAG questions list several; most rows one)
     reference: tuple[tuple[str, ...], ...] | None = None
-
-
-def resolve_categories(
-    categories: Iterable[str] | None, source: str = "categories"
-) -> tuple[str, ...] | None:
-    """Expand group names (`mt_bench`) and refuse unknown categories, listing the allowed ones."""
-    if categories is None:
-        return None
-    resolved: list[str] = []
-    for name in categories:
-        for category in CATEGORY_GROUPS.get(name, (name,)):
-            if category not in SPEC_BENCH_CATEGORIES:
-                allowed = ", ".join([*CATEGORY_GROUPS, *SPEC_BENCH_CATEGORIES])
-                raise DataError(f"{source}: unknown category {name!r}; allowed: {allowed}")
-            if category not in resolved:
-                resolved.append(category)
-    if not resolved:
-        raise DataError(f"{source}: an empty category list selects no question")
-    return tuple(resolved)
 
 
 def load_questions(path: str | Path, categories: Iterable[str] | None = None) -> list[Question]:

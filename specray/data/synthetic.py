@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
+from specray.config.vocabulary import IN_DOMAIN
 from specray.data.examples import Example
 
 Task = tuple[str, str, str]  # (instruction, input, output)
@@ -217,10 +218,6 @@ FAMILIES: dict[str, Callable[[random.Random], Task]] = {
     "sentence": _sentence,
     "word_problem": _word_problem,
 }
-LOW_ENTROPY = ("arithmetic", "copy", "sort", "count", "reverse", "capitalise")
-HIGH_ENTROPY = ("open_list", "describe", "sentence")
-IN_DOMAIN = LOW_ENTROPY + HIGH_ENTROPY
-OUT_OF_DOMAIN = ("word_problem",)
 
 
 def synthetic_corpus(n: int, seed: int, families: Sequence[str] | None = None) -> list[Example]:

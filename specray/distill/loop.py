@@ -4,7 +4,7 @@ One run distils the draft (student) towards the target (teacher) for `distill.st
 
 - *offline* (SeqKD, black-box): cross-entropy on teacher responses read from the τ_kd shards, prompt masked.
 - *online* (white-box): every micro-batch draws its rows from the sources of `distill.data_sources`
-  (DistillSpec Table 1; presets in specray/distill/presets.py): a fraction λ2 of the rows get a fresh response
+  (DistillSpec Table 1; presets in specray/config/presets.py): a fraction λ2 of the rows get a fresh response
   sampled from the current student (KV cache, no grad, eval mode) at the row's own τ_kd — so in a mixture
   each τ_kd keeps its weight in the on-policy share too —, a fraction λ1 the dataset's ground-truth
   response to the same prompt, and the rest keep the teacher's response from the τ_kd shard. The default

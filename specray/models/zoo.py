@@ -30,9 +30,10 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from transformers.utils import logging as hf_logging
 
 from specray.config import TinyLlamaSpec, ZooSpec
+from specray.config.vocabulary import IN_DOMAIN, OUT_OF_DOMAIN
 from specray.data.chat import TINY_CHAT_TEMPLATE
 from specray.data.splits import fingerprint
-from specray.data.synthetic import IN_DOMAIN, OUT_OF_DOMAIN, synthetic_corpus
+from specray.data.synthetic import synthetic_corpus
 from specray.data.templates import format_prompt
 from specray.files import cache_dir
 from specray.locks import producing

@@ -34,7 +34,7 @@ from specray.report.paired import (
     untestable,
 )
 
-# DistillSpec's names of the presets that are its algorithms (specray/distill/presets.py); any other data
+# DistillSpec's names of the presets that are its algorithms (specray/config/presets.py); any other data
 # source (a tempspec preset, explicit fractions) is shown under its own name
 ALGORITHMS = {
     "supervised_kd": "SupervisedKD",

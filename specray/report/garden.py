@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 
 from specray.files import write_text
-from specray.garden.measure import PointResult
 from specray.report.figures import plt, save_figure  # figures sets matplotlib's Agg backend first
 from specray.report.tables import markdown_table
+from specray.specdec.garden_points import PointResult
 
 # the curves in the order the plot's legend and the tables list them; "raw" is what the others beat
 CURVES = {

@@ -35,8 +35,9 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from specray.config.vocabulary import MT_BENCH_CATEGORIES
 from specray.data.chat import encode_chat
-from specray.data.spec_bench import MT_BENCH_CATEGORIES, Question
+from specray.data.spec_bench import Question
 from specray.errors import DataError
 from specray.models.loading import decode_text
 from specray.seeds import derive_seed

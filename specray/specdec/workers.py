@@ -22,9 +22,9 @@ import ray
 from specray.cluster.actors import Demand, LoadError, Replicas, check_local_fits
 from specray.devices import Resources
 from specray.faults import Faults
-from specray.garden.measure import GardenPoint, measure_point
 from specray.progress import bar
 from specray.specdec.evaluator import Evaluator
+from specray.specdec.garden_points import GardenPoint, measure_point
 from specray.specdec.records import CellRecord, EvalJob, EvalSettings, StepCosts
 
 if TYPE_CHECKING:

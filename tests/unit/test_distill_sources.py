@@ -14,11 +14,11 @@ import torch
 import yaml
 
 from specray.config import SweepSpec, dump_spec
+from specray.config.presets import DATA_PRESETS, DataPresetName
 from specray.distill.checkpoints import is_finished
 from specray.distill.data import TrainRow, generator, onpolicy_indices, row_sources, with_ground_truth
 from specray.distill.inputs import ground_truth_responses, prepare_inputs
 from specray.distill.loop import _local_rows, _setup, train_draft
-from specray.distill.presets import DATA_PRESETS, DataPresetName
 from specray.distill.session import LocalSession
 from specray.draft import one_draft
 from specray.errors import DataError, SpecError

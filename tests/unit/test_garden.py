@@ -13,11 +13,11 @@ from pydantic import ValidationError
 
 from specray.config import ModelRef, SweepSpec, TinyLlamaSpec, ZooSpec, load_spec
 from specray.errors import ModelError, SpecError
-from specray.garden.measure import GardenPoint, PointResult, measure_point
 from specray.garden.plan import check_garden, kd_mixture, pair_spec, parameter_count
 from specray.keys import model_id
 from specray.models.zoo import model_key, shape_of, zoo_key, zoo_models
 from specray.report.garden import figures, garden_section, matched_reduction, pareto_front, reductions
+from specray.specdec.garden_points import GardenPoint, PointResult, measure_point
 from specray.specdec.records import EvalSettings
 from tests.conftest import REPO
 
@@ -188,7 +188,8 @@ def test_a_ladder_renames_no_other_model() -> None:
 
 
 def test_a_lossless_greedy_speculative_point_decodes_what_its_target_alone_does(micro_zoo) -> None:
-    from specray.data.synthetic import IN_DOMAIN, synthetic_corpus
+    from specray.config.vocabulary import IN_DOMAIN
+    from specray.data.synthetic import synthetic_corpus
     from specray.data.templates import format_prompt
     from specray.models.loading import load_model, load_tokenizer
 

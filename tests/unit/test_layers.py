@@ -40,7 +40,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "spec, data, models",
         (
             "specray.config",
-            "specray.distill.presets",
             "specray.draft",
             "specray.data",
             "specray.keys",
@@ -51,7 +50,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("sampling, cluster", ("specray.sampling", "specray.cluster")),
     (
         "teacher, specdec",
-        ("specray.teacher", "specray.specdec", "specray.garden.measure", "specray.garden.plan"),
+        ("specray.teacher", "specray.specdec", "specray.garden.plan"),
     ),
     ("distill", ("specray.distill",)),
     ("report", ("specray.report",)),

@@ -7,9 +7,10 @@ from decimal import Decimal
 
 import pytest
 
+from specray.config.vocabulary import HIGH_ENTROPY, IN_DOMAIN
 from specray.data.examples import Example
 from specray.data.loaders import load_gsm8k
-from specray.data.synthetic import FAMILIES, HIGH_ENTROPY, IN_DOMAIN, synthetic_corpus
+from specray.data.synthetic import FAMILIES, synthetic_corpus
 from specray.quality import (
     EXACT_MATCH,
     ROUGE_2,

@@ -9,16 +9,10 @@ import pytest
 import torch
 from transformers import AutoTokenizer, LlamaForCausalLM
 
+from specray.config.vocabulary import MT_BENCH_CATEGORIES, WORKLOADS, resolve_categories
 from specray.data.chat import encode_chat, render_chat, require_chat_template
 from specray.data.examples import Example
-from specray.data.spec_bench import (
-    MT_BENCH_CATEGORIES,
-    WORKLOADS,
-    Question,
-    load_questions,
-    resolve_categories,
-    workload_temperatures,
-)
+from specray.data.spec_bench import Question, load_questions, workload_temperatures
 from specray.data.templates import format_prompt
 from specray.errors import DataError, ModelError
 from specray.serving.bench import (

@@ -6,15 +6,9 @@ from collections import defaultdict
 
 import pytest
 
+from specray.config.vocabulary import HIGH_ENTROPY, IN_DOMAIN, LOW_ENTROPY, OUT_OF_DOMAIN, SYNTHETIC_FAMILIES
 from specray.data.examples import Example
-from specray.data.synthetic import (
-    FAMILIES,
-    HIGH_ENTROPY,
-    IN_DOMAIN,
-    LOW_ENTROPY,
-    OUT_OF_DOMAIN,
-    synthetic_corpus,
-)
+from specray.data.synthetic import FAMILIES, synthetic_corpus
 from specray.data.templates import PROMPT_NO_INPUT, PROMPT_WITH_INPUT, format_prompt, prompt_text
 
 
@@ -30,6 +24,7 @@ def test_families_default_to_in_domain_and_every_family_appears() -> None:
     assert {e.family for e in examples} == set(IN_DOMAIN)
     assert {e.family for e in synthetic_corpus(20, seed=0, families=OUT_OF_DOMAIN)} == set(OUT_OF_DOMAIN)
     assert set(LOW_ENTROPY) | set(HIGH_ENTROPY) | set(OUT_OF_DOMAIN) == set(FAMILIES)
+    assert tuple(FAMILIES) == SYNTHETIC_FAMILIES  # the spec validates against the names it generates
     for example in synthetic_corpus(500, seed=1, families=list(FAMILIES)):
         assert example.instruction.strip() and example.output.strip()
 

@@ -16,8 +16,9 @@ searches): `tempspec` takes λ student samples and (1 − λ) ground truth, the 
 (2024); `tempspec_teacher` takes the (1 − λ) half from the τ_kd teacher shards instead, specray's original
 online paradigm (the default, so existing drafts keep their results). The second mixes two temperature
 effects (the student's and the teacher's sampling temperature are both τ_kd), the first only one.
-The spec types live here too (`specray.config` imports them), so the presets, their names and the
-explicit fractions are validated together at the edge.
+They are part of the spec (`distill.data_sources` names one), so they live in `specray.config` with the
+spec types that hold them: the presets, their names and the explicit fractions are validated together at
+the edge, and the train loop reads the resolved fractions.
 """
 
 from __future__ import annotations

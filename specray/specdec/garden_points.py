@@ -1,10 +1,14 @@
-"""One point of the garden's quality–latency plot: a target decoding alone, or with a draft, at batch 1.
+"""One point of a model garden's quality–latency plot: a target decoding alone, or with a draft, at batch 1.
 
 A point decodes the garden's test prompts (`eval.repeats` times each, seeded per prompt and repeat as the
 empirical cells are) with the empirical decoder (`specdec/decoder.py`) and keeps, per prompt, the wall time
 of its decodes, the tokens they emitted and the task quality of their texts (`specray/quality.py`). Both
 latency and quality are then figures of the same decodes: a lossless speculative point's quality is that
 of its own samples (distributed as its target's), a lossy point's (ε < 1) is what leniency cost.
+
+It lives in specdec, beside the decoder it measures with and the eval pool that runs it
+(`specdec.workers`), so the eval pool and the report read a point without importing the garden's driver
+(`specray.garden`), which sits above both.
 """
 
 from __future__ import annotations
