@@ -43,11 +43,7 @@ from specray.keys import digest, model_id
 from specray.locks import output_folder
 from specray.models.loading import resolve_model_path
 from specray.report.garden import figures, write_garden_report
-<<<<<<< HEAD
-=======
-from specray.specdec.cells import encode_test_prompts, evaluated_examples
 from specray.specdec.garden_points import MEASURE_FORMAT, GardenPoint, PointResult
->>>>>>> layers
 from specray.specdec.workers import measure_garden_points
 from specray.sweep.plan import SPEC_FILE, ShardPlan, SweepPlan, plan_shards, plan_sweep, sweep_dir
 from specray.sweep.preflight import preflight
@@ -175,7 +171,7 @@ def _log_distilled(
 def garden_points(
     spec: SweepSpec, models: Sequence[GardenModel], targets: Sequence[Distilled], drafts: dict[str, Distilled]
 ) -> list[GardenPoint]:
-    """Every point of the plot (`specdec.garden_points.GardenPoint`); a point whose decodes another already does
+    """Every point of the plot (`specdec.garden_points.GardenPoint`); a point whose decodes another does
     (the teacher is its own distilled target) is listed once per curve but measured once."""
     e, zoo = spec.eval, spec.models.zoo
     path = lambda ref: resolve_model_path(ref, zoo)  # noqa: E731
