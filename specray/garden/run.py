@@ -44,6 +44,7 @@ from specray.garden.plan import (
 )
 from specray.keys import digest, model_id
 from specray.locks import output_folder
+from specray.metrics import LATENCY_MS_PER_TOKEN, QUALITY
 from specray.models.loading import load_tokenizer, resolve_model_path
 from specray.report.garden import figures, write_garden_report
 from specray.specdec.cells import encode_test_prompts, evaluated_examples
@@ -55,7 +56,7 @@ from specray.sweep.progress import SweepDisplay
 from specray.sweep.schedule import concurrent_runs
 from specray.teacher.pool import generate_teacher_shards
 from specray.tracking.client import Tracker, open_tracker
-from specray.tracking.names import LATENCY_MS_PER_TOKEN, QUALITY, garden_metric
+from specray.tracking.names import garden_metric
 
 log = logging.getLogger(__name__)
 

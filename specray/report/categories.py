@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 
 from specray.data.spec_bench import workload_weights
+from specray.metrics import BY_CATEGORY, PROMPT_CATEGORIES, PROMPT_CONVERSATIONS
 from specray.report.paired import PromptCells, analytic_test_sets
 from specray.report.replicated import replicated_interval
 from specray.report.tables import markdown_table
-from specray.tracking.names import BY_CATEGORY, PROMPT_CATEGORIES, PROMPT_CONVERSATIONS
 
 NOTE = (
     "Each analytic cell's figures over the prompts of one category (at the draft's best γ for the τ_dec, "

@@ -14,9 +14,9 @@ from typing import Any
 from specray.config import SweepSpec
 from specray.data.spec_bench import workload_weights
 from specray.errors import SpecError
+from specray.metrics import BY_CATEGORY
 from specray.serving.plan import BandPlan
 from specray.specdec.records import CellRecord
-from specray.tracking.names import BY_CATEGORY
 
 
 def workload_entry(spec: SweepSpec, cells: Sequence[CellRecord], plans: Sequence[BandPlan]) -> dict | None:

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from specray.metrics import BY_CATEGORY, PROMPT_CATEGORIES, PROMPT_CONVERSATIONS
 from specray.specdec.records import CellRecord, CostTerms
-from specray.tracking.names import BY_CATEGORY, PROMPT_CATEGORIES, PROMPT_CONVERSATIONS
 
 
 def category_figures(
