@@ -51,6 +51,20 @@ PER_PROMPT_SECONDS = "per_prompt_seconds"
 PER_PROMPT_TARGET_ONLY_SECONDS = "per_prompt_target_only_seconds"
 PER_PROMPT_TARGET_ENTROPY = "per_prompt_target_entropy"
 PER_PROMPT_QUALITY = "per_prompt_quality"
+PER_PROMPT = frozenset(
+    {
+        PER_PROMPT_TOKENS,
+        PER_PROMPT_BETA_SUM,
+        PER_PROMPT_TARGET_CALLS,
+        PER_PROMPT_DRAFTED,
+        PER_PROMPT_ACCEPTED,
+        PER_PROMPT_TESTED,
+        PER_PROMPT_SECONDS,
+        PER_PROMPT_TARGET_ONLY_SECONDS,
+        PER_PROMPT_TARGET_ENTROPY,
+        PER_PROMPT_QUALITY,
+    }
+)
 TARGET_ONLY_SECONDS = "target_only_seconds"
 # task quality of decoded outputs (`specray/quality.py`: `quality_metrics` writes `<prefix>`,
 # `<prefix>_ci95` and `<prefix>_metric` for the headline metric); the `ends` records carry the target's
@@ -60,6 +74,8 @@ QUALITY_CI95 = "quality_ci95"
 QUALITY_METRIC = "quality_metric"  # which metric `quality` is: exact_match or rougeL
 QUALITY_TARGET, QUALITY_TARGET_CI95 = "quality_target", "quality_target_ci95"
 QUALITY_DRAFT, QUALITY_DRAFT_CI95 = "quality_draft", "quality_draft_ci95"
+# and the tokens each decoded, by the figure its quality is under
+TOKENS_ALONE = {QUALITY_TARGET: "tokens_target", QUALITY_DRAFT: "tokens_draft"}
 # a cell's per-category entries (`specray.specdec.categories`)
 BY_CATEGORY = "by_category"  # category -> {figure: value}
 PROMPT_CATEGORIES = "prompt_categories"  # each test prompt's category, in order
