@@ -82,7 +82,7 @@ class _InProcessPool:
 def ensure_shards(spec: SweepSpec) -> None:
     """Every τ_kd shard of the spec's train split (reused when cached; sampled here otherwise)."""
     from specray.data.dataset import build_splits
-    from specray.data.shards import train_shard_keys
+    from specray.keys import train_shard_keys
     from specray.models.loading import resolve_model_path
     from specray.teacher.pool import generate_shards
 

@@ -209,6 +209,6 @@ def plan_draft(
 def one_draft(spec: SweepSpec, paradigm: str, mixture: Mapping[float, float], folder: Path) -> Draft:
     """A draft planned on its own (`specray distill`, a benchmark, a test): `plan_draft` on the shards of
     the spec's train split."""
-    from specray.data.shards import train_shard_keys
+    from specray.keys import train_shard_keys
 
     return plan_draft(spec, train_shard_keys(spec), paradigm, mixture, folder=folder)

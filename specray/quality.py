@@ -31,6 +31,7 @@ import numpy as np
 from scipy.stats import bootstrap
 
 from specray.data.examples import Example
+from specray.metrics import QUALITY
 
 EXACT_MATCH, ROUGE_2, ROUGE_L = "exact_match", "rouge2", "rougeL"
 METRICS = (EXACT_MATCH, ROUGE_2, ROUGE_L)
@@ -158,7 +159,7 @@ def headline_metric(scores: dict[str, QualityScore]) -> str:
 
 
 def quality_metrics(
-    examples: Sequence[Example], outputs: Sequence[Sequence[str]], prefix: str = "quality", seed: int = 0
+    examples: Sequence[Example], outputs: Sequence[Sequence[str]], prefix: str = QUALITY, seed: int = 0
 ) -> dict[str, float | str]:
     """Flat record metrics of decoded outputs (outputs[i]: the repeated decodes of examples[i]):
     `<prefix>` and `<prefix>_ci95` (half-width) for the headline metric, `<prefix>_metric` its name, and

@@ -33,8 +33,7 @@ from specray.errors import DataError
 from specray.files import cache_dir, write_atomic, write_json
 
 if TYPE_CHECKING:
-    from specray.config import ModelsSpec, SweepSpec, TeacherSpec
-    from specray.data.examples import Example
+    pass
 
 SHARD_FORMAT = 1  # bump when the schema or the sampling recipe changes, so old shards are not reused
 SHARD_FILE, MANIFEST_FILE, PARTS_DIR = "shard.parquet", "manifest.json", "parts"
@@ -220,69 +219,3 @@ def finalize_shard(
     _write_json(folder / MANIFEST_FILE, manifest)
     shutil.rmtree(folder / PARTS_DIR, ignore_errors=True)  # also drops temporaries of crashed writers
     return folder
-
-
-# ---------------------------------------------------------------- a sweep's shards
-
-
-def teacher_id(models: ModelsSpec) -> str:
-    """Stable name of the teacher (the target): `zoo/<zoo key>/target` or the HF name or path."""
-    from specray.keys import model_id
-
-    return model_id(models.target, models)
-
-
-def engine_id(teacher: TeacherSpec) -> str:
-    """The engine as the shard key sees it: its name, plus what changes its numbers beyond the model's
-    dtype (vLLM's own dtype and context length; a GPU for the transformers engine). Plain `transformers`
-    on CPU has no suffix: a CPU shard's key does not depend on how other engines are named."""
-    if teacher.engine == "vllm":
-        return f"vllm(dtype={teacher.vllm.dtype},max_model_len={teacher.vllm.max_model_len})"
-    return "transformers" if teacher.num_gpus == 0 else "transformers(cuda)"
-
-
-def shard_key(
-    spec: SweepSpec, examples: Sequence[Example], tau: float, max_new_tokens: int, seed: int
-) -> ShardKey:
-    """The key of the shard of `examples` sampled from the sweep's teacher at `tau`."""
-    from specray.data.splits import fingerprint
-
-    return ShardKey(
-        teacher=teacher_id(spec.models),
-        engine=engine_id(spec.teacher),
-        dtype=spec.models.target.dtype,
-        dataset=fingerprint(examples),
-        template=spec.data.template,
-        tau=float(tau),
-        max_new_tokens=max_new_tokens,
-        seed=seed,
-    )
-
-
-def train_shard_keys(spec: SweepSpec, train: Sequence[Example] | None = None) -> dict[float, ShardKey]:
-    """The key of every τ_kd shard of the sweep's train split (`train` saves rebuilding the splits)."""
-    if train is None:
-        from specray.data.dataset import build_splits
-
-        train = build_splits(spec.data)["train"]
-    teacher = spec.teacher
-    return {
-        tau: shard_key(spec, train, tau, teacher.max_new_tokens, teacher.seed) for tau in teacher.temperatures
-    }
-
-
-def load_train_shards(
-    spec: SweepSpec, temperatures: Sequence[float] | None = None, root: Path | None = None
-) -> dict[float, pa.Table]:
-    """The τ_kd shards distillation trains on (all of the grid, or `temperatures`), by τ."""
-    keys = train_shard_keys(spec)
-    wanted = list(temperatures) if temperatures is not None else list(keys)
-    unknown = [tau for tau in wanted if tau not in keys]
-    if unknown:
-        raise DataError(f"τ_kd {unknown} not in teacher.temperatures {list(keys)}")
-    missing = [tau for tau in wanted if not is_complete(keys[tau], root)]
-    if missing:
-        raise DataError(
-            f"no teacher shards yet for τ_kd {missing}; run `specray generate` on this sweep first"
-        )
-    return {tau: read_shard(keys[tau], root) for tau in wanted}

@@ -103,24 +103,6 @@ class FinishedDraft:
         return cls(**{k: v for k, v in payload.items() if k in known})
 
 
-def draft_inputs(spec: SweepSpec, paradigm: str, mixture: Mapping[float, float]) -> dict[str, Any]:
-    """What the draft's weights depend on (`specray.keys.draft_key_inputs`, with the shard keys it reads)."""
-    from specray.data.shards import train_shard_keys
-    from specray.keys import draft_key_inputs
-
-    shard_keys = train_shard_keys(spec)
-    digests = {float(tau): shard_keys[float(tau)].digest for tau in mixture if float(tau) in shard_keys}
-    return draft_key_inputs(spec, paradigm, {float(t): w for t, w in mixture.items()}, digests)
-
-
-def fingerprint(spec: SweepSpec, paradigm: str, mixture: Mapping[float, float]) -> str:
-    """The draft key: checkpoints of a run resume only into a run with the same key, and a published
-    draft is reused only under it."""
-    from specray.keys import digest
-
-    return digest(draft_inputs(spec, paradigm, mixture))
-
-
 def work_dir(output_dir: Path) -> Path:
     return output_dir.parent / f".{output_dir.name}.work"
 

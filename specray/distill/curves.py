@@ -15,9 +15,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specray.metrics import PER_PROMPT_BETA_SUM, PER_PROMPT_TOKENS
+
 ACCEPTANCE_PREFIX = "acceptance_rate/tau_dec="  # a curve point's key of the probe's acceptance at one τ_dec
-TOKENS_PREFIX = "per_prompt_tokens/tau_dec="
-BETA_SUM_PREFIX = "per_prompt_beta_sum/tau_dec="
+TOKENS_PREFIX = f"{PER_PROMPT_TOKENS}/tau_dec="
+BETA_SUM_PREFIX = f"{PER_PROMPT_BETA_SUM}/tau_dec="
 TRAINING_FIELDS = ("loss", "tokens_per_s", "seconds_per_step", "lr")  # absent at step 0, before training
 
 

@@ -41,6 +41,7 @@ from specray.garden.plan import (
 )
 from specray.keys import digest, model_id
 from specray.locks import output_folder
+from specray.metrics import LATENCY_MS_PER_TOKEN, QUALITY
 from specray.models.loading import resolve_model_path
 from specray.report.garden import figures, write_garden_report
 from specray.specdec.garden_points import MEASURE_FORMAT, GardenPoint, PointResult
@@ -50,7 +51,7 @@ from specray.sweep.preflight import preflight
 from specray.sweep.progress import SweepDisplay
 from specray.sweep.stages import Stages
 from specray.tracking.client import Tracker, open_tracker
-from specray.tracking.names import LATENCY_MS_PER_TOKEN, QUALITY, garden_metric
+from specray.tracking.names import garden_metric
 
 log = logging.getLogger(__name__)
 

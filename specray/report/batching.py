@@ -21,6 +21,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from specray.metrics import (
+    BLOCK_EFFICIENCY,
+    DRAFTED_PER_STEP,
+    SPEEDUP,
+    SPEEDUP_CI95,
+    SPEEDUP_MODEL,
+    SPEEDUP_MODEL_BY_BATCH,
+    TOKENS_PER_DECODE,
+)
 from specray.report.tables import markdown_table  # noqa: E402
 from specray.specdec.records import StepCosts  # noqa: E402
 
@@ -43,7 +52,7 @@ BATCH_NOTE = (
 
 def modelled_vs_measured(frame: pd.DataFrame, costs: StepCosts | None) -> pd.DataFrame:
     """Per empirical cell: measured speedup, the model's from the same cell's counts, and their ratio."""
-    needed = {"block_efficiency", "drafted_per_step", "tokens_per_decode", "speedup"}
+    needed = {BLOCK_EFFICIENCY, DRAFTED_PER_STEP, TOKENS_PER_DECODE, SPEEDUP}
     if costs is None or frame.empty or not needed <= set(frame):
         return pd.DataFrame()
     cells = frame[(frame.estimator == "empirical") & frame.drafted_per_step.notna()]
@@ -64,9 +73,9 @@ def modelled_vs_measured(frame: pd.DataFrame, costs: StepCosts | None) -> pd.Dat
                 "tau_dec": cell.tau_dec,
                 "gamma": int(cell.gamma),
                 "B": batch,
-                "block_efficiency": cell.block_efficiency,
+                BLOCK_EFFICIENCY: cell.block_efficiency,
                 "measured": cell.speedup,
-                "measured_ci95": getattr(cell, "speedup_ci95", math.nan),
+                "measured_ci95": getattr(cell, SPEEDUP_CI95, math.nan),
                 "modelled": model,
                 "measured / modelled": cell.speedup / model,
             }
@@ -87,7 +96,7 @@ def agreement_lines(table: pd.DataFrame) -> list[str]:
 
 def batch_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """Long form of the analytic cells' `speedup_model_by_batch`: one row per (cell, B) with its interval."""
-    if frame.empty or "speedup_model_by_batch" not in frame:
+    if frame.empty or SPEEDUP_MODEL_BY_BATCH not in frame:
         return pd.DataFrame()
     cells = frame[(frame.estimator == "analytic") & frame.speedup_model_by_batch.map(_is_dict)]
     if "epsilon" in cells:
@@ -103,7 +112,7 @@ def batch_frame(frame: pd.DataFrame) -> pd.DataFrame:
                     "tau_dec": cell.tau_dec,
                     "gamma": int(cell.gamma),
                     "B": int(b),
-                    "speedup": value,
+                    SPEEDUP: value,
                     "low": value - half,
                 }
             )
@@ -154,7 +163,7 @@ def batch_curves(batches: pd.DataFrame, out_dir: Path) -> list[Path]:
             ax.set_xscale("log", base=2)
             ax.set_title(f"τ_dec={tau:g}\n{draft}", fontsize=8)
             ax.set_xlabel("batch size B")
-        axes[0][0].set_ylabel("speedup_model")
+        axes[0][0].set_ylabel(SPEEDUP_MODEL)
         axes[0][0].legend(fontsize=7)
         fig.tight_layout()
         path = out_dir / f"speedup_vs_batch_{test_set}.png"

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from specray.distill.curves import CurvePoint
+from specray.metrics import ACCEPTANCE_RATE, BLOCK_EFFICIENCY_SAMPLED, SPEEDUP_MODEL
 from specray.names import BASELINE
 from specray.ops import speedup_model
 from specray.report import (
@@ -59,7 +60,7 @@ def cells_frame(
     return frame
 
 
-def best_gamma(cells: pd.DataFrame, metric: str = "speedup_model") -> pd.DataFrame:
+def best_gamma(cells: pd.DataFrame, metric: str = SPEEDUP_MODEL) -> pd.DataFrame:
     """The analytic cells at each (draft, test set, τ_dec)'s best γ (one row each; all rows with one γ)."""
     analytic = cells[cells.estimator == "analytic"]
     if analytic.empty:
@@ -68,7 +69,7 @@ def best_gamma(cells: pd.DataFrame, metric: str = "speedup_model") -> pd.DataFra
     return analytic.loc[best.values].reset_index(drop=True)
 
 
-def gamma_table(cells: pd.DataFrame, metric: str = "speedup_model") -> pd.DataFrame:
+def gamma_table(cells: pd.DataFrame, metric: str = SPEEDUP_MODEL) -> pd.DataFrame:
     """Per draft and τ_dec (in-domain where present): the best γ and the speedup there, next to the
     speedup at every γ of the grid."""
     analytic = cells[cells.estimator == "analytic"]
@@ -84,7 +85,7 @@ def gamma_table(cells: pd.DataFrame, metric: str = "speedup_model") -> pd.DataFr
     return wide.reset_index()
 
 
-def peak_table(cells: pd.DataFrame, metric: str = "speedup_model") -> pd.DataFrame:
+def peak_table(cells: pd.DataFrame, metric: str = SPEEDUP_MODEL) -> pd.DataFrame:
     """Per test set, paradigm and τ_dec: the best (τ_kd, γ) and its value, plus the un-distilled draft."""
     analytic = cells[cells.estimator == "analytic"]
     rows = []
@@ -99,7 +100,7 @@ def peak_table(cells: pd.DataFrame, metric: str = "speedup_model") -> pd.DataFra
                 "best tau_kd": tau_kd,
                 "gamma": int(best.gamma),
                 metric: best[metric],
-                "acceptance_rate": best.acceptance_rate,
+                ACCEPTANCE_RATE: best.acceptance_rate,
             }
         )
     return pd.DataFrame(rows)
@@ -108,7 +109,7 @@ def peak_table(cells: pd.DataFrame, metric: str = "speedup_model") -> pd.DataFra
 def projected(cells: pd.DataFrame, cost_ratio: float) -> pd.DataFrame:
     """Analytic cells with `speedup_projected`: the exact expected tokens per step at a given cost ratio
     in the papers' model, E / (c·γ + 1) (verification as one target step, no prefill)."""
-    analytic = best_gamma(cells, "block_efficiency_sampled").copy()
+    analytic = best_gamma(cells, BLOCK_EFFICIENCY_SAMPLED).copy()
     analytic["speedup_projected"] = [
         speedup_model(e, cost_ratio, int(g))
         for e, g in zip(analytic.block_efficiency_sampled, analytic.gamma, strict=True)
@@ -127,19 +128,19 @@ def findings(cells: pd.DataFrame) -> list[str]:
     )
     in_range = data[data.tau_dec <= 1.0]
     lines = []
-    base = in_range[in_range.draft == BASELINE].set_index("tau_dec")["speedup_model"].sort_index()
+    base = in_range[in_range.draft == BASELINE].set_index("tau_dec")[SPEEDUP_MODEL].sort_index()
     if len(base) >= 2:
         first, last = base.iloc[0], base.iloc[-1]
         span = f"τ_dec {base.index[0]:g} → {base.index[-1]:g}: {first:.3f} → {last:.3f}"
         lines.append(f"un-distilled draft's speedup_model, {span} (its verdict, with an interval: above)")
     distilled = in_range[in_range.tau_kd.notna()]
     for paradigm, group in distilled.groupby("paradigm"):
-        best = group.loc[group.groupby("tau_dec")["speedup_model"].idxmax()]
+        best = group.loc[group.groupby("tau_dec")[SPEEDUP_MODEL].idxmax()]
         pairs = {f"{d:g}": f"{k:g}" for d, k in zip(best.tau_dec, best.tau_kd, strict=True)}
         gap = (best.tau_kd - best.tau_dec).abs().mean()
         lines.append(f"{paradigm}: best τ_kd per τ_dec {pairs}; mean |τ_kd − τ_dec| of the best = {gap:.2f}")
         if len(base):
-            gain = (group.groupby("tau_dec")["speedup_model"].max() / base).dropna()
+            gain = (group.groupby("tau_dec")[SPEEDUP_MODEL].max() / base).dropna()
             gains = {f"{k:g}": round(v, 3) for k, v in gain.items()}
             lines.append(f"{paradigm}: peak speedup_model / un-distilled per τ_dec {gains}")
     return lines
@@ -182,7 +183,7 @@ def build_report(
     sections += _replicates_section(lossless(replicated), with_lists, at_best, out_dir)
     probe_curves = first_replicate(probe_curves)  # the curve figures draw replicate 0's training
     several = not frame.empty and frame.gamma.nunique() > 1
-    for metric in ("speedup_model", "acceptance_rate"):
+    for metric in (SPEEDUP_MODEL, ACCEPTANCE_RATE):
         sections += [f"## {metric}: τ_kd × τ_dec" + (" (at each cell's best γ)" if several else "") + "\n"]
         sections += [HEATMAP_NOTE]
         sections += [f"![{p.stem}]({p.name})" for p in figures.heatmaps(at_best, metric, out_dir)]
@@ -298,7 +299,9 @@ def _replicates_section(
     lines += [markdown_table(variance_table(prompt_cells(with_lists)))]
     spread = replicate_spread(replicated, at_best)
     lines += ["", SPREAD_NOTE]
-    return lines + [f"![{p.stem}]({p.name})" for p in figures.heatmaps(spread, "speedup_model_sd", out_dir)]
+    return lines + [
+        f"![{p.stem}]({p.name})" for p in figures.heatmaps(spread, f"{SPEEDUP_MODEL}_sd", out_dir)
+    ]
 
 
 def _figure6_section(curves: pd.DataFrame, out_dir: Path) -> list[str]:
@@ -311,7 +314,7 @@ def _figure6_section(curves: pd.DataFrame, out_dir: Path) -> list[str]:
 def _table2_section(at_best: pd.DataFrame, peaks: pd.DataFrame) -> list[str]:
     """Table 2: speedup and acceptance at out-of-range τ_dec for every τ_kd, then the best per row."""
     lines = ["## Table 2: out-of-range τ_dec (> 1), every τ_kd\n", TABLE2_NOTE]
-    for metric in ("speedup_model", "acceptance_rate"):
+    for metric in (SPEEDUP_MODEL, ACCEPTANCE_RATE):
         lines += [f"**{metric}**\n", markdown_table(tables.table2(at_best, metric))]
     return [*lines, "**best (τ_kd, γ) per row**\n", markdown_table(peaks[peaks.tau_dec > 1.0])]
 

@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 
 from specray.data.spec_bench import workload_weights
+from specray.metrics import BY_CATEGORY, PROMPT_CATEGORIES, PROMPT_CONVERSATIONS, QUALITY, SPEEDUP
 from specray.report.paired import PromptCells, analytic_test_sets
 from specray.report.replicated import replicated_interval
 from specray.report.tables import markdown_table
-from specray.tracking.names import BY_CATEGORY, PROMPT_CATEGORIES, PROMPT_CONVERSATIONS
 
 NOTE = (
     "Each analytic cell's figures over the prompts of one category (at the draft's best γ for the τ_dec, "
@@ -111,8 +111,8 @@ def measured_per_category(cells: pd.DataFrame, test_set: str) -> pd.DataFrame:
         if float(cell.get("epsilon", 1.0)) < 1.0:
             row["lenience"] = f"{cell.lenience} ε={float(cell.epsilon):g}"
         for category, f in figures.items():
-            speedup = f"{f['speedup']:.3f}" if "speedup" in f else "-"
-            row[category] = speedup + (f" ({f['quality']:.2f})" if "quality" in f else "")
+            speedup = f"{f[SPEEDUP]:.3f}" if SPEEDUP in f else "-"
+            row[category] = speedup + (f" ({f[QUALITY]:.2f})" if QUALITY in f else "")
         rows.append(row)
     frame = pd.DataFrame(rows)
     return frame.sort_values(["tau_dec", "draft"]).reset_index(drop=True) if rows else frame

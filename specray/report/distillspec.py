@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from specray.metrics import BLOCK_EFFICIENCY_SAMPLED, SPEEDUP, SPEEDUP_MODEL
 from specray.names import BASELINE
 from specray.report.figures import plt, save_figure
 from specray.report.paired import (
@@ -48,7 +49,7 @@ ALGORITHMS = {
 GENERATED, FIXED = ("seqkd", "f_distill", "gkd"), "supervised_kd"
 GKD = "gkd"
 NEAR_BEST = 0.98  # "at or near the best": GKD's speedup at least this share of the best algorithm's
-METRICS = {"block_efficiency_sampled": "block efficiency", "speedup_model": "speedup_model"}
+METRICS = {BLOCK_EFFICIENCY_SAMPLED: "block efficiency", SPEEDUP_MODEL: SPEEDUP_MODEL}
 
 NOTE = (
     "Online drafts per KD algorithm (the training-data source, DistillSpec Table 1) and divergence, at each "
@@ -177,7 +178,7 @@ def table_d1(cells: pd.DataFrame) -> pd.DataFrame:
     empirical = cells[cells.estimator == "empirical"]
     if "batch_size" in empirical:  # batch-1 decoding, as the paper measures
         empirical = empirical[empirical.batch_size.fillna(1) == 1]
-    if not empirical.empty and "speedup" in empirical:
+    if not empirical.empty and SPEEDUP in empirical:
         measured = empirical.groupby(["draft", *keys]).speedup.mean().rename("speedup (measured)")
         names = pd.concat([base, drafts]).draft
         table = table.assign(draft=names.to_numpy()).merge(

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import bootstrap, spearmanr
 
+from specray.metrics import BLOCK_EFFICIENCY, BLOCK_EFFICIENCY_SAMPLED, PER_PROMPT_TOKENS, QUALITY_DRAFT
 from specray.names import BASELINE
 from specray.report.distillspec import grid_drafts
 from specray.report.figures import plt, save_figure
@@ -121,7 +122,7 @@ def _efficiency(rows: pd.DataFrame) -> np.ndarray:
 def prompt_pairs(cells: pd.DataFrame) -> list[PromptPair]:
     """Per (test set, τ_dec ≤ 1): the grid draft with the best `speedup_model` (mean over replicates) and
     the un-distilled draft at its γ. `cells`: rows with per-prompt lists (`build.cells_frame(keep_lists)`)."""
-    if cells.empty or "per_prompt_tokens" not in cells:
+    if cells.empty or PER_PROMPT_TOKENS not in cells:
         return []
     analytic = cells[(cells.estimator == "analytic") & cells.per_prompt_tokens.map(_filled)]
     analytic = analytic.assign(draft=analytic.get("recipe", analytic.draft).fillna(analytic.draft))
@@ -186,7 +187,7 @@ def _scatter_panels(
 def estimator_pairs(cells: pd.DataFrame) -> pd.DataFrame:
     """Per (draft, test set, τ_dec, γ) measured both ways: analytic and empirical block efficiency."""
     keys = ["draft", "test_set", "tau_dec", "gamma"]
-    if cells.empty or "block_efficiency" not in cells or "block_efficiency_sampled" not in cells:
+    if cells.empty or BLOCK_EFFICIENCY not in cells or BLOCK_EFFICIENCY_SAMPLED not in cells:
         return pd.DataFrame(columns=[*keys, "analytic", "empirical"])
     analytic = cells[cells.estimator == "analytic"].groupby(keys).block_efficiency_sampled.mean()
     empirical = cells[cells.estimator == "empirical"]
@@ -253,7 +254,7 @@ def gains(cells: pd.DataFrame) -> pd.DataFrame:
     """Per (draft, test set, τ_dec): the draft-alone quality gain and the analytic block-efficiency gain
     (mean over γ) over the un-distilled draft. `cells` must keep the `ends` records."""
     keys = ["draft", "test_set", "tau_dec"]
-    if cells.empty or "quality_draft" not in cells:
+    if cells.empty or QUALITY_DRAFT not in cells:
         return pd.DataFrame(columns=[*keys, "quality_gain", "efficiency_gain"])
     quality = cells[cells.estimator == "ends"].groupby(keys).quality_draft.mean()
     efficiency = cells[cells.estimator == "analytic"].groupby(keys).block_efficiency_sampled.mean()

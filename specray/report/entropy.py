@@ -15,11 +15,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from specray.metrics import PER_PROMPT_TARGET_ENTROPY
 from specray.names import BASELINE
 from specray.report.paired import PromptCells, analytic_test_sets
 from specray.report.tables import markdown_table
 
-ENTROPY = "per_prompt_target_entropy"
+ENTROPY = PER_PROMPT_TARGET_ENTROPY
 TIERS = ("low", "mid", "high")
 NOTE = (
     "Per test prompt, the target's mean entropy of p_τ over its response sorts the prompts into three tiers "

@@ -21,9 +21,18 @@ import pandas as pd  # noqa: E402
 from matplotlib.colors import Normalize  # noqa: E402
 
 from specray.distill.curves import CurvePoint  # noqa: E402
+from specray.metrics import (
+    ACCEPTANCE_RATE,
+    ACCEPTANCE_RATE_CI95,
+    EMPIRICAL_PROMPTS_ACCEPTANCE_RATE,
+    EMPIRICAL_PROMPTS_ACCEPTANCE_RATE_CI95,
+    PER_PROMPT_BETA_SUM,
+    PER_PROMPT_TOKENS,
+    SPEEDUP_MODEL,
+)
 from specray.names import BASELINE  # noqa: E402
 
-CURVE_COLUMNS = ("draft", "step", "tau_dec", "acceptance_rate", "per_prompt_tokens", "per_prompt_beta_sum")
+CURVE_COLUMNS = ("draft", "step", "tau_dec", ACCEPTANCE_RATE, PER_PROMPT_TOKENS, PER_PROMPT_BETA_SUM)
 
 
 def curve_frame(
@@ -39,9 +48,9 @@ def curve_frame(
                 sums = point.per_prompt.get(tau_dec)
                 rows.append(
                     {**drafts.get(name, {}), "draft": name, "step": point.step, "tau_dec": tau_dec}
-                    | {"acceptance_rate": alpha}
-                    | {"per_prompt_tokens": list(sums.tokens) if sums else None}
-                    | {"per_prompt_beta_sum": list(sums.beta_sums) if sums else None}
+                    | {ACCEPTANCE_RATE: alpha}
+                    | {PER_PROMPT_TOKENS: list(sums.tokens) if sums else None}
+                    | {PER_PROMPT_BETA_SUM: list(sums.beta_sums) if sums else None}
                 )
     return pd.DataFrame(rows, columns=None if rows else list(CURVE_COLUMNS))
 
@@ -117,7 +126,7 @@ def colour_scale(values: np.ndarray, centred: bool) -> ColourScale:
     return ColourScale(BREAK_EVEN_CMAP, Normalize(1.0 - span, 1.0 + span))
 
 
-def peak_speedup(cells: pd.DataFrame, out_dir: Path, metric: str = "speedup_model") -> list[Path]:
+def peak_speedup(cells: pd.DataFrame, out_dir: Path, metric: str = SPEEDUP_MODEL) -> list[Path]:
     """Best τ_kd's value per τ_dec, offline vs online vs the un-distilled draft, and on a second axis the
     relative gain of online over offline, online / offline − 1 (paper Fig. 3)."""
     analytic = cells[cells.estimator == "analytic"]
@@ -164,7 +173,7 @@ def against_tau_dec(cells: pd.DataFrame, out_dir: Path, tau_kd: float = 0.2) -> 
         if near is not None:
             lines[f"{paradigm}, τ_kd={near:g}"] = rows[(rows.paradigm == paradigm) & (rows.tau_kd == near)]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, metric in zip(axes, ("speedup_model", "acceptance_rate"), strict=True):
+    for ax, metric in zip(axes, (SPEEDUP_MODEL, ACCEPTANCE_RATE), strict=True):
         for label, line in lines.items():
             line = line.sort_values("tau_dec")
             ax.plot(line.tau_dec, line[metric], marker="o", label=label)
@@ -275,17 +284,15 @@ def paired_estimates(cells: pd.DataFrame) -> pd.DataFrame:
     """One row per empirical cell with its analytic twin on the same prompts: analytic, analytic_ci95,
     empirical, empirical_ci95, and whether they agree within the combined 95% interval."""
     keys = ["draft", "test_set", "tau_dec", "gamma"]
-    columns = ["empirical_prompts_acceptance_rate", "empirical_prompts_acceptance_rate_ci95"]
+    columns = [EMPIRICAL_PROMPTS_ACCEPTANCE_RATE, EMPIRICAL_PROMPTS_ACCEPTANCE_RATE_CI95]
     analytic = cells[cells.estimator == "analytic"]
     if analytic.empty or not set(columns) <= set(analytic) or "gamma" not in cells:
         return pd.DataFrame()
     analytic = analytic.set_index(keys)[columns]
     analytic.columns = ["analytic", "analytic_ci95"]
-    empirical = cells[cells.estimator == "empirical"].set_index(keys)[
-        ["acceptance_rate", "acceptance_rate_ci95"]
-    ]
+    empirical = cells[cells.estimator == "empirical"].set_index(keys)[[ACCEPTANCE_RATE, ACCEPTANCE_RATE_CI95]]
     joined = empirical.join(analytic, how="inner")
-    joined = joined.rename(columns={"acceptance_rate": "empirical", "acceptance_rate_ci95": "empirical_ci95"})
+    joined = joined.rename(columns={ACCEPTANCE_RATE: "empirical", ACCEPTANCE_RATE_CI95: "empirical_ci95"})
     combined = np.sqrt(joined.analytic_ci95**2 + joined.empirical_ci95**2)
     joined["difference"] = joined.empirical - joined.analytic
     joined["agree"] = np.where(joined.difference.abs() <= combined, "yes", "no")

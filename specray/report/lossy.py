@@ -20,6 +20,17 @@ from typing import Any
 
 import pandas as pd
 
+from specray.metrics import (
+    ACCEPTANCE_RATE,
+    DRAFTED_PER_STEP,
+    QUALITY,
+    QUALITY_CI95,
+    QUALITY_DRAFT,
+    QUALITY_METRIC,
+    QUALITY_TARGET,
+    SPEEDUP,
+    TOKENS_PER_DECODE,
+)
 from specray.names import BASELINE
 from specray.report.figures import plt, save_figure
 from specray.report.tables import markdown_table
@@ -41,20 +52,20 @@ def lossy_cells(frame: pd.DataFrame, costs: StepCosts | None) -> pd.DataFrame:
     """Empirical cells with a quality score, their lenience function filled in (lossless: 'lossless'), and
     `speedup` the cost model's from their counts (`speedup_wall`: the measured ratio; it stays `speedup`
     when the costs are unknown)."""
-    if frame.empty or "quality" not in frame or "epsilon" not in frame:
+    if frame.empty or QUALITY not in frame or "epsilon" not in frame:
         return pd.DataFrame()
     rows = frame[(frame.estimator == "empirical") & frame.quality.notna()].copy()
     rows["lenience"] = rows.lenience.fillna("lossless") if "lenience" in rows else "lossless"
     rows["speedup_wall"] = rows.speedup
     if costs is not None:
         b = costs.batch_sizes[0]
-        rows["speedup"] = [
+        rows[SPEEDUP] = [
             costs.speedup(
                 r.block_efficiency,
                 int(r.gamma),
                 b,
-                _or_none(r, "drafted_per_step"),
-                _or_none(r, "tokens_per_decode"),
+                _or_none(r, DRAFTED_PER_STEP),
+                _or_none(r, TOKENS_PER_DECODE),
             )
             for r in rows.itertuples()
         ]
@@ -68,7 +79,7 @@ def _or_none(row: Any, name: str) -> float | None:
 
 def ends_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """The `ends` records: target-only and draft-only quality per (draft, test set, τ_dec)."""
-    if frame.empty or "quality_target" not in frame:
+    if frame.empty or QUALITY_TARGET not in frame:
         return pd.DataFrame()
     return frame[frame.estimator == "ends"]
 
@@ -101,7 +112,8 @@ def _panel(ax: plt.Axes, rows: pd.DataFrame, ends: pd.DataFrame, function: str) 
                 raw.quality_draft.mean(), color="grey", linestyle=":", label="un-distilled draft alone"
             )
     ax.set_xlabel("speedup (block efficiency / (cγ + 1))")
-    ax.set_ylabel(f"quality ({rows.quality_metric.iloc[0] if 'quality_metric' in rows else ''})")
+    kind = rows[QUALITY_METRIC].iloc[0] if QUALITY_METRIC in rows else ""
+    ax.set_ylabel(f"quality ({kind})")
     ax.set_title(f"lenience {function}")
     ax.legend(fontsize=7)
 
@@ -110,11 +122,11 @@ def table(cells: pd.DataFrame, ends: pd.DataFrame) -> pd.DataFrame:
     """Speedup and quality per (draft, test set, τ_dec, function, ε), next to the two ends."""
     if cells.empty:
         return pd.DataFrame()
-    columns = ["draft", "test_set", "tau_dec", "lenience", "epsilon", "acceptance_rate", "speedup"]
-    columns += ["speedup_wall", "quality", "quality_ci95"]
+    columns = ["draft", "test_set", "tau_dec", "lenience", "epsilon", ACCEPTANCE_RATE, SPEEDUP]
+    columns += ["speedup_wall", QUALITY, QUALITY_CI95]
     rows = cells[columns].sort_values(columns[:5]).reset_index(drop=True)
     if not ends.empty:
-        alone = ends[["draft", "test_set", "tau_dec", "quality_target", "quality_draft"]]
+        alone = ends[["draft", "test_set", "tau_dec", QUALITY_TARGET, QUALITY_DRAFT]]
         rows = rows.merge(alone, on=["draft", "test_set", "tau_dec"], how="left")
     return rows
 

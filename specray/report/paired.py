@@ -29,6 +29,14 @@ import numpy as np
 import pandas as pd
 from scipy.stats import bootstrap
 
+from specray.metrics import (
+    COST_TERMS,
+    PER_PROMPT_BETA_SUM,
+    PER_PROMPT_DRAFTED,
+    PER_PROMPT_TARGET_CALLS,
+    PER_PROMPT_TOKENS,
+    SPEEDUP_MODEL,
+)
 from specray.names import BASELINE
 from specray.specdec.records import CostTerms
 
@@ -36,7 +44,7 @@ REPRODUCED, NOT_REPRODUCED = "reproduced", "not reproduced"
 INCONCLUSIVE, NOT_TESTABLE = "inconclusive", "not testable on this sweep"
 RESAMPLES, SEED = 2000, 0
 TRAINING_NOT_MEASURED = "training variance not measured"
-PER_PROMPT = ("per_prompt_tokens", "per_prompt_beta_sum", "per_prompt_target_calls")
+PER_PROMPT = (PER_PROMPT_TOKENS, PER_PROMPT_BETA_SUM, PER_PROMPT_TARGET_CALLS)
 
 # test set -> resampled prompt indices [resamples, prompts] -> effect [resamples]
 Statistic = Callable[[Mapping[str, np.ndarray]], np.ndarray]
@@ -166,7 +174,7 @@ def prompt_cells(cells: pd.DataFrame) -> dict[str, PromptCells]:
     analytic = analytic.assign(draft=recipe, replicate=replicate)
     out = {}
     for test_set, rows in analytic.groupby("test_set"):
-        mean = rows.groupby(["draft", "tau_dec", "gamma"])["speedup_model"].mean()
+        mean = rows.groupby(["draft", "tau_dec", "gamma"])[SPEEDUP_MODEL].mean()
         best = mean.groupby(level=["draft", "tau_dec"]).idxmax().tolist()
         chosen = rows.set_index(["draft", "tau_dec", "gamma"]).loc[best].reset_index()
         if chosen.per_prompt_tokens.map(len).nunique() != 1:
@@ -176,7 +184,7 @@ def prompt_cells(cells: pd.DataFrame) -> dict[str, PromptCells]:
         kept = [g.iloc[: min(several)] if len(g) > 1 else g for g in groups] if several else groups
         first = pd.DataFrame([g.iloc[0] for g in kept]).reset_index(drop=True)
         stacks = {name: [np.array(g[name].tolist(), dtype=float).T for g in kept] for name in PER_PROMPT}
-        terms, drafted = _terms(first, kept, stacks["per_prompt_target_calls"])
+        terms, drafted = _terms(first, kept, stacks[PER_PROMPT_TARGET_CALLS])
         tokens, beta_sum, target_calls = (stacks[name] for name in PER_PROMPT)
         out[str(test_set)] = PromptCells(first, tokens, beta_sum, target_calls, drafted, terms)
     return out
@@ -201,7 +209,7 @@ def _terms(
     """Each cell's cost terms (its replicates share the sweep's step costs) and per-prompt drafts; cells
     recorded before they existed (a report rebuilt from an old run) get the papers' model at their c: γ
     drafts per call, verification one target step."""
-    if "cost_terms" in first and "per_prompt_drafted" in first and first.cost_terms.map(_is_dict).all():
+    if COST_TERMS in first and PER_PROMPT_DRAFTED in first and first.cost_terms.map(_is_dict).all():
         drafted = [np.array(g.per_prompt_drafted.tolist(), dtype=float).T for g in groups]
         return [CostTerms(**t) for t in first.cost_terms], drafted
     c = first.c.astype(float).fillna(0.0).to_numpy()

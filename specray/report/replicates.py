@@ -14,12 +14,13 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from specray.metrics import SPEEDUP_MODEL
 from specray.names import BASELINE
 
 RECIPE, REPLICATE = "recipe", "replicate"
 # what identifies a cell apart from its draft (`CellRecord`'s coordinates)
 COORDINATES = ("test_set", "tau_dec", "estimator", "gamma", "lenience", "epsilon", "batch_size")
-HEADLINE = "speedup_model"
+HEADLINE = SPEEDUP_MODEL
 
 
 def replicate_count(frame: pd.DataFrame) -> int:

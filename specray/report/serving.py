@@ -11,6 +11,8 @@ from typing import Any
 
 import pandas as pd
 
+from specray.metrics import ACCEPTANCE_PER_POSITION, DRAFT_ACCEPTANCE, MEAN_ACCEPTANCE_LENGTH, SPEEDUP_MODEL
+
 SERVER_NOTE = (
     "Expected (analytic: along the sampled tokens' own acceptance min(1, q/p), under the decoders' drafting "
     "rules) and measured (empirical) for the draft and γ with the highest `speedup_model` at each τ_dec "
@@ -34,7 +36,7 @@ def _value(cell: Mapping[str, Any] | None, name: str) -> Any:
 
 def server_table(cells: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """One row per τ_dec: the fastest analytic cell's server metrics and its empirical twin's, if any."""
-    analytic = [c for c in cells if c.get("estimator") == "analytic" and "mean_acceptance_length" in c]
+    analytic = [c for c in cells if c.get("estimator") == "analytic" and MEAN_ACCEPTANCE_LENGTH in c]
     if not analytic:
         return pd.DataFrame()
     test_set = "in_domain" if any(c["test_set"] == "in_domain" for c in analytic) else analytic[0]["test_set"]
@@ -46,19 +48,19 @@ def server_table(cells: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     rows = []
     for tau in sorted({c["tau_dec"] for c in analytic if c["test_set"] == test_set}):
         at_tau = [c for c in analytic if c["test_set"] == test_set and c["tau_dec"] == tau]
-        best = max(at_tau, key=lambda c: c.get("speedup_model", -math.inf))
+        best = max(at_tau, key=lambda c: c.get(SPEEDUP_MODEL, -math.inf))
         twin = empirical.get((best["draft"], tau, best["gamma"]))
         rows.append(
             {
                 "tau_dec": tau,
                 "draft": best["draft"],
                 "gamma": best["gamma"],
-                "mean_acceptance_length": _value(best, "mean_acceptance_length"),
-                "draft_acceptance": _value(best, "draft_acceptance"),
-                "per position": _positions(best.get("acceptance_per_position")),
-                "empirical mean_acceptance_length": _value(twin, "mean_acceptance_length"),
-                "empirical draft_acceptance": _value(twin, "draft_acceptance"),
-                "empirical per position": _positions(twin.get("acceptance_per_position") if twin else None),
+                MEAN_ACCEPTANCE_LENGTH: _value(best, MEAN_ACCEPTANCE_LENGTH),
+                DRAFT_ACCEPTANCE: _value(best, DRAFT_ACCEPTANCE),
+                "per position": _positions(best.get(ACCEPTANCE_PER_POSITION)),
+                "empirical mean_acceptance_length": _value(twin, MEAN_ACCEPTANCE_LENGTH),
+                "empirical draft_acceptance": _value(twin, DRAFT_ACCEPTANCE),
+                "empirical per position": _positions(twin.get(ACCEPTANCE_PER_POSITION) if twin else None),
             }
         )
     return pd.DataFrame(rows)

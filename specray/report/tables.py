@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from specray.errors import SpecError
+from specray.metrics import SPEEDUP, SPEEDUP_MODEL
 from specray.names import BASELINE
 from specray.report.verdicts import Composition
 
@@ -31,7 +32,7 @@ def markdown_table(frame: pd.DataFrame, float_format: str = "{:.3f}") -> str:
     return "\n".join([header, rule, *rows]) + "\n"
 
 
-def table2(cells: pd.DataFrame, metric: str = "speedup_model") -> pd.DataFrame:
+def table2(cells: pd.DataFrame, metric: str = SPEEDUP_MODEL) -> pd.DataFrame:
     """Out-of-range τ_dec (> 1), analytic at each cell's best γ (`cells` holds one γ per cell): one row
     per (test set, paradigm, τ_dec), the un-distilled draft and one column per τ_kd, and the best τ_kd —
     so the curve over τ_kd (the paper's U) can be read along a row (paper Table 2)."""
@@ -53,7 +54,7 @@ TABLE3_COLUMNS = {
     "tau_dec": "τ_dec",
     "single tau_kd": "best single τ_kd",
     "single acceptance_rate": "α",
-    "single speedup_model": "speedup",
+    "single speedup_model": SPEEDUP,
     "manual recipe": "manual recipe",
     "manual acceptance_rate": "α ",
     "manual speedup_model": "speedup ",

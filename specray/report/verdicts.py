@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from specray.metrics import ACCEPTANCE_RATE, PER_PROMPT_BETA_SUM, PER_PROMPT_TOKENS
 from specray.names import BASELINE
 from specray.report.paired import (
     INCONCLUSIVE,
@@ -429,9 +430,9 @@ def _middle_and_last(run: pd.DataFrame) -> pd.DataFrame:
 def _curve_verdict(ends: Mapping[float, Sequence[pd.DataFrame]], scope: str, definition: str) -> Verdict:
     """`ends`: τ_kd 0 and 1 -> each training replicate's curve (one or more)."""
     rows = {
-        k: [_middle_and_last(r.dropna(subset=["acceptance_rate"])) for r in runs] for k, runs in ends.items()
+        k: [_middle_and_last(r.dropna(subset=[ACCEPTANCE_RATE])) for r in runs] for k, runs in ends.items()
     }
-    lists = ("per_prompt_tokens", "per_prompt_beta_sum")
+    lists = (PER_PROMPT_TOKENS, PER_PROMPT_BETA_SUM)
     every = [r for runs in rows.values() for r in runs]
     if all(r[column].notna().all() for r in every for column in lists):
         arrays = {  # (τ_kd, middle 0 / last 1) -> tokens, β sums [probe prompts, replicates]

@@ -39,6 +39,7 @@ from specray.config.vocabulary import MT_BENCH_CATEGORIES
 from specray.data.chat import encode_chat
 from specray.data.spec_bench import Question
 from specray.errors import DataError
+from specray.metrics import SPEEDUP
 from specray.models.loading import decode_text
 from specray.seeds import derive_seed
 from specray.specdec.decoder import Decoded, autoregressive_decode, speculative_decode
@@ -378,7 +379,7 @@ def format_report(rows: Sequence[SpeedRow]) -> str:
     """The table `specray bench` prints."""
     header = (
         f"{'group':<16} {'questions':>9} {'τ':>10} {'accepted':>9} {'tokens/s':>9} {'baseline':>9} "
-        f"{'speedup':>8} {'(own count)':>11}"
+        f"{SPEEDUP:>8} {'(own count)':>11}"
     )
     lines = [header, "-" * len(header)]
     for r in rows:

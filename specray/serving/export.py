@@ -30,6 +30,7 @@ from typing import Any
 from specray.draft import draft_folder_name
 from specray.files import write_json, write_text
 from specray.keys import spec_key
+from specray.metrics import SPEEDUP
 from specray.serving.engines import (
     SGLANG_VERSION,
     VLLM_VERSION,
@@ -92,7 +93,7 @@ def batch_entry(batch: BatchRoute, folders: dict[str, str]) -> dict[str, Any]:
         "draft": f"drafts/{folders[choice.draft_key]}",
         "draft_name": choice.draft,
         "draft_key": choice.draft_key,
-        "speedup": candidate["speedup"],
+        SPEEDUP: candidate[SPEEDUP],
         "cells": candidate["cells"],
     }
 
@@ -123,7 +124,7 @@ def _candidate(candidate) -> dict[str, Any]:
         "draft_name": candidate.draft,
         "draft_key": candidate.draft_key,
         "gamma": candidate.gamma,
-        "speedup": speedup,
+        SPEEDUP: speedup,
         "expected": candidate.expected,
         "cells": candidate.cells,
     }
@@ -172,7 +173,7 @@ def draft_metadata(results: SweepResults, plan: dict, draft_key: str) -> dict[st
                 {"low": e["low"], "high": e["high"], "gamma": e["gamma"]} for e in b["batch_sizes"]
             ],
             "temperature_band": {"low": b["low"], "high": b["high"], "alias": b["alias"]},
-            "expected": {"speedup": b["speedup"], **b["expected"]},
+            "expected": {SPEEDUP: b[SPEEDUP], **b["expected"]},
         }
         for b in bands
     ]

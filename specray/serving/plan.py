@@ -35,22 +35,35 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from specray.errors import SpecError
+from specray.metrics import (
+    ACCEPTANCE_PER_POSITION,
+    ACCEPTANCE_RATE,
+    ACCEPTANCE_RATE_CI95,
+    BLOCK_EFFICIENCY_SAMPLED,
+    BLOCK_EFFICIENCY_SAMPLED_CI95,
+    DRAFT_ACCEPTANCE,
+    DRAFT_ACCEPTANCE_CI95,
+    DRAFT_ACCEPTANCE_HF,
+    MEAN_ACCEPTANCE_LENGTH,
+    MEAN_ACCEPTANCE_LENGTH_CI95,
+    MEAN_ACCEPTANCE_LENGTH_HF,
+)
 from specray.specdec.records import CellRecord
 
 Basis = Literal["measured", "modelled"]
 # the expected metrics a route states, from the analytic cell at its binding τ_dec (else the empirical one)
 EXPECTED_FIELDS = (
-    "acceptance_rate",
-    "acceptance_rate_ci95",
-    "draft_acceptance",
-    "draft_acceptance_ci95",
-    "draft_acceptance_hf",
-    "mean_acceptance_length",
-    "mean_acceptance_length_ci95",
-    "mean_acceptance_length_hf",
-    "acceptance_per_position",
-    "block_efficiency_sampled",
-    "block_efficiency_sampled_ci95",
+    ACCEPTANCE_RATE,
+    ACCEPTANCE_RATE_CI95,
+    DRAFT_ACCEPTANCE,
+    DRAFT_ACCEPTANCE_CI95,
+    DRAFT_ACCEPTANCE_HF,
+    MEAN_ACCEPTANCE_LENGTH,
+    MEAN_ACCEPTANCE_LENGTH_CI95,
+    MEAN_ACCEPTANCE_LENGTH_HF,
+    ACCEPTANCE_PER_POSITION,
+    BLOCK_EFFICIENCY_SAMPLED,
+    BLOCK_EFFICIENCY_SAMPLED_CI95,
 )
 
 

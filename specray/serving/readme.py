@@ -5,6 +5,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from specray.metrics import (
+    ACCEPTANCE_RATE,
+    ACCEPTANCE_RATE_CI95,
+    DRAFT_ACCEPTANCE,
+    DRAFT_ACCEPTANCE_CI95,
+    MEAN_ACCEPTANCE_LENGTH,
+    MEAN_ACCEPTANCE_LENGTH_CI95,
+    SPEEDUP,
+)
+
 
 def _num(value: Any, ci95: Any = None, digits: int = 3) -> str:
     if not isinstance(value, int | float) or not math.isfinite(value):
@@ -32,14 +42,14 @@ def _row(band: dict) -> str:
     return (
         f"| {_band(band)} | {taus} | `{band['draft']}` | {band['draft_name']} | {band['gamma']} | "
         f"{band['basis']} | {_num(**_s(band))} | "
-        f"{_num(e.get('acceptance_rate'), e.get('acceptance_rate_ci95'))} | "
-        f"{_num(e.get('mean_acceptance_length'), e.get('mean_acceptance_length_ci95'))} | "
-        f"{_num(e.get('draft_acceptance'), e.get('draft_acceptance_ci95'))} |"
+        f"{_num(e.get(ACCEPTANCE_RATE), e.get(ACCEPTANCE_RATE_CI95))} | "
+        f"{_num(e.get(MEAN_ACCEPTANCE_LENGTH), e.get(MEAN_ACCEPTANCE_LENGTH_CI95))} | "
+        f"{_num(e.get(DRAFT_ACCEPTANCE), e.get(DRAFT_ACCEPTANCE_CI95))} |"
     )
 
 
 def _s(candidate: dict) -> dict:
-    return {"value": candidate["speedup"]["value"], "ci95": candidate["speedup"]["ci95"]}
+    return {"value": candidate[SPEEDUP]["value"], "ci95": candidate[SPEEDUP]["ci95"]}
 
 
 def _batch_label(entry: dict) -> str:

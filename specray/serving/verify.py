@@ -35,6 +35,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import PreTrainedModel
 
+from specray.metrics import (
+    DRAFT_ACCEPTANCE,
+    DRAFT_ACCEPTANCE_CI95,
+    DRAFT_ACCEPTANCE_HF,
+    MEAN_ACCEPTANCE_LENGTH,
+    MEAN_ACCEPTANCE_LENGTH_CI95,
+    MEAN_ACCEPTANCE_LENGTH_HF,
+    SPEEDUP,
+)
 from specray.seeds import prompt_seed
 from specray.specdec.analytic import ratio_ci95
 from specray.specdec.empirical import run_empirical
@@ -104,10 +113,10 @@ def traced_counts(traces: list[AssistedTrace]) -> dict[str, float]:
         "accepted": int(accepted),
         "drafted": int(drafted),
         "steps": int(steps),
-        "draft_acceptance": accepted / drafted if drafted else math.nan,
-        "draft_acceptance_ci95": ratio_ci95(per[:, 0], per[:, 1]),
-        "mean_acceptance_length": 1 + accepted / steps,
-        "mean_acceptance_length_ci95": ratio_ci95(per[:, 0], per[:, 2]),
+        DRAFT_ACCEPTANCE: accepted / drafted if drafted else math.nan,
+        DRAFT_ACCEPTANCE_CI95: ratio_ci95(per[:, 0], per[:, 1]),
+        MEAN_ACCEPTANCE_LENGTH: 1 + accepted / steps,
+        MEAN_ACCEPTANCE_LENGTH_CI95: ratio_ci95(per[:, 0], per[:, 2]),
     }
 
 
@@ -184,7 +193,7 @@ def check_band(
     """Trace, count and time one band's draft at its binding τ_dec (`settings`: max_new_tokens, eos, pad,
     seed)."""
     started = time.perf_counter()
-    tau, gamma = float(band["speedup"]["tau_dec"]), int(band["gamma"])
+    tau, gamma = float(band[SPEEDUP]["tau_dec"]), int(band["gamma"])
     seeds = tuple(prompt_seed(settings["seed"], i) for i in range(len(prompts)))
     comparison = Comparison(
         tau,
@@ -214,17 +223,17 @@ def check_band(
         steps=int(counts["steps"]),
         drafted=int(counts["drafted"]),
         accepted=int(counts["accepted"]),
-        draft_acceptance=counts["draft_acceptance"],
-        draft_acceptance_ci95=counts["draft_acceptance_ci95"],
-        predicted_draft_acceptance=expected.get("draft_acceptance_hf", math.nan),
-        predicted_draft_acceptance_ci95=expected.get("draft_acceptance_ci95", math.nan),
-        mean_acceptance_length=counts["mean_acceptance_length"],
-        mean_acceptance_length_ci95=counts["mean_acceptance_length_ci95"],
-        predicted_mean_acceptance_length=expected.get("mean_acceptance_length_hf", math.nan),
+        draft_acceptance=counts[DRAFT_ACCEPTANCE],
+        draft_acceptance_ci95=counts[DRAFT_ACCEPTANCE_CI95],
+        predicted_draft_acceptance=expected.get(DRAFT_ACCEPTANCE_HF, math.nan),
+        predicted_draft_acceptance_ci95=expected.get(DRAFT_ACCEPTANCE_CI95, math.nan),
+        mean_acceptance_length=counts[MEAN_ACCEPTANCE_LENGTH],
+        mean_acceptance_length_ci95=counts[MEAN_ACCEPTANCE_LENGTH_CI95],
+        predicted_mean_acceptance_length=expected.get(MEAN_ACCEPTANCE_LENGTH_HF, math.nan),
         speedup=speedup,
         speedup_ci95=speedup_ci95,
-        predicted_speedup=band["speedup"]["value"],
-        predicted_speedup_basis=band["speedup"]["basis"],
+        predicted_speedup=band[SPEEDUP]["value"],
+        predicted_speedup_basis=band[SPEEDUP]["basis"],
         seconds=time.perf_counter() - started,
         ours_speedup=ours.speedup,
         ours_speedup_ci95=ours.speedup_ci95,

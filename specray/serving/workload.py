@@ -14,9 +14,9 @@ from typing import Any
 from specray.config import SweepSpec
 from specray.data.spec_bench import workload_weights
 from specray.errors import SpecError
+from specray.metrics import BY_CATEGORY, SPEEDUP_MODEL
 from specray.serving.plan import BandPlan
 from specray.specdec.records import CellRecord
-from specray.tracking.names import BY_CATEGORY
 
 
 def workload_entry(spec: SweepSpec, cells: Sequence[CellRecord], plans: Sequence[BandPlan]) -> dict | None:
@@ -39,7 +39,7 @@ def workload_entry(spec: SweepSpec, cells: Sequence[CellRecord], plans: Sequence
     for category in categories:
         tau = workload.table[category]
         route = _route_at(plans, tau)
-        speedup = 1.0 if route is None else analytic[(route[0], route[1], tau)][category]["speedup_model"]
+        speedup = 1.0 if route is None else analytic[(route[0], route[1], tau)][category][SPEEDUP_MODEL]
         per_category.append(
             {
                 "category": category,
@@ -47,13 +47,13 @@ def workload_entry(spec: SweepSpec, cells: Sequence[CellRecord], plans: Sequence
                 "weight": weights[category],
                 "draft_key": None if route is None else route[0],
                 "gamma": 0 if route is None else route[1],
-                "speedup_model": speedup,
+                SPEEDUP_MODEL: speedup,
             }
         )
     return {
         "test_set": workload.test_set,
         "rule": "Σ weight · speedup_model of each category at its temperature (B = 1; no speculation: 1.0)",
-        "plan_speedup": sum(c["weight"] * c["speedup_model"] for c in per_category),
+        "plan_speedup": sum(c["weight"] * c[SPEEDUP_MODEL] for c in per_category),
         "categories": per_category,
         "drafts": _draft_speedups(analytic, cells, workload.table, weights),
     }
@@ -80,7 +80,7 @@ def _draft_speedups(
     for key in sorted({k for k, _, _ in analytic}):
         best = {
             c: max(
-                (v[c]["speedup_model"] for (k, _, t), v in analytic.items() if k == key and t == table[c]),
+                (v[c][SPEEDUP_MODEL] for (k, _, t), v in analytic.items() if k == key and t == table[c]),
                 default=None,
             )
             for c in weights

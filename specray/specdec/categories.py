@@ -21,8 +21,30 @@ from typing import Any
 
 import numpy as np
 
+from specray.metrics import (
+    ACCEPTANCE_RATE,
+    BLOCK_EFFICIENCY,
+    BY_CATEGORY,
+    COST_TERMS,
+    DRAFT_ACCEPTANCE,
+    MEAN_ACCEPTANCE_LENGTH,
+    PER_PROMPT,
+    PER_PROMPT_ACCEPTED,
+    PER_PROMPT_BETA_SUM,
+    PER_PROMPT_DRAFTED,
+    PER_PROMPT_QUALITY,
+    PER_PROMPT_SECONDS,
+    PER_PROMPT_TARGET_CALLS,
+    PER_PROMPT_TARGET_ONLY_SECONDS,
+    PER_PROMPT_TESTED,
+    PER_PROMPT_TOKENS,
+    PROMPT_CATEGORIES,
+    PROMPT_CONVERSATIONS,
+    QUALITY,
+    SPEEDUP,
+    SPEEDUP_MODEL,
+)
 from specray.specdec.records import CellRecord, CostTerms
-from specray.tracking.names import BY_CATEGORY, PROMPT_CATEGORIES, PROMPT_CONVERSATIONS
 
 
 def category_figures(
@@ -30,13 +52,13 @@ def category_figures(
 ) -> dict[str, dict[str, float]]:
     """category -> {figure: value, ..., prompts} of a cell's metrics (module docstring); empty when the
     cell has no per-prompt sums for these prompts (an empirical cell's: the first of them)."""
-    sums = {k[len("per_prompt_") :]: np.asarray(v, dtype=float) for k, v in metrics.items() if _listed(k, v)}
-    tokens = sums.get("tokens", np.empty(0))
+    sums = {k: np.asarray(v, dtype=float) for k, v in metrics.items() if _listed(k, v)}
+    tokens = sums.get(PER_PROMPT_TOKENS, np.empty(0))
     n = len(tokens)
     if not n or n != (len(categories) if estimator == "analytic" else min(n, len(categories))):
         return {}
     labels = np.asarray(categories[:n])
-    terms = CostTerms(**metrics["cost_terms"]) if estimator == "analytic" else None
+    terms = CostTerms(**metrics[COST_TERMS]) if estimator == "analytic" else None
     figures = {}
     for category in dict.fromkeys(labels.tolist()):  # first-seen order
         part = {k: v[labels == category] for k, v in sums.items() if len(v) == n}
@@ -45,7 +67,7 @@ def category_figures(
 
 
 def _listed(key: str, value: Any) -> bool:
-    return key.startswith("per_prompt_") and isinstance(value, list) and bool(value)
+    return key in PER_PROMPT and isinstance(value, list) and bool(value)
 
 
 def _ratio(top: np.ndarray, bottom: np.ndarray) -> float:
@@ -54,22 +76,22 @@ def _ratio(top: np.ndarray, bottom: np.ndarray) -> float:
 
 def _figures(part: Mapping[str, np.ndarray], terms: CostTerms | None) -> dict[str, float]:
     """One category's figures from its prompts' sums (`terms`: an analytic cell's cost terms)."""
-    tokens, calls = part["tokens"], part["target_calls"]
-    figures = {"block_efficiency": _ratio(tokens, calls)}
-    if "accepted" in part:
-        accepted = part["accepted"]
-        figures["mean_acceptance_length"] = 1.0 + _ratio(accepted, calls)
-        figures["draft_acceptance"] = _ratio(accepted, part["drafted"])
+    tokens, calls = part[PER_PROMPT_TOKENS], part[PER_PROMPT_TARGET_CALLS]
+    figures = {BLOCK_EFFICIENCY: _ratio(tokens, calls)}
+    if PER_PROMPT_ACCEPTED in part:
+        accepted = part[PER_PROMPT_ACCEPTED]
+        figures[MEAN_ACCEPTANCE_LENGTH] = 1.0 + _ratio(accepted, calls)
+        figures[DRAFT_ACCEPTANCE] = _ratio(accepted, part[PER_PROMPT_DRAFTED])
     if terms is not None:  # analytic
-        figures["acceptance_rate"] = _ratio(part["beta_sum"], tokens)
-        means = (tokens.mean(), calls.mean(), part["drafted"].mean())
-        figures["speedup_model"] = float(terms.speedup(*means, 1.0))
+        figures[ACCEPTANCE_RATE] = _ratio(part[PER_PROMPT_BETA_SUM], tokens)
+        means = (tokens.mean(), calls.mean(), part[PER_PROMPT_DRAFTED].mean())
+        figures[SPEEDUP_MODEL] = float(terms.speedup(*means, 1.0))
         return figures
-    figures["acceptance_rate"] = _ratio(part["accepted"], part["tested"])
-    if "seconds" in part:
-        figures["speedup"] = _ratio(part["target_only_seconds"], part["seconds"])
-    if "quality" in part and np.isfinite(part["quality"]).any():
-        figures["quality"] = float(np.nanmean(part["quality"]))
+    figures[ACCEPTANCE_RATE] = _ratio(part[PER_PROMPT_ACCEPTED], part[PER_PROMPT_TESTED])
+    if PER_PROMPT_SECONDS in part:
+        figures[SPEEDUP] = _ratio(part[PER_PROMPT_TARGET_ONLY_SECONDS], part[PER_PROMPT_SECONDS])
+    if PER_PROMPT_QUALITY in part and np.isfinite(part[PER_PROMPT_QUALITY]).any():
+        figures[QUALITY] = float(np.nanmean(part[PER_PROMPT_QUALITY]))
     return figures
 
 

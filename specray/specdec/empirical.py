@@ -17,6 +17,15 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel
 
+from specray.metrics import (
+    PER_PROMPT_ACCEPTED,
+    PER_PROMPT_DRAFTED,
+    PER_PROMPT_SECONDS,
+    PER_PROMPT_TARGET_CALLS,
+    PER_PROMPT_TARGET_ONLY_SECONDS,
+    PER_PROMPT_TESTED,
+    PER_PROMPT_TOKENS,
+)
 from specray.seeds import decode_seed
 from specray.specdec.analytic import ratio_ci95
 from specray.specdec.batched import batched_autoregressive_decode, batched_speculative_decode
@@ -45,19 +54,14 @@ class _PromptSums:
             self.target_only_seconds[i] += target_only_seconds
 
     def fields(self) -> dict[str, list]:
-        counts = {
-            f"per_prompt_{name}": [getattr(s, attribute) for s in self.stats]
-            for name, attribute in (
-                ("tokens", "emitted"),
-                ("target_calls", "target_calls"),
-                ("accepted", "accepted"),
-                ("tested", "tested"),
-                ("drafted", "drafted"),
-            )
-        }
-        return counts | {
-            "per_prompt_seconds": list(self.seconds),
-            "per_prompt_target_only_seconds": list(self.target_only_seconds),
+        return {
+            PER_PROMPT_TOKENS: [s.emitted for s in self.stats],
+            PER_PROMPT_TARGET_CALLS: [s.target_calls for s in self.stats],
+            PER_PROMPT_ACCEPTED: [s.accepted for s in self.stats],
+            PER_PROMPT_TESTED: [s.tested for s in self.stats],
+            PER_PROMPT_DRAFTED: [s.drafted for s in self.stats],
+            PER_PROMPT_SECONDS: list(self.seconds),
+            PER_PROMPT_TARGET_ONLY_SECONDS: list(self.target_only_seconds),
         }
 
 

@@ -26,6 +26,14 @@ from specray.data.examples import Example
 from specray.files import cache_dir, write_json
 from specray.keys import digest
 from specray.locks import producing
+from specray.metrics import (
+    PER_PROMPT_QUALITY,
+    QUALITY,
+    QUALITY_DRAFT,
+    QUALITY_METRIC,
+    QUALITY_TARGET,
+    TOKENS_ALONE,
+)
 from specray.models.loading import check_same_vocabulary, decode_text, load_model, load_tokenizer
 from specray.quality import prompt_scores, quality_metrics
 from specray.specdec.analytic import (
@@ -182,10 +190,10 @@ class Evaluator:
         )
         metrics = asdict(result)
         texts = self._texts(metrics.pop("outputs"))
-        metrics |= self._quality(job.test_set, texts, "quality")
-        if "quality_metric" in metrics:  # per prompt, the headline metric (nan where a prompt has none)
+        metrics |= self._quality(job.test_set, texts, QUALITY)
+        if QUALITY_METRIC in metrics:  # per prompt, the headline metric (nan where a prompt has none)
             scores = prompt_scores(self.examples[job.test_set][: len(texts)], texts)
-            metrics["per_prompt_quality"] = [s.get(metrics["quality_metric"], math.nan) for s in scores]
+            metrics[PER_PROMPT_QUALITY] = [s.get(metrics[QUALITY_METRIC], math.nan) for s in scores]
         return CellRecord.of(job, None, time.perf_counter() - started, metrics)
 
     def _ends(self, job: EvalJob) -> CellRecord:
@@ -195,11 +203,13 @@ class Evaluator:
         prompts = self.prompts[job.test_set][: s.empirical_prompts]
         eos = self.tokenizer.eos_token_id
         metrics: dict[str, float] = {}
-        models = {"target": self.target, "draft": self._load_draft(job.draft_path)}
-        for name, model in models.items():
+        models = {QUALITY_TARGET: self.target, QUALITY_DRAFT: self._load_draft(job.draft_path)}
+        for quality, model in models.items():
             outputs = decode_alone(model, prompts, job.tau_dec, s.max_new_tokens, eos, s.repeats, s.seed)
-            metrics |= self._quality(job.test_set, self._texts(outputs), f"quality_{name}")
-            metrics[f"tokens_{name}"] = sum(len(tokens) for per_prompt in outputs for tokens in per_prompt)
+            metrics |= self._quality(job.test_set, self._texts(outputs), quality)
+            metrics[TOKENS_ALONE[quality]] = sum(
+                len(tokens) for per_prompt in outputs for tokens in per_prompt
+            )
         return CellRecord.of(job, None, time.perf_counter() - started, metrics)
 
     def _texts(self, outputs: list[list[list[int]]]) -> list[list[str]]:

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from specray.data.examples import Example
+from specray.metrics import QUALITY
 from specray.quality import EXACT_MATCH, ROUGE_L, metric_kind, score_example
 from specray.seeds import decode_seed
 from specray.specdec.decoder import autoregressive_decode, speculative_decode
@@ -77,7 +78,7 @@ class PointResult:
             "metric": self.metric,
             "seconds": self.seconds,
             "tokens": self.tokens,
-            "quality": self.quality,
+            QUALITY: self.quality,
             "steps": self.steps,
             "key": self.key,
             "format": MEASURE_FORMAT,

@@ -23,12 +23,19 @@ from specray.config import EvalSpec, SweepSpec
 from specray.config.presets import source_name
 from specray.data.dataset import build_splits, held_out_split
 from specray.data.examples import Example
-from specray.data.shards import ShardKey, train_shard_keys
+from specray.data.shards import ShardKey
 from specray.data.spec_bench import conversation_id, expand_turns
 from specray.data.splits import fingerprint
 from specray.devices import device_kind
 from specray.draft import Draft, plan_draft
-from specray.keys import cell_key_inputs, cost_ratio_inputs, digest, draft_key_inputs, model_id
+from specray.keys import (
+    cell_key_inputs,
+    cost_ratio_inputs,
+    digest,
+    draft_key_inputs,
+    model_id,
+    train_shard_keys,
+)
 from specray.models.loading import model_path
 from specray.names import BASELINE
 from specray.specdec.cells import plan_jobs

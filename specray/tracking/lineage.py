@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specray.tracking.names import ACCEPTANCE_RATE, SPEEDUP_MODEL, cell_key
+from specray.metrics import ACCEPTANCE_RATE, SPEEDUP_MODEL
+from specray.tracking.names import cell_key
 
 if TYPE_CHECKING:
     from specray.config import SweepSpec

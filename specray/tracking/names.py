@@ -1,6 +1,6 @@
-"""The names specray gives things in MLflow: metric keys (named as the definitions name them), tags,
-params and run names. Plain strings and the functions that build them; no MLflow import, so any layer may
-name a metric.
+"""The names specray gives things in MLflow: the keys a cell's metrics are logged under (built from the
+metric names of `specray.metrics`), tags, params and run names. Plain strings and the functions that build
+them; no MLflow import.
 """
 
 from __future__ import annotations
@@ -12,75 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from specray.metrics import BY_CATEGORY, CATEGORY_FIGURES, CELL_METRICS, SPEEDUP_MODEL, SPEEDUP_MODEL_BY_BATCH
 from specray.names import BASELINE
 
 if TYPE_CHECKING:
     from specray.config import SweepSpec
     from specray.specdec.records import CellRecord
 
-ACCEPTANCE_RATE = "acceptance_rate"
-DRAFT_ACCEPTANCE = "draft_acceptance"
-BLOCK_EFFICIENCY = "block_efficiency"
-SPEEDUP_MODEL = "speedup_model"
-SPEEDUP = "speedup"
-EMPIRICAL_ACCEPTANCE_RATE = "empirical_acceptance_rate"
-EMPIRICAL_BLOCK_EFFICIENCY = "empirical_block_efficiency"
-# what servers report (vLLM's definitions); analytic ones expected from β, like speedup_model
-MEAN_ACCEPTANCE_LENGTH = "mean_acceptance_length"
-EMPIRICAL_MEAN_ACCEPTANCE_LENGTH = "empirical_mean_acceptance_length"
-DRAFT_ACCEPTANCE_MODEL = "draft_acceptance_model"
-ACCEPTANCE_PER_POSITION = "acceptance_per_position"  # one metric per draft position: .../position_<k>
-EMPIRICAL_ACCEPTANCE_PER_POSITION = "empirical_acceptance_per_position"
-# task quality of decoded outputs (specray/quality.py: exact match or ROUGE-L per test set), and the two
-# ends: the target and the draft decoding alone
-QUALITY, QUALITY_TARGET, QUALITY_DRAFT = "quality", "quality_target_only", "quality_draft_only"
-BLOCK_EFFICIENCY_BETA = "block_efficiency_beta"  # from β: overstates at τ > 0, kept for the papers' figures
-# record field -> metric name, per estimator (analytic block efficiency: the exact expected tokens per step
-# along the sampled tokens, the E of every speedup; its β-based simulation is named as such)
-CELL_METRICS = {
-    "analytic": {
-        "acceptance_rate": ACCEPTANCE_RATE,
-        "block_efficiency_sampled": BLOCK_EFFICIENCY,
-        "block_efficiency_simulated": BLOCK_EFFICIENCY_BETA,
-        "speedup_model": SPEEDUP_MODEL,
-        "mean_acceptance_length": MEAN_ACCEPTANCE_LENGTH,
-        "draft_acceptance": DRAFT_ACCEPTANCE_MODEL,
-        "acceptance_per_position": ACCEPTANCE_PER_POSITION,
-    },
-    "empirical": {
-        "acceptance_rate": EMPIRICAL_ACCEPTANCE_RATE,
-        "draft_acceptance": DRAFT_ACCEPTANCE,
-        "block_efficiency": EMPIRICAL_BLOCK_EFFICIENCY,
-        "speedup": SPEEDUP,
-        "mean_acceptance_length": EMPIRICAL_MEAN_ACCEPTANCE_LENGTH,
-        "acceptance_per_position": EMPIRICAL_ACCEPTANCE_PER_POSITION,
-        "quality": QUALITY,
-    },
-    "ends": {"quality_target": QUALITY_TARGET, "quality_draft": QUALITY_DRAFT},
-}
-# what a cell keeps per category (`specray.specdec.categories`) -> its metric name, per estimator (named as
-# the cell's own figures are)
-CATEGORY_FIGURES = {
-    "analytic": {
-        "acceptance_rate": ACCEPTANCE_RATE,
-        "block_efficiency": BLOCK_EFFICIENCY,
-        "speedup_model": SPEEDUP_MODEL,
-        "mean_acceptance_length": MEAN_ACCEPTANCE_LENGTH,
-        "draft_acceptance": DRAFT_ACCEPTANCE_MODEL,
-    },
-    "empirical": {
-        "acceptance_rate": EMPIRICAL_ACCEPTANCE_RATE,
-        "block_efficiency": EMPIRICAL_BLOCK_EFFICIENCY,
-        "speedup": SPEEDUP,
-        "mean_acceptance_length": EMPIRICAL_MEAN_ACCEPTANCE_LENGTH,
-        "draft_acceptance": DRAFT_ACCEPTANCE,
-        "quality": QUALITY,
-    },
-}
-BY_CATEGORY = "by_category"  # a cell's metrics entry: category -> {figure: value}
-PROMPT_CATEGORIES = "prompt_categories"  # a cell's metrics entry: each test prompt's category, in order
-PROMPT_CONVERSATIONS = "prompt_conversations"  # a cell's metrics entry: each test prompt's conversation
-LATENCY_MS_PER_TOKEN = "latency_ms_per_token"  # a garden point's latency at batch 1
 ROLE, SWEEP_KEY, PARENT = "specray.role", "specray.sweep_key", "mlflow.parentRunId"
 DRAFT_KEY = "specray.draft_key"
 BEST, TRIAL_ID = "specray.best", "trial_id"
@@ -152,7 +90,7 @@ def cell_metrics(
     epsilon = record.epsilon if (axes.epsilon or axes.function) and record.estimator != "ends" else None
     lenience = record.lenience if axes.function else None
     points: dict[str, float] = {}
-    by_batch = record.metrics.get("speedup_model_by_batch")
+    by_batch = record.metrics.get(SPEEDUP_MODEL_BY_BATCH)
     if isinstance(by_batch, dict) and len(by_batch) > 1:  # `speedup_model/.../batch_<B>` at every B
         key = cell_key(SPEEDUP_MODEL, record.test_set, record.tau_dec, gamma, epsilon, lenience)
         points |= {f"{key}/batch_{b}": float(v) for b, v in by_batch.items() if math.isfinite(float(v))}

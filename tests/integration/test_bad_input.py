@@ -17,7 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from specray.config import load_spec
-from specray.data.shards import SHARD_FILE, shard_dir, train_shard_keys
+from specray.data.shards import SHARD_FILE, shard_dir
+from specray.keys import train_shard_keys
 from tests.conftest import micro_zoo_spec
 from tests.sweeps import SMOKE, SPECRAY, run_cli
 

@@ -18,7 +18,7 @@ PRODUCE_SHARDS = """
     from pathlib import Path
     from specray.config import load_spec
     from specray.data.dataset import build_splits
-    from specray.data.shards import shard_key
+    from specray.keys import shard_key
     from specray.teacher.generation import GenerationResult
     from specray.teacher.pool import generate_shards
 

@@ -22,9 +22,10 @@ from pathlib import Path
 import pytest
 
 from specray.config import load_spec
-from specray.data.shards import MANIFEST_FILE, SHARD_FILE, read_shard, shard_dir, train_shard_keys
+from specray.data.shards import MANIFEST_FILE, SHARD_FILE, read_shard, shard_dir
 from specray.distill.checkpoints import FINISHED_FILE
 from specray.faults import FAULTS_DIR_ENV, FAULTS_ENV
+from specray.keys import train_shard_keys
 from tests.servers import QUIET, free_port, mlflow_server
 from tests.sweeps import (
     ALL_DRAFTS,

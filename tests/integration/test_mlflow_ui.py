@@ -19,21 +19,23 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from specray.progress import INTERVAL_ENV
-from specray.tracking.lineage import DRAFTS_VIEW
-from specray.tracking.names import (
+from specray.metrics import (
     ACCEPTANCE_RATE,
     BLOCK_EFFICIENCY,
     DRAFT_ACCEPTANCE,
     EMPIRICAL_ACCEPTANCE_RATE,
+    SPEEDUP,
+    SPEEDUP_MODEL,
+)
+from specray.progress import INTERVAL_ENV
+from specray.tracking.lineage import DRAFTS_VIEW
+from specray.tracking.names import (
     EXPERIMENT_KIND,
     MODEL_DEVELOPMENT,
     NOTE,
     PARENT,
     ROLE,
     SAVED_VIEW,
-    SPEEDUP,
-    SPEEDUP_MODEL,
     cell_key,
 )
 from tests.conftest import REPO

@@ -14,7 +14,8 @@ from mlflow.tracking import MlflowClient
 
 from specray.config import load_spec
 from specray.config.vocabulary import MT_BENCH_CATEGORIES
-from specray.data.shards import SHARD_FILE, shard_dir, train_shard_keys
+from specray.data.shards import SHARD_FILE, shard_dir
+from specray.keys import train_shard_keys
 from specray.tracking.names import ROLE
 from tests.sweeps import SMOKE, SPECRAY, run_cli
 

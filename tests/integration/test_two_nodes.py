@@ -35,7 +35,8 @@ from pathlib import Path
 import pytest
 
 from specray.config import load_spec
-from specray.data.shards import PARTS_DIR, read_shard, shard_dir, train_shard_keys
+from specray.data.shards import PARTS_DIR, read_shard, shard_dir
+from specray.keys import train_shard_keys
 from tests.servers import free_ports
 from tests.sweeps import SMOKE, assert_cells_once, assert_tracked_once, finished_drafts, smoke_command
 

@@ -69,7 +69,7 @@ class InProcessPool:
 
 def make_shards(spec: SweepSpec, taus: Sequence[float] = TAUS_KD) -> None:
     """Real teacher shards of the spec's train split (cached by key: a second call is a no-op)."""
-    from specray.data.shards import shard_key
+    from specray.keys import shard_key
     from specray.teacher.pool import generate_shards
 
     train = build_splits(spec.data)["train"]

@@ -272,8 +272,8 @@ def test_the_interval_of_a_reduction_holds_its_estimate_and_widens_with_noise(tm
 def test_a_garden_draft_carries_its_own_models_and_is_keyed_under_them() -> None:
     import pickle
 
-    from specray.data.shards import train_shard_keys
     from specray.draft import plan_draft
+    from specray.keys import train_shard_keys
 
     spec = garden_spec({"small": SMALL}, [{"zoo": "small"}, {"zoo": "target"}])
     pair = pair_spec(spec, spec.models.target, spec.models.garden[0])

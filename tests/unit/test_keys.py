@@ -10,7 +10,6 @@ import pytest
 from pydantic import ValidationError
 
 from specray.config import SweepSpec, load_spec
-from specray.data.shards import train_shard_keys
 from specray.distill.checkpoints import fingerprint
 from specray.keys import (
     FIELDS,
@@ -23,6 +22,7 @@ from specray.keys import (
     digest,
     leaf_fields,
     spec_key,
+    train_shard_keys,
 )
 from tests.conftest import REPO
 from tests.plans import prompts_fingerprints

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from specray.config import load_spec
-from specray.data.shards import train_shard_keys
 from specray.draft import Draft
+from specray.keys import train_shard_keys
 from specray.report import paired, verdicts
 from specray.report.replicates import replicate_means, replicate_spread, variance_table
 from specray.sweep.plan import plan_sweep

@@ -16,11 +16,12 @@ from specray.config import SweepSpec, load_spec
 from specray.data.dataset import build_splits, held_out_split
 from specray.data.templates import encode_prompts, format_prompt
 from specray.keys import cell_key_inputs, digest, spec_key
+from specray.metrics import BY_CATEGORY
 from specray.report import categories as report_categories
 from specray.report.paired import prompt_cells
 from specray.specdec.categories import category_figures, with_categories
 from specray.specdec.records import CellRecord
-from specray.tracking.names import BY_CATEGORY, cell_metrics
+from specray.tracking.names import cell_metrics
 from tests.conftest import REPO
 from tests.plans import encode_test_prompts, evaluated_examples, prompt_categories, prompts_fingerprints
 

@@ -13,7 +13,7 @@ import pytest
 from mlflow.entities import LoggedModelStatus
 
 from specray.config import load_spec
-from specray.data.shards import train_shard_keys
+from specray.keys import train_shard_keys
 from specray.sweep.plan import plan_sweep
 from specray.sweep.tracked import sweep_data
 from specray.tracking.client import Tracker, describe_sweep

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from specray.metrics import ACCEPTANCE_RATE, SPEEDUP_MODEL
 from specray.specdec.records import CellRecord
-from specray.tracking.names import ACCEPTANCE_RATE, SPEEDUP_MODEL
 
 
 def manual_recipe(grid: Sequence[float], peak: float, k: int = 3) -> dict[float, float]:

@@ -28,9 +28,9 @@ from specray.config import EvalSpec, LenienceSpec, SweepSpec
 from specray.distill.curves import CurvePoint
 from specray.draft import draft_name, mixture_tag
 from specray.errors import SpecError
+from specray.metrics import SPEEDUP_MODEL
 from specray.ops import expected_block_efficiency
 from specray.specdec.records import CellRecord, StepCosts
-from specray.tracking.names import SPEEDUP_MODEL
 
 WEIGHT_PREFIX = "w_tau_kd_"
 MIN_SCORE = 0.01  # scores span two decades: a τ_kd can weigh up to 100x another
