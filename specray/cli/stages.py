@@ -122,40 +122,43 @@ def evaluate(
         if pool.step_costs is None:  # one timing for every draft: they share the student's architecture
             typer.echo(pool.measure_step_costs(draft_path, list(e.batch_sizes), list(e.gamma)).describe())
         records = pool.run(passes(jobs, e.drafts_per_pass))
-    _print_eval_table([record.flat() for record in records])
+    _print_eval_table(records)
     if output:
         output.write_text(json.dumps([record.to_json() for record in records], indent=2))
         typer.echo(f"wrote {len(records)} records to {output}")
 
 
-def _print_eval_table(records: list[dict]) -> None:
+def _print_eval_table(records: list) -> None:  # noqa: ANN001 (CellRecords: imported lazily)
     from rich.console import Console
     from rich.table import Table
 
+    from specray.metrics import (
+        ACCEPTANCE_RATE,
+        ACCEPTANCE_RATE_CI95,
+        BLOCK_EFFICIENCY,
+        BLOCK_EFFICIENCY_SIMULATED,
+        SPEEDUP,
+        SPEEDUP_MODEL,
+    )
+
     groups: dict[tuple[str, str, int], dict[float, dict]] = {}
     for r in records:
-        cell = groups.setdefault((r["draft"], r["test_set"], r["gamma"]), {}).setdefault(r["tau_dec"], {})
-        cell[r["estimator"]] = r
+        by_tau = groups.setdefault((r.draft, r.test_set, r.gamma), {})
+        by_tau.setdefault(r.tau_dec, {})[r.estimator] = r.metrics
+    columns = ("τ_dec", ACCEPTANCE_RATE, BLOCK_EFFICIENCY, SPEEDUP_MODEL, "empirical α", SPEEDUP)
     for (draft, test_set, gamma), by_tau in groups.items():
         table = Table(title=f"{draft} on {test_set} (γ={gamma})")
-        for column in (
-            "τ_dec",
-            "acceptance_rate",
-            "block_efficiency",
-            "speedup_model",
-            "empirical α",
-            "speedup",
-        ):
+        for column in columns:
             table.add_column(column, justify="right")
         for tau, cells in sorted(by_tau.items()):
             analytic, empirical = cells.get("analytic", {}), cells.get("empirical", {})
             table.add_row(
                 f"{tau:g}",
-                _fmt(analytic.get("acceptance_rate"), analytic.get("acceptance_rate_ci95")),
-                _fmt(analytic.get("block_efficiency_simulated")),
-                _fmt(analytic.get("speedup_model")),
-                _fmt(empirical.get("acceptance_rate"), empirical.get("acceptance_rate_ci95")),
-                _fmt(empirical.get("speedup")),
+                _fmt(analytic.get(ACCEPTANCE_RATE), analytic.get(ACCEPTANCE_RATE_CI95)),
+                _fmt(analytic.get(BLOCK_EFFICIENCY_SIMULATED)),
+                _fmt(analytic.get(SPEEDUP_MODEL)),
+                _fmt(empirical.get(ACCEPTANCE_RATE), empirical.get(ACCEPTANCE_RATE_CI95)),
+                _fmt(empirical.get(SPEEDUP)),
             )
         Console(width=max(120, Console().width)).print(table)
 

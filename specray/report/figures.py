@@ -28,6 +28,7 @@ from specray.metrics import (
     EMPIRICAL_PROMPTS_ACCEPTANCE_RATE_CI95,
     PER_PROMPT_BETA_SUM,
     PER_PROMPT_TOKENS,
+    SPEEDUP,
     SPEEDUP_MODEL,
 )
 from specray.names import BASELINE  # noqa: E402
@@ -73,7 +74,7 @@ def heatmaps(cells: pd.DataFrame, metric: str, out_dir: Path) -> list[Path]:
         fig, axes = plt.subplots(
             1, max(1, len(paradigms)), figsize=(5.5 * max(1, len(paradigms)), 5), squeeze=False
         )
-        scale = colour_scale(rows[metric].to_numpy(dtype=float), centred=metric.startswith("speedup"))
+        scale = colour_scale(rows[metric].to_numpy(dtype=float), centred=metric.startswith(SPEEDUP))
         for ax, paradigm in zip(axes[0], paradigms, strict=False):  # one scale: panels compare
             _heatmap_panel(ax, rows, paradigm, metric, scale)
         fig.suptitle(f"{metric} ({test_set} test)")

@@ -45,7 +45,10 @@ LAYERS: Layers = (
     ),
     ("spec", ("specray.config",)),
     ("data, models", ("specray.data", "specray.models", "specray.quality")),
-    ("keys, draft, sampling, cluster", ("specray.keys", "specray.draft", "specray.sampling", "specray.cluster")),
+    (
+        "keys, draft, sampling, cluster",
+        ("specray.keys", "specray.draft", "specray.sampling", "specray.cluster"),
+    ),
     ("teacher, specdec", ("specray.teacher", "specray.specdec")),
     ("distill", ("specray.distill",)),
     ("report", ("specray.report",)),
