@@ -4,13 +4,14 @@ classification says (shards, drafts, cells, the cost ratio, the training curves)
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
 from specray.config import SweepSpec, load_spec
-from specray.distill.checkpoints import fingerprint
+from specray.draft import one_draft
 from specray.keys import (
     FIELDS,
     Direct,
@@ -26,6 +27,12 @@ from specray.keys import (
 )
 from tests.conftest import REPO
 from tests.plans import prompts_fingerprints
+
+
+def fingerprint(spec, paradigm: str, mixture: dict) -> str:  # noqa: ANN001
+    """A draft's key, as the plan computes it (`specray.draft.plan_draft`)."""
+    return one_draft(spec, paradigm, mixture, Path("draft")).key
+
 
 SMOKE = load_spec(REPO / "sweeps" / "smoke.yaml")
 # Fields whose change cannot be tried alone on the synthetic smoke spec: the loader options of a file
