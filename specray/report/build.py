@@ -1,7 +1,9 @@
 """The sweep report: figures, tables and a findings check, as PNG + Markdown (+ CSV) in one folder.
 
-It reads only plain records (cells, draft descriptions, training curves, output lengths), so `specray run`
-builds it from what it just measured and `specray report RUN_ID` builds the same thing from MLflow.
+It reads typed records only (each cell as a `CellRecord`, each draft as a `Draft`, training curves, output
+lengths), so `specray run` builds it from what it just measured and `specray report RUN_ID` builds the same
+thing from what MLflow holds (`tracking.fetch`). The records become one frame in one place
+(`cells_frame`); every figure and table reads that frame.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from specray.distill.curves import CurvePoint
+from specray.draft import Draft
 from specray.metrics import ACCEPTANCE_RATE, BLOCK_EFFICIENCY_SAMPLED, SPEEDUP_MODEL
 from specray.names import BASELINE
 from specray.ops import speedup_model
@@ -27,6 +30,7 @@ from specray.report import (
     tables,
 )
 from specray.report.convergence import CONVERGENCE_NOTE, convergence_table, projected_heading
+from specray.report.figures import DRAFT_COLUMNS
 from specray.report.paired import prompt_cells
 from specray.report.replicates import (
     first_replicate,
@@ -39,23 +43,25 @@ from specray.report.serving import SERVER_NOTE, server_table
 from specray.report.speedup_units import UNITS_NOTE, speedup_heatmaps
 from specray.report.tables import markdown_table
 from specray.report.verdicts import Composition, all_verdicts, verdict_frame
-from specray.specdec.records import StepCosts
+from specray.specdec.records import CellRecord, StepCosts
 
 
 def cells_frame(
-    cells: Sequence[Mapping[str, Any]], drafts: Mapping[str, Mapping[str, Any]], keep_lists: bool = False
+    cells: Sequence[CellRecord], drafts: Sequence[Draft], keep_lists: bool = False
 ) -> pd.DataFrame:
-    """Cell records joined with each draft's paradigm and τ_kd (None for mixtures and the baseline); list
-    fields (β per position, per-prompt sums) only with `keep_lists` (the verdicts' bootstrap needs them)."""
+    """One row per cell: its coordinates and metrics (`CellRecord.flat`), joined with where its draft goes
+    in the figures (`figures.draft_columns`); list fields (β per position, per-prompt sums) only with
+    `keep_lists` (the verdicts' bootstrap needs them)."""
     frame = pd.DataFrame(
-        [{k: v for k, v in c.items() if keep_lists or not isinstance(v, list)} for c in cells]
+        [{k: v for k, v in c.flat().items() if keep_lists or not isinstance(v, list)} for c in cells]
     )
-    info = pd.DataFrame([{"draft": name, **d} for name, d in drafts.items()])
     if frame.empty:
         return frame
-    frame = frame.drop(columns=[c for c in ("paradigm", "tau_kd") if c in frame]).merge(
-        info, on="draft", how="left"
+    placed = pd.DataFrame(
+        [{"draft": d.name, **figures.draft_columns(d)} for d in drafts], columns=DRAFT_COLUMNS
     )
+    frame = frame.drop(columns=[c for c in DRAFT_COLUMNS if c in frame and c != "draft"])
+    frame = frame.merge(placed, on="draft", how="left")
     frame.loc[frame.draft == BASELINE, "paradigm"] = BASELINE
     return frame
 
@@ -147,8 +153,8 @@ def findings(cells: pd.DataFrame) -> list[str]:
 
 
 def build_report(
-    cells: Sequence[Mapping[str, Any]],
-    drafts: Mapping[str, Mapping[str, Any]],
+    cells: Sequence[CellRecord],
+    drafts: Sequence[Draft],
     curves: Mapping[str, Sequence[CurvePoint]],
     lengths: Mapping[str, Mapping[float, list[int]]],
     out_dir: Path,
@@ -159,7 +165,8 @@ def build_report(
     composition: Composition | None = None,
     workload: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write every figure and table into `out_dir`; returns the Markdown report's path. `token_lengths`:
+    """Write every figure and table into `out_dir`; returns the Markdown report's path. `drafts`: every
+    draft the cells name (the un-distilled one included); `token_lengths`:
     test set -> τ_dec -> characters -> generated tokens (Fig. 5; JSON's string keys accepted);
     `composition`: a finished `specray tune`'s results (Table 3 and its verdict); `workload`: the sweep's
     eval.workload ({test_set, temperatures: category -> τ, weights}) for the per-category section."""
@@ -243,8 +250,8 @@ def lossless(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[kept & (frame.epsilon == 1.0)] if "epsilon" in frame else frame[kept]
 
 
-def _lossless_records(cells: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [c for c in cells if c.get("epsilon", 1.0) == 1.0 and c.get("estimator") != "ends"]
+def _lossless_records(cells: Sequence[CellRecord]) -> list[CellRecord]:
+    return [c for c in cells if c.epsilon == 1.0 and c.estimator != "ends"]
 
 
 def _verdict_section(

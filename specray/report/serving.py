@@ -6,12 +6,12 @@ counted in the empirical ones, for the fastest draft and γ at each τ_dec."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import pandas as pd
 
-from specray.metrics import ACCEPTANCE_PER_POSITION, DRAFT_ACCEPTANCE, MEAN_ACCEPTANCE_LENGTH, SPEEDUP_MODEL
+from specray.metrics import DRAFT_ACCEPTANCE, MEAN_ACCEPTANCE_LENGTH
+from specray.specdec.records import CellRecord
 
 SERVER_NOTE = (
     "Expected (analytic: along the sampled tokens' own acceptance min(1, q/p), under the decoders' drafting "
@@ -21,46 +21,49 @@ SERVER_NOTE = (
 )
 
 
-def _positions(values: Any) -> str:
-    if not isinstance(values, list) or not values:
+def _positions(values: Sequence[float]) -> str:
+    if not values:
         return "-"
-    return " ".join(
-        "-" if not isinstance(v, int | float) or not math.isfinite(v) else f"{v:.2f}" for v in values
-    )
+    return " ".join(f"{v:.2f}" if isinstance(v, int | float) and math.isfinite(v) else "-" for v in values)
 
 
-def _value(cell: Mapping[str, Any] | None, name: str) -> Any:
-    value = cell.get(name) if cell else None
+def _value(value: float | None) -> float | str:
     return value if isinstance(value, int | float) and math.isfinite(value) else "-"
 
 
-def server_table(cells: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+def server_table(cells: Sequence[CellRecord]) -> pd.DataFrame:
     """One row per τ_dec: the fastest analytic cell's server metrics and its empirical twin's, if any."""
-    analytic = [c for c in cells if c.get("estimator") == "analytic" and MEAN_ACCEPTANCE_LENGTH in c]
+    analytic = [
+        c for c in cells if c.estimator == "analytic" and _value(c.analytic().mean_acceptance_length) != "-"
+    ]
     if not analytic:
         return pd.DataFrame()
-    test_set = "in_domain" if any(c["test_set"] == "in_domain" for c in analytic) else analytic[0]["test_set"]
+    test_set = "in_domain" if any(c.test_set == "in_domain" for c in analytic) else analytic[0].test_set
     empirical = {
-        (c["draft"], c["tau_dec"], c["gamma"]): c
+        (c.draft, c.tau_dec, c.gamma): c.empirical()
         for c in cells
-        if c.get("estimator") == "empirical" and c["test_set"] == test_set
+        if c.estimator == "empirical" and c.test_set == test_set
     }
     rows = []
-    for tau in sorted({c["tau_dec"] for c in analytic if c["test_set"] == test_set}):
-        at_tau = [c for c in analytic if c["test_set"] == test_set and c["tau_dec"] == tau]
-        best = max(at_tau, key=lambda c: c.get(SPEEDUP_MODEL, -math.inf))
-        twin = empirical.get((best["draft"], tau, best["gamma"]))
+    for tau in sorted({c.tau_dec for c in analytic if c.test_set == test_set}):
+        at_tau = [c for c in analytic if c.test_set == test_set and c.tau_dec == tau]
+        best = max(at_tau, key=lambda c: _finite(c.analytic().speedup_model))
+        expected, twin = best.analytic(), empirical.get((best.draft, tau, best.gamma))
         rows.append(
             {
                 "tau_dec": tau,
-                "draft": best["draft"],
-                "gamma": best["gamma"],
-                MEAN_ACCEPTANCE_LENGTH: _value(best, MEAN_ACCEPTANCE_LENGTH),
-                DRAFT_ACCEPTANCE: _value(best, DRAFT_ACCEPTANCE),
-                "per position": _positions(best.get(ACCEPTANCE_PER_POSITION)),
-                "empirical mean_acceptance_length": _value(twin, MEAN_ACCEPTANCE_LENGTH),
-                "empirical draft_acceptance": _value(twin, DRAFT_ACCEPTANCE),
-                "empirical per position": _positions(twin.get(ACCEPTANCE_PER_POSITION) if twin else None),
+                "draft": best.draft,
+                "gamma": best.gamma,
+                MEAN_ACCEPTANCE_LENGTH: _value(expected.mean_acceptance_length),
+                DRAFT_ACCEPTANCE: _value(expected.draft_acceptance),
+                "per position": _positions(expected.acceptance_per_position),
+                f"empirical {MEAN_ACCEPTANCE_LENGTH}": _value(twin.mean_acceptance_length if twin else None),
+                f"empirical {DRAFT_ACCEPTANCE}": _value(twin.draft_acceptance if twin else None),
+                "empirical per position": _positions(twin.acceptance_per_position if twin else []),
             }
         )
     return pd.DataFrame(rows)
+
+
+def _finite(value: float) -> float:
+    return value if math.isfinite(value) else -math.inf

@@ -30,6 +30,7 @@ from specray.devices import device_kind
 from specray.distill.checkpoints import read_curves
 from specray.distill.convergence import convergence_metrics
 from specray.distill.curves import CurvePoint, curves_to_json
+from specray.draft import Draft
 from specray.files import check_writable, write_json, write_text
 from specray.keys import cost_ratio_inputs, digest, model_id
 from specray.locks import output_folder
@@ -446,11 +447,11 @@ def token_characters(
 def _report(spec, tracker, parent, records, drafts, curves, outputs, cost: StepCosts, out: Path) -> Path:
     """Write the report locally, then give MLflow the report and the plain records it was built from.
     `outputs`: (token lengths of the target's test outputs, their characters-per-token counts)."""
-    cells = [record.flat() for record in records]
+    typed = [Draft.from_json({**info, "name": name}) for name, info in drafts.items()]
     lengths, characters = outputs
     report = build_report(
-        cells,
-        drafts,
+        records,
+        typed,
         curves,
         lengths,
         out / "report",
@@ -462,6 +463,7 @@ def _report(spec, tracker, parent, records, drafts, curves, outputs, cost: StepC
     )
     json_lengths = {test_set: {str(t): v for t, v in by_tau.items()} for test_set, by_tau in lengths.items()}
     json_curves = {name: curves_to_json(points) for name, points in curves.items()}
+    cells, drafts = [r.to_json() for r in records], [d.to_json() for d in typed]
     inputs = {"cells": cells, "drafts": drafts, "curves": json_curves, "lengths": json_lengths}
     inputs["step_costs"] = cost.to_json()
     inputs["workload"] = workload_json(spec) or {}

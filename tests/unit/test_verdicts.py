@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from specray.distill.curves import CurvePoint, PromptSums
+from specray.draft import Draft
 from specray.names import BASELINE
 from specray.report import paired, verdicts
 from specray.report.figures import curve_frame
@@ -148,7 +149,7 @@ def test_curves_without_per_prompt_values_are_inconclusive_with_their_point_effe
         f"offline/tau_kd={k:g}": [CurvePoint(s, acceptance={1.0: a}) for s, a in by_step.items()]
         for k, by_step in by_tau_kd.items()
     }
-    drafts = {f"offline/tau_kd={k:g}": {"paradigm": "offline", "tau_kd": k} for k in by_tau_kd}
+    drafts = [Draft(f"offline/tau_kd={k:g}", "offline", {k: 1.0}) for k in by_tau_kd]
     (verdict,) = verdicts.curves_part_late(curve_frame(curves, drafts))
     assert verdict.verdict == INCONCLUSIVE and "pooled" in verdict.note
     assert verdict.effect == pytest.approx(0.10 - 0.01)
@@ -194,7 +195,7 @@ def test_curves_with_per_prompt_values_are_bootstrapped() -> None:
         "online/tau_kd=0": [point(50, 0.50), point(100, 0.60)],
         "online/tau_kd=1": [point(50, 0.52), point(100, 0.80)],
     }
-    drafts = {f"online/tau_kd={k:g}": {"paradigm": "online", "tau_kd": k} for k in (0.0, 1.0)}
+    drafts = [Draft(f"online/tau_kd={k:g}", "online", {k: 1.0}) for k in (0.0, 1.0)]
     (verdict,) = verdicts.curves_part_late(curve_frame(curves, drafts))
     assert verdict.verdict == REPRODUCED and verdict.effect == pytest.approx(0.18)
 
