@@ -212,21 +212,26 @@ def test_a_report_is_rebuilt_from_the_records_of_this_and_of_an_older_sweep(tmp_
     assert reports["new"] == reports["old"] == direct
 
 
-def test_the_server_table_reads_the_fastest_analytic_cell_and_its_empirical_twin() -> None:
+def test_the_server_table_reads_the_fastest_analytic_cell_and_its_empirical_twin_over_replicates() -> None:
+    """The fastest (draft, γ) by speedup averaged over replicates, not the luckiest replicate; its server
+    metrics and its empirical twin's are the replicates' means."""
     from dataclasses import replace
 
     from specray.report.serving import server_table
 
     expected = {"speedup_model": 2.0, "mean_acceptance_length": 3.0, "draft_acceptance": 0.5}
-    fast = CellRecord("d1", "k", "in_domain", 0.5, "analytic", 4, "a", 0.1, 1.0, expected)
-    fast.metrics["acceptance_per_position"] = [0.9, float("nan")]
-    slow = replace(fast, draft="d2", key="b", metrics={**fast.metrics, "speedup_model": 1.5})
+    steady = CellRecord("d1", "k", "in_domain", 0.5, "analytic", 4, "a", 0.1, 1.0, expected)
+    steady.metrics["acceptance_per_position"] = [0.9, float("nan")]
+    again = replace(steady, draft="d1/r1", key="a1", metrics={**expected, "mean_acceptance_length": 3.2})
+    lucky = replace(steady, draft="d2", key="b", metrics={**expected, "speedup_model": 2.5})
+    unlucky = replace(lucky, draft="d2/r1", key="b1", metrics={**expected, "speedup_model": 1.0})
     counted = {"mean_acceptance_length": 2.9, "draft_acceptance": 0.48, "acceptance_per_position": [0.88]}
     twin = CellRecord("d1", "k", "in_domain", 0.5, "empirical", 4, "e", None, 1.0, counted)
     other = replace(twin, test_set="out_of_domain", key="f")
-    (row,) = server_table([slow, fast, twin, other]).to_dict("records")
-    assert (row["draft"], row["mean_acceptance_length"], row["per position"]) == ("d1", 3.0, "0.90 -")
+    drafts = [Draft(n, "online", {0.5: 1.0}, replicate=r) for n, r in (("d1", 0), ("d1/r1", 1), ("d2", 0))]
+    drafts.append(Draft("d2/r1", "online", {0.5: 1.0}, replicate=1))
+    frame = cells_frame([lucky, unlucky, steady, again, twin, other], drafts, keep_lists=True)
+    (row,) = server_table(frame).to_dict("records")
+    assert (row["draft"], row["mean_acceptance_length"], row["per position"]) == ("d1", 3.1, "0.90 -")
     assert (row["empirical draft_acceptance"], row["empirical per position"]) == (0.48, "0.88")
-    assert server_table(
-        [replace(fast, metrics={"speedup_model": 2.0})]
-    ).empty  # an older record: no server metrics
+    assert server_table(cells_frame([replace(steady, metrics={"speedup_model": 2.0})], drafts)).empty
