@@ -13,7 +13,7 @@ Lossy speculative decoding (ε < 1) changes what is decoded, so a lossy cell rep
   open_list / describe / sentence families, Alpaca, self-instruct, and any family not named above.
 
 A test set mixing families reports each metric over its own examples, as a mean with a 95% percentile
-bootstrap interval (scipy.stats.bootstrap, seeded). Repeated decodes of one prompt are averaged per prompt
+bootstrap interval (`specray.bootstrap`, seeded). Repeated decodes of one prompt are averaged per prompt
 first, so the interval resamples prompts, not correlated repeats. Pure Python: no ray, mlflow or torch.
 """
 
@@ -28,8 +28,8 @@ from functools import cache
 from typing import Any
 
 import numpy as np
-from scipy.stats import bootstrap
 
+from specray.bootstrap import bootstrap_interval
 from specray.data.examples import Example
 from specray.metrics import QUALITY
 
@@ -37,8 +37,6 @@ EXACT_MATCH, ROUGE_2, ROUGE_L = "exact_match", "rouge2", "rougeL"
 METRICS = (EXACT_MATCH, ROUGE_2, ROUGE_L)
 NUMERIC_FAMILIES = frozenset({"gsm8k", "arithmetic", "word_problem"})
 EXACT_TEXT_FAMILIES = frozenset({"copy", "sort", "count", "reverse", "capitalise"})
-CONFIDENCE = 0.95
-BOOTSTRAP_RESAMPLES = 2000
 
 # a number with optional thousands separators and decimals: "18", "-3", "1,000", "5.0" ("$18." -> "18")
 _NUMBER = re.compile(r"-?\d(?:[\d,]*\d)?(?:\.\d+)?")
@@ -106,15 +104,7 @@ def mean_interval(values: Sequence[float], seed: int = 0) -> tuple[float, float,
         return mean, math.nan, math.nan
     if np.all(data == data[0]):  # no spread: every resample has the same mean
         return mean, mean, mean
-    result = bootstrap(
-        (data,),
-        np.mean,
-        confidence_level=CONFIDENCE,
-        n_resamples=BOOTSTRAP_RESAMPLES,
-        method="percentile",
-        rng=np.random.default_rng(seed),
-    )
-    return mean, float(result.confidence_interval.low), float(result.confidence_interval.high)
+    return bootstrap_interval(lambda index: data[index].mean(-1), len(data), seed=seed)
 
 
 def score_outputs(

@@ -30,6 +30,7 @@ from specray.metrics import (
     SPEEDUP_MODEL_BY_BATCH,
     TOKENS_PER_DECODE,
 )
+from specray.report.best import best_rows  # noqa: E402
 from specray.report.tables import markdown_table  # noqa: E402
 from specray.specdec.records import StepCosts  # noqa: E402
 
@@ -123,8 +124,7 @@ def best_per_batch(batches: pd.DataFrame) -> pd.DataFrame:
     """Per (test set, τ_dec, B): the (draft, γ) with the highest modelled speedup, and its interval."""
     if batches.empty:
         return batches
-    best = batches.loc[batches.groupby(["test_set", "tau_dec", "B"]).speedup.idxmax()]
-    return best.sort_values(["test_set", "tau_dec", "B"]).reset_index(drop=True)
+    return best_rows(batches, SPEEDUP, ("test_set", "tau_dec", "B"), ("draft", "gamma"))
 
 
 def break_even(best: pd.DataFrame) -> pd.DataFrame:
@@ -154,7 +154,7 @@ def batch_curves(batches: pd.DataFrame, out_dir: Path) -> list[Path]:
         for ax, tau in zip(axes[0], taus, strict=True):
             here = rows[rows.tau_dec == tau]
             first = here[smallest == here.B]
-            draft = first.loc[first.speedup.idxmax()].draft
+            draft = best_rows(first, SPEEDUP, ("tau_dec",), ("draft", "gamma")).draft.iloc[0]
             for gamma, line in here[here.draft == draft].groupby("gamma"):
                 line = line.sort_values("B")
                 ax.plot(line.B, line.speedup, marker="o", label=f"γ={gamma}")

@@ -1,7 +1,9 @@
 """The sweep report: figures, tables and a findings check, as PNG + Markdown (+ CSV) in one folder.
 
-It reads only plain records (cells, draft descriptions, training curves, output lengths), so `specray run`
-builds it from what it just measured and `specray report RUN_ID` builds the same thing from MLflow.
+It reads typed records only (each cell as a `CellRecord`, each draft as a `Draft`, training curves, output
+lengths), so `specray run` builds it from what it just measured and `specray report RUN_ID` builds the same
+thing from what MLflow holds (`tracking.fetch`). The records become one frame in one place
+(`cells_frame`); every figure and table reads that frame.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from specray.distill.curves import CurvePoint
+from specray.draft import Draft
 from specray.metrics import ACCEPTANCE_RATE, BLOCK_EFFICIENCY_SAMPLED, SPEEDUP_MODEL
 from specray.names import BASELINE
 from specray.ops import speedup_model
@@ -26,7 +29,9 @@ from specray.report import (
     lossy,
     tables,
 )
+from specray.report.best import best_gamma, best_rows
 from specray.report.convergence import CONVERGENCE_NOTE, convergence_table, projected_heading
+from specray.report.figures import DRAFT_COLUMNS
 from specray.report.paired import prompt_cells
 from specray.report.replicates import (
     first_replicate,
@@ -39,34 +44,30 @@ from specray.report.serving import SERVER_NOTE, server_table
 from specray.report.speedup_units import UNITS_NOTE, speedup_heatmaps
 from specray.report.tables import markdown_table
 from specray.report.verdicts import Composition, all_verdicts, verdict_frame
-from specray.specdec.records import StepCosts
+from specray.specdec.records import CellRecord, StepCosts
 
 
 def cells_frame(
-    cells: Sequence[Mapping[str, Any]], drafts: Mapping[str, Mapping[str, Any]], keep_lists: bool = False
+    cells: Sequence[CellRecord], drafts: Sequence[Draft], keep_lists: bool = False
 ) -> pd.DataFrame:
-    """Cell records joined with each draft's paradigm and τ_kd (None for mixtures and the baseline); list
-    fields (β per position, per-prompt sums) only with `keep_lists` (the verdicts' bootstrap needs them)."""
+    """One row per cell: its coordinates and metrics (`CellRecord.flat`), joined with where its draft goes
+    in the figures (`figures.draft_columns`); list fields (β per position, per-prompt sums) only with
+    `keep_lists` (the verdicts' bootstrap needs them)."""
     frame = pd.DataFrame(
-        [{k: v for k, v in c.items() if keep_lists or not isinstance(v, list)} for c in cells]
+        [{k: v for k, v in c.flat().items() if keep_lists or not isinstance(v, list)} for c in cells]
     )
-    info = pd.DataFrame([{"draft": name, **d} for name, d in drafts.items()])
     if frame.empty:
         return frame
-    frame = frame.drop(columns=[c for c in ("paradigm", "tau_kd") if c in frame]).merge(
-        info, on="draft", how="left"
+    placed = pd.DataFrame(
+        [{"draft": d.name, **figures.draft_columns(d)} for d in drafts], columns=DRAFT_COLUMNS
     )
+    frame = frame.drop(columns=[c for c in DRAFT_COLUMNS if c in frame and c != "draft"])
+    frame = frame.merge(placed, on="draft", how="left")
     frame.loc[frame.draft == BASELINE, "paradigm"] = BASELINE
     return frame
 
 
-def best_gamma(cells: pd.DataFrame, metric: str = SPEEDUP_MODEL) -> pd.DataFrame:
-    """The analytic cells at each (draft, test set, τ_dec)'s best γ (one row each; all rows with one γ)."""
-    analytic = cells[cells.estimator == "analytic"]
-    if analytic.empty:
-        return analytic
-    best = analytic.groupby(["draft", "test_set", "tau_dec"])[metric].idxmax()
-    return analytic.loc[best.values].reset_index(drop=True)
+PROJECTED = "speedup_projected"  # the papers' model at a given cost ratio (`projected`)
 
 
 def gamma_table(cells: pd.DataFrame, metric: str = SPEEDUP_MODEL) -> pd.DataFrame:
@@ -79,7 +80,7 @@ def gamma_table(cells: pd.DataFrame, metric: str = SPEEDUP_MODEL) -> pd.DataFram
     rows = analytic[analytic.test_set == test_set]
     wide = rows.pivot_table(index=["draft", "tau_dec"], columns="gamma", values=metric)
     wide.columns = [f"γ={g}" for g in wide.columns]
-    best = rows.loc[rows.groupby(["draft", "tau_dec"])[metric].idxmax()].set_index(["draft", "tau_dec"])
+    best = best_gamma(rows, metric).set_index(["draft", "tau_dec"])
     wide.insert(0, "best γ", best["gamma"].astype(int))
     wide.insert(1, f"{metric} at best γ", best[metric])
     return wide.reset_index()
@@ -87,10 +88,12 @@ def gamma_table(cells: pd.DataFrame, metric: str = SPEEDUP_MODEL) -> pd.DataFram
 
 def peak_table(cells: pd.DataFrame, metric: str = SPEEDUP_MODEL) -> pd.DataFrame:
     """Per test set, paradigm and τ_dec: the best (τ_kd, γ) and its value, plus the un-distilled draft."""
-    analytic = cells[cells.estimator == "analytic"]
+    analytic = cells[(cells.estimator == "analytic") & cells.paradigm.notna()]
     rows = []
-    for (test_set, paradigm, tau_dec), group in analytic.groupby(["test_set", "paradigm", "tau_dec"]):
-        best = group.loc[group[metric].idxmax()]
+    for best in best_rows(
+        analytic, metric, ("test_set", "paradigm", "tau_dec"), ("draft", "gamma")
+    ).itertuples():
+        test_set, paradigm, tau_dec = best.test_set, best.paradigm, best.tau_dec
         tau_kd = "-" if pd.isna(best.tau_kd) else f"{best.tau_kd:g}"
         rows.append(
             {
@@ -99,7 +102,7 @@ def peak_table(cells: pd.DataFrame, metric: str = SPEEDUP_MODEL) -> pd.DataFrame
                 "tau_dec": tau_dec,
                 "best tau_kd": tau_kd,
                 "gamma": int(best.gamma),
-                metric: best[metric],
+                metric: getattr(best, metric),
                 ACCEPTANCE_RATE: best.acceptance_rate,
             }
         )
@@ -108,13 +111,14 @@ def peak_table(cells: pd.DataFrame, metric: str = SPEEDUP_MODEL) -> pd.DataFrame
 
 def projected(cells: pd.DataFrame, cost_ratio: float) -> pd.DataFrame:
     """Analytic cells with `speedup_projected`: the exact expected tokens per step at a given cost ratio
-    in the papers' model, E / (c·γ + 1) (verification as one target step, no prefill)."""
-    analytic = best_gamma(cells, BLOCK_EFFICIENCY_SAMPLED).copy()
-    analytic["speedup_projected"] = [
+    in the papers' model, E / (c·γ + 1) (verification as one target step, no prefill), each cell at the
+    γ that maximises it."""
+    analytic = cells[cells.estimator == "analytic"].copy()
+    analytic[PROJECTED] = [
         speedup_model(e, cost_ratio, int(g))
-        for e, g in zip(analytic.block_efficiency_sampled, analytic.gamma, strict=True)
+        for e, g in zip(analytic[BLOCK_EFFICIENCY_SAMPLED], analytic.gamma, strict=True)
     ]
-    return analytic
+    return best_gamma(analytic, PROJECTED)
 
 
 def findings(cells: pd.DataFrame) -> list[str]:
@@ -135,7 +139,7 @@ def findings(cells: pd.DataFrame) -> list[str]:
         lines.append(f"un-distilled draft's speedup_model, {span} (its verdict, with an interval: above)")
     distilled = in_range[in_range.tau_kd.notna()]
     for paradigm, group in distilled.groupby("paradigm"):
-        best = group.loc[group.groupby("tau_dec")[SPEEDUP_MODEL].idxmax()]
+        best = best_rows(group, SPEEDUP_MODEL, ("tau_dec",), ("draft",))
         pairs = {f"{d:g}": f"{k:g}" for d, k in zip(best.tau_dec, best.tau_kd, strict=True)}
         gap = (best.tau_kd - best.tau_dec).abs().mean()
         lines.append(f"{paradigm}: best τ_kd per τ_dec {pairs}; mean |τ_kd − τ_dec| of the best = {gap:.2f}")
@@ -147,8 +151,8 @@ def findings(cells: pd.DataFrame) -> list[str]:
 
 
 def build_report(
-    cells: Sequence[Mapping[str, Any]],
-    drafts: Mapping[str, Mapping[str, Any]],
+    cells: Sequence[CellRecord],
+    drafts: Sequence[Draft],
     curves: Mapping[str, Sequence[CurvePoint]],
     lengths: Mapping[str, Mapping[float, list[int]]],
     out_dir: Path,
@@ -159,7 +163,8 @@ def build_report(
     composition: Composition | None = None,
     workload: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write every figure and table into `out_dir`; returns the Markdown report's path. `token_lengths`:
+    """Write every figure and table into `out_dir`; returns the Markdown report's path. `drafts`: every
+    draft the cells name (the un-distilled one included); `token_lengths`:
     test set -> τ_dec -> characters -> generated tokens (Fig. 5; JSON's string keys accepted);
     `composition`: a finished `specray tune`'s results (Table 3 and its verdict); `workload`: the sweep's
     eval.workload ({test_set, temperatures: category -> τ, weights}) for the per-category section."""
@@ -200,7 +205,7 @@ def build_report(
         ]
         sections += [
             f"![{p.stem}]({p.name})"
-            for p in figures.heatmaps(projected(frame, projected_cost_ratio), "speedup_projected", out_dir)
+            for p in figures.heatmaps(projected(frame, projected_cost_ratio), PROJECTED, out_dir)
         ]
     sections += ["\n## Fig. 3: peak speedup per τ_dec (offline vs online)\n", FIG3_NOTE]
     sections += [f"![{p.stem}]({p.name})" for p in figures.peak_speedup(at_best, out_dir)]
@@ -224,7 +229,7 @@ def build_report(
     sections += [
         "\n## What servers report\n",
         SERVER_NOTE,
-        markdown_table(server_table(_lossless_records(cells))),
+        markdown_table(server_table(with_lists)),
     ]
 
     sections += ["\n## Empirical vs analytic acceptance (on the same prompts)\n", AGREEMENT_NOTE]
@@ -241,10 +246,6 @@ def lossless(frame: pd.DataFrame) -> pd.DataFrame:
         return frame
     kept = frame.estimator != "ends"
     return frame[kept & (frame.epsilon == 1.0)] if "epsilon" in frame else frame[kept]
-
-
-def _lossless_records(cells: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [c for c in cells if c.get("epsilon", 1.0) == 1.0 and c.get("estimator") != "ends"]
 
 
 def _verdict_section(
@@ -351,7 +352,7 @@ VERDICT_NOTE = (
     "chance. With one training replicate per draft (`distill.replicates: 1`) the intervals cover the test "
     "prompts only, and the replicates column says so: another training seed could move the verdict. With "
     "N replicates the effect is averaged over them and its interval adds the spread between replicates to "
-    "the prompts' (a t interval with Satterthwaite's degrees of freedom, `specray/report/replicated.py`); "
+    "the prompts' (a t interval with Satterthwaite's degrees of freedom, `specray/bootstrap.py`); "
     "the replicates column says how many replicates show the claimed sign on their own.\n"
 )
 REPLICATES_NOTE = (

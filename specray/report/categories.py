@@ -2,7 +2,7 @@
 (Spec-Bench's, MT-bench's), and a workload's weighted speedup — each category at its own request
 temperature, weighted by its share of the test set or as given.
 
-Intervals resample training replicates and, within each category, its prompts (`replicated.py`): the
+Intervals resample training replicates and, within each category, its prompts (`specray.bootstrap`): the
 categories are strata of fixed size, so a workload's weights stay what the workload says in every resample.
 """
 
@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from specray.bootstrap import replicated_interval
 from specray.data.spec_bench import workload_weights
 from specray.metrics import BY_CATEGORY, PROMPT_CATEGORIES, PROMPT_CONVERSATIONS, QUALITY, SPEEDUP
 from specray.report.paired import PromptCells, analytic_test_sets
-from specray.report.replicated import replicated_interval
 from specray.report.tables import markdown_table
 
 NOTE = (

@@ -9,7 +9,7 @@ mix γ into the comparison. A prompt's block efficiency is its Σ tokens / Σ ta
 Fig. 3c ranks drafts by the two estimators at the same (test set, τ_dec, γ): the analytic
 `block_efficiency_sampled` (all test prompts) against the empirical `block_efficiency` (its decoded
 prompts). Spearman's ρ (`scipy.stats.spearmanr`) and its 95% percentile interval resample **drafts**
-(`scipy.stats.bootstrap`, paired: a draft keeps both its estimates): the claim is about the ranking of
+(`specray.bootstrap`'s draws, paired: a draft keeps both its estimates): the claim is about the ranking of
 drafts, and the empirical cells hold no per-prompt sums to resample prompts with.
 
 Fig. 5a: per draft, the task-quality gain of the draft decoding alone (the `ends` records, `quality_draft`)
@@ -27,15 +27,21 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.stats import bootstrap, spearmanr
+from scipy.stats import spearmanr
 
-from specray.metrics import BLOCK_EFFICIENCY, BLOCK_EFFICIENCY_SAMPLED, PER_PROMPT_TOKENS, QUALITY_DRAFT
+from specray.bootstrap import bootstrap_interval
+from specray.metrics import (
+    BLOCK_EFFICIENCY,
+    BLOCK_EFFICIENCY_SAMPLED,
+    PER_PROMPT_TOKENS,
+    QUALITY_DRAFT,
+    SPEEDUP_MODEL,
+)
 from specray.names import BASELINE
+from specray.report.best import best_rows
 from specray.report.distillspec import grid_drafts
 from specray.report.figures import plt, save_figure
 from specray.report.paired import (
-    RESAMPLES,
-    SEED,
     PromptCells,
     Verdict,
     in_range,
@@ -129,7 +135,8 @@ def prompt_pairs(cells: pd.DataFrame) -> list[PromptPair]:
     grid = grid_drafts(analytic)
     pairs = []
     for (test_set, tau), rows in grid[grid.tau_dec <= 1.0 + 1e-9].groupby(["test_set", "tau_dec"]):
-        draft, gamma = rows.groupby(["draft", "gamma"]).speedup_model.mean().idxmax()
+        top = best_rows(rows, SPEEDUP_MODEL, (), ("draft", "gamma")).iloc[0]
+        draft, gamma = top.draft, top.gamma
         base = analytic[
             (analytic.draft == BASELINE)
             & (analytic.test_set == test_set)
@@ -200,19 +207,12 @@ def estimator_pairs(cells: pd.DataFrame) -> pd.DataFrame:
 
 def spearman(analytic: np.ndarray, empirical: np.ndarray) -> tuple[float, float, float]:
     """(ρ, low, high): Spearman's ρ and its 95% percentile bootstrap interval, resampling drafts."""
-    rho = float(spearmanr(analytic, empirical).statistic)
 
-    with np.errstate(invalid="ignore", divide="ignore"):
-        result = bootstrap(
-            (analytic, empirical),
-            lambda x, y: float(spearmanr(x, y).statistic),
-            n_resamples=RESAMPLES,
-            paired=True,
-            vectorized=False,
-            method="percentile",
-            rng=np.random.default_rng(SEED),
-        )
-    return rho, float(result.confidence_interval.low), float(result.confidence_interval.high)
+    def rho(index: np.ndarray) -> np.ndarray:  # [resamples, drafts] -> [resamples]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.array([spearmanr(analytic[i], empirical[i]).statistic for i in index], dtype=float)
+
+    return bootstrap_interval(rho, len(analytic))
 
 
 def rankings(pairs: pd.DataFrame) -> list[Ranking]:

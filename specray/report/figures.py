@@ -21,6 +21,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.colors import Normalize  # noqa: E402
 
 from specray.distill.curves import CurvePoint  # noqa: E402
+from specray.draft import Draft, mixture_tag  # noqa: E402
 from specray.metrics import (
     ACCEPTANCE_RATE,
     ACCEPTANCE_RATE_CI95,
@@ -36,19 +37,37 @@ from specray.names import BASELINE  # noqa: E402
 CURVE_COLUMNS = ("draft", "step", "tau_dec", ACCEPTANCE_RATE, PER_PROMPT_TOKENS, PER_PROMPT_BETA_SUM)
 
 
-def curve_frame(
-    curves: Mapping[str, Sequence[CurvePoint]], drafts: Mapping[str, Mapping[str, Any]]
-) -> pd.DataFrame:
-    """The probe's acceptance during distillation, one row per (draft, KD step, probed τ_dec): the draft's
-    description (paradigm, tau_kd, ...), step, tau_dec, acceptance_rate and the per-prompt lists it pools
-    (None where the point has none)."""
+# where a draft goes in the figures (`draft_columns`), by its name in `draft`
+DRAFT_COLUMNS = ("draft", "paradigm", "tau_kd", "mixture", "divergence", "data_source", "recipe", "replicate")
+
+
+def draft_columns(draft: Draft) -> dict[str, Any]:
+    """A draft's place in the figures: its paradigm (None for the un-distilled draft), its single τ_kd (None
+    for mixtures and the un-distilled draft), its mixture as a tag, divergence and data source ("" where
+    its sweep does not vary them), and the recipe its training replicates are averaged under."""
+    return {
+        "paradigm": draft.paradigm,
+        "tau_kd": draft.tau_kd,
+        "mixture": mixture_tag(draft.mixture),
+        "divergence": draft.divergence,
+        "data_source": draft.data_source,
+        "recipe": draft.recipe,
+        "replicate": draft.replicate,
+    }
+
+
+def curve_frame(curves: Mapping[str, Sequence[CurvePoint]], drafts: Sequence[Draft]) -> pd.DataFrame:
+    """The probe's acceptance during distillation, one row per (draft, KD step, probed τ_dec): where the
+    draft goes (`draft_columns`), step, tau_dec, acceptance_rate and the per-prompt lists it pools (None
+    where the point has none)."""
+    placed = {d.name: draft_columns(d) for d in drafts}
     rows = []
     for name, points in curves.items():
         for point in points:
             for tau_dec, alpha in point.acceptance.items():
                 sums = point.per_prompt.get(tau_dec)
                 rows.append(
-                    {**drafts.get(name, {}), "draft": name, "step": point.step, "tau_dec": tau_dec}
+                    {**placed.get(name, {}), "draft": name, "step": point.step, "tau_dec": tau_dec}
                     | {ACCEPTANCE_RATE: alpha}
                     | {PER_PROMPT_TOKENS: list(sums.tokens) if sums else None}
                     | {PER_PROMPT_BETA_SUM: list(sums.beta_sums) if sums else None}

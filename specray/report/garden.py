@@ -6,14 +6,12 @@ tokens); quality is the mean per-prompt task quality of the same decodes. Matche
 a curve's front, the cheapest raw target whose quality is at least p's gives `L_raw / L_p`; a curve's
 reduction is the largest over its front points that a raw target matches (none when every raw target is
 worse than all of them). Intervals resample the test prompts (one draw of prompt indices shared by every
-point, so the points stay paired) and recompute fronts and reductions: a percentile bootstrap written
-here because the statistic is a whole front, not a function of one sample that `scipy.stats.bootstrap`
-takes.
+point, so the points stay paired: `specray.bootstrap.draws`) and recompute fronts and reductions on each
+resample, for their percentile intervals.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from specray.bootstrap import CONFIDENCE, draws, percentile_interval
 from specray.files import write_text
 from specray.report.figures import plt, save_figure  # figures sets matplotlib's Agg backend first
 from specray.report.tables import markdown_table
@@ -35,8 +34,6 @@ CURVES = {
     "distillspec": "DistillSpec: distilled target + draft distilled from it",
     "distillspec_lossy": "DistillSpec, lossy: as DistillSpec with lenience ε < 1",
 }
-RESAMPLES = 1000
-CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True)
@@ -92,16 +89,10 @@ def matched_reduction(
     return best
 
 
-@functools.cache
-def _draws(prompts: int, seed: int) -> tuple[np.ndarray, ...]:
-    rng = np.random.default_rng(seed)
-    return tuple(rng.integers(0, prompts, prompts) for _ in range(RESAMPLES))
-
-
 def resampled_figures(points: Sequence[PointResult], seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """`figures` over RESAMPLES draws of the prompts with replacement: the same draws for every point (the
-    points stay paired) and for the table and the reductions of one seed."""
-    return [figures(points, index) for index in _draws(len(points[0].seconds), seed)]
+    """`figures` over the bootstrap's draws of the prompts with replacement: the same draws for every point
+    (the points stay paired) and for the table and the reductions of one seed."""
+    return [figures(points, index) for index in draws(len(points[0].seconds), seed=seed)]
 
 
 def reductions(points: Sequence[PointResult], seed: int = 0) -> list[Reduction]:
@@ -123,9 +114,8 @@ def reductions(points: Sequence[PointResult], seed: int = 0) -> list[Reduction]:
         for lat, qual in resampled:
             again = matched_reduction(lat, qual, members, raw)
             values.append(again[0] if again is not None else 1.0)
-        tail = 100 * (1 - CONFIDENCE) / 2
-        low, high = np.percentile(values, [tail, 100 - tail])
-        out.append(Reduction(curve, factor, float(low), float(high), _name(points[p]), _name(points[r])))
+        low, high = percentile_interval(np.asarray(values))
+        out.append(Reduction(curve, factor, low, high, _name(points[p]), _name(points[r])))
     return out
 
 

@@ -32,6 +32,7 @@ from specray.metrics import (
     TOKENS_PER_DECODE,
 )
 from specray.names import BASELINE
+from specray.report.best import best_rows
 from specray.report.figures import plt, save_figure
 from specray.report.tables import markdown_table
 from specray.specdec.records import StepCosts
@@ -140,13 +141,13 @@ def verdict(cells: pd.DataFrame, ends: pd.DataFrame) -> list[str]:
     for (test_set, tau), rows in cells[cells.tau_dec > 0].groupby(["test_set", "tau_dec"]):
         floor, ci = _quality_floor(rows, ends, test_set, tau)
         kept = rows[rows.quality >= floor - 1e-12]
-        best = kept.loc[kept.groupby("draft").speedup.idxmax()] if not kept.empty else kept
+        best = best_rows(kept, SPEEDUP, ("draft",), ("gamma", "lenience", "epsilon"))
         raw, distilled = best[best.draft == BASELINE], best[best.draft != BASELINE]
         where = f"{test_set}, τ_dec={tau:g} (quality ≥ target's {floor:.3f} ± {ci:.3f})"
         if raw.empty or distilled.empty:
             lines.append(f"{where}: not enough cells at matched quality to compare raw and distilled drafts")
             continue
-        top = distilled.loc[distilled.speedup.idxmax()]
+        top = best_rows(distilled, SPEEDUP, (), ("draft",)).iloc[0]
         better = top.speedup > raw.speedup.iloc[0]
         lines.append(
             f"{where}: distilled draft gives the better trade-off: {'yes' if better else 'no'} — best "

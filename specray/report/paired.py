@@ -10,9 +10,8 @@ is evaluated on the same prompts of a test set, so one resample of prompt indice
 (paired): the drafts are compared on the same prompts, and the prompts' own spread is not counted twice.
 Two test sets hold different prompts, so they are resampled independently.
 
-Interval: percentile bootstrap (scipy.stats.bootstrap, 2,000 resamples, a fixed seed so that a report is
-reproducible). Percentile rather than BCa: several effects are differences of maxima, where BCa's jackknife
-acceleration is unstable, and a percentile interval can be checked by hand (the unit tests pin one).
+Interval: the percentile bootstrap over prompts of `specray.bootstrap` (`bootstrap_interval`), or with
+training replicates the interval over replicates and prompts (`replicated_interval`).
 
 Verdict, for a claim that the effect is positive (or negative): "reproduced" when the whole interval lies on
 the claimed side of 0, "not reproduced" when it lies entirely on the other side, "inconclusive" when it
@@ -27,22 +26,21 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy.stats import bootstrap
 
+from specray.bootstrap import bootstrap_interval, replicated_interval
 from specray.metrics import (
     COST_TERMS,
     PER_PROMPT_BETA_SUM,
     PER_PROMPT_DRAFTED,
     PER_PROMPT_TARGET_CALLS,
     PER_PROMPT_TOKENS,
-    SPEEDUP_MODEL,
 )
 from specray.names import BASELINE
+from specray.report.best import best_gamma
 from specray.specdec.records import CostTerms
 
 REPRODUCED, NOT_REPRODUCED = "reproduced", "not reproduced"
 INCONCLUSIVE, NOT_TESTABLE = "inconclusive", "not testable on this sweep"
-RESAMPLES, SEED = 2000, 0
 TRAINING_NOT_MEASURED = "training variance not measured"
 PER_PROMPT = (PER_PROMPT_TOKENS, PER_PROMPT_BETA_SUM, PER_PROMPT_TARGET_CALLS)
 
@@ -88,32 +86,6 @@ def judge(low: float, high: float, sign: int) -> str:
     if sign * low < 0 and sign * high < 0:
         return NOT_REPRODUCED
     return INCONCLUSIVE
-
-
-def paired_interval(
-    statistic: Statistic, sizes: Mapping[str, int], resamples: int = RESAMPLES, seed: int = SEED
-) -> tuple[float, float, float]:
-    """(effect on all prompts, low, high): the 95% percentile bootstrap of `statistic`, resampling the
-    prompt indices of each test set in `sizes` (test set -> prompts) jointly across drafts."""
-    names = list(sizes)
-    everything = {name: np.arange(sizes[name])[None, :] for name in names}
-    effect = float(statistic(everything)[0])
-
-    def vectorised(*indices: np.ndarray, axis: int = -1) -> np.ndarray:
-        return statistic({name: np.asarray(i, dtype=int) for name, i in zip(names, indices, strict=True)})
-
-    with np.errstate(invalid="ignore", divide="ignore"):
-        result = bootstrap(
-            tuple(np.arange(sizes[name]) for name in names),
-            vectorised,
-            n_resamples=resamples,
-            batch=500,
-            vectorized=True,
-            paired=False,  # test sets hold different prompts; within one, all drafts share each index
-            method="percentile",
-            rng=np.random.default_rng(seed),
-        )
-    return effect, float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
 # ---------------------------------------------------------------- per-prompt cells
@@ -174,9 +146,7 @@ def prompt_cells(cells: pd.DataFrame) -> dict[str, PromptCells]:
     analytic = analytic.assign(draft=recipe, replicate=replicate)
     out = {}
     for test_set, rows in analytic.groupby("test_set"):
-        mean = rows.groupby(["draft", "tau_dec", "gamma"])[SPEEDUP_MODEL].mean()
-        best = mean.groupby(level=["draft", "tau_dec"]).idxmax().tolist()
-        chosen = rows.set_index(["draft", "tau_dec", "gamma"]).loc[best].reset_index()
+        chosen = best_gamma(rows)  # every replicate's row at the γ best on their mean
         if chosen.per_prompt_tokens.map(len).nunique() != 1:
             continue  # cells scored on different prompts cannot be paired
         groups = [g.sort_values("replicate") for _, g in chosen.groupby(["draft", "tau_dec"], sort=False)]
@@ -270,10 +240,9 @@ def judged(
 ) -> Verdict:
     """The verdict of an effect. `statistic(index)` -> [resamples, replicates] (the effect of each training
     replicate, on the same resampled prompts) or [resamples] (no replicates). With one replicate the
-    interval is the paired percentile bootstrap over prompts (`paired_interval`); with several it covers
-    training too (`replicated.replicated_interval`), and the verdict says how many replicates agree."""
-    from specray.report.replicated import replicated_interval
-
+    interval is the paired percentile bootstrap over prompts (`bootstrap.bootstrap_interval`); with several
+    it covers training too (`bootstrap.replicated_interval`), and the verdict says how many replicates
+    agree."""
     everything = {name: np.arange(n)[None, :] for name, n in sizes.items()}
     shape = np.shape(statistic(everything))
     replicates = shape[-1] if len(shape) == 2 else 1
@@ -283,7 +252,7 @@ def judged(
             values = np.asarray(statistic(index))
             return values[..., 0] if values.ndim == 2 or (values.ndim == 1 and len(shape) == 2) else values
 
-        effect, low, high = paired_interval(single, sizes)
+        effect, low, high = bootstrap_interval(single, sizes)
         note = "" if np.isfinite(low) else "the bootstrap gave no finite interval (empty resamples)"
         return Verdict(claim, scope, definition, effect, low, high, judge(low, high, sign), note)
 

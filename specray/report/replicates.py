@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from specray.bootstrap import draws
 from specray.metrics import SPEEDUP_MODEL
 from specray.names import BASELINE
 
@@ -96,11 +97,10 @@ def variance_table(tables: Mapping[str, object]) -> pd.DataFrame:
     from specray.report.paired import PromptCells, prompt_count
 
     rows = []
-    rng = np.random.default_rng(0)
     for test_set, table in sorted(tables.items()):
         assert isinstance(table, PromptCells)
         prompts = prompt_count(table)
-        drawn = rng.integers(0, prompts, size=(400, prompts))
+        drawn = draws(prompts)
         everything = np.arange(prompts)[None, :]
         per_paradigm: dict[str, list[tuple[float, float]]] = {}
         for row, cell in enumerate(table.cells.itertuples()):

@@ -19,7 +19,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from specray.metrics import SPEEDUP, SPEEDUP_MODEL
-from specray.names import BASELINE  # noqa: E402
+from specray.names import BASELINE
+from specray.report.best import best_gamma, best_rows  # noqa: E402
 
 MEASURED, MODELLED = "measured", "modelled"
 UNITS_NOTE = (
@@ -33,12 +34,15 @@ def speedup_in_units(cells: pd.DataFrame) -> pd.DataFrame:
     """One row per (draft, test set, τ_dec): `speedup` measured if an empirical cell has it, else the
     analytic `speedup_model`, each at its best γ; `source` says which. cells: `build.cells_frame` rows."""
     keys = ["draft", "test_set", "tau_dec"]
-    modelled = cells[cells.estimator == "analytic"].sort_values(SPEEDUP_MODEL).groupby(keys).tail(1)
-    modelled = modelled.assign(shown=modelled.speedup_model, source=MODELLED)
+    modelled = best_gamma(cells)
+    modelled = modelled.assign(shown=modelled[SPEEDUP_MODEL], source=MODELLED)
     measured = modelled.iloc[:0]
     if SPEEDUP in cells:
-        measured = cells[(cells.estimator == "empirical") & cells.speedup.notna()].sort_values(SPEEDUP)
-        measured = measured.groupby(keys).tail(1).assign(shown=lambda f: f.speedup, source=MEASURED)
+        empirical = cells[(cells.estimator == "empirical") & cells[SPEEDUP].notna()]
+        chosen = [c for c in ("gamma", "batch_size") if c in empirical]
+        measured = best_rows(empirical, SPEEDUP, keys, chosen).assign(
+            shown=lambda f: f[SPEEDUP], source=MEASURED
+        )
     both = pd.concat([measured, modelled]).drop_duplicates(keys, keep="first")  # measured wins
     return both[[*keys, "paradigm", "tau_kd", "shown", "source"]].reset_index(drop=True)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -94,13 +94,6 @@ def read_folder(folder: Path) -> SweepResults:
     return SweepResults(spec, [saved[job.key] for job in jobs], found.step_costs, dirs, str(folder))
 
 
-def cell_from_flat(row: dict[str, Any]) -> CellRecord:
-    """A cell record back from its report row (`CellRecord.flat()`: coordinates and metrics in one dict)."""
-    coordinates = {f.name for f in fields(CellRecord)} - {"metrics", "key_inputs"}
-    values = {name: row[name] for name in coordinates}
-    return CellRecord(**values, metrics={k: v for k, v in row.items() if k not in coordinates})
-
-
 def read_run(run_id: str, tracking_uri: str, work: Path) -> SweepResults:
     """The sweep a finished MLflow parent run recorded; its drafts' weights are downloaded into `work`."""
     from specray.models.loading import resolve_model_path
@@ -116,7 +109,7 @@ def read_run(run_id: str, tracking_uri: str, work: Path) -> SweepResults:
     tracker = open_tracker(tracking_uri, records["experiment"])
     spec_path = tracker.download(run_id, "spec.yaml", work)
     spec = load_spec(spec_path)
-    cells = [cell_from_flat(row) for row in records["cells"]]
+    cells: list[CellRecord] = records["cells"]
     baseline = {c.draft_key for c in cells if c.draft == BASELINE}
 
     def fetch(key: str) -> Path:

@@ -414,7 +414,13 @@ class CellRecord:
 
     @classmethod
     def from_json(cls, payload: Mapping[str, Any]) -> CellRecord:
-        return cls(**payload)
+        """`to_json`'s object, or the flat form (`flat`: coordinates and metrics in one mapping) an older
+        sweep's parent run logged as `records/cells.json`."""
+        if isinstance(payload.get("metrics"), Mapping):
+            return cls(**payload)
+        coordinates = {f.name for f in fields(cls)} - {"metrics", "key_inputs"}
+        metrics = {k: v for k, v in payload.items() if k not in coordinates}
+        return cls(**{k: v for k, v in payload.items() if k in coordinates}, metrics=metrics)
 
     def analytic(self) -> AnalyticResult:
         """The metrics of an analytic cell, typed (`typed_result`)."""

@@ -23,7 +23,7 @@ from typing import Any
 from specray.cluster.runtime import ray_session
 from specray.config import SweepSpec, dump_spec
 from specray.distill.curves import CurvePoint, curves_to_json
-from specray.draft import Draft, mixture_tag
+from specray.draft import Draft
 from specray.files import check_writable, write_text
 from specray.locks import output_folder
 from specray.models.loading import load_tokenizer
@@ -97,8 +97,8 @@ def _run_sweep(
     lengths = {
         test_set: {tau: [len(r) for r in rs] for tau, rs in by.items()} for test_set, by in outputs.items()
     }
-    drafts = {draft.name: _placement(draft) for draft in plan.everything}
     characters = token_characters(outputs, tokenizer)
+    drafts = list(plan.everything)
     report = _report(spec, tracker, parent, records, drafts, curves, (lengths, characters), cost, plan.folder)
     stage_metrics = {f"stage_seconds/{k.replace(' ', '_')}": v["seconds"] for k, v in display.summary.items()}
     tracker.log_metrics(parent, stage_metrics | cost_metrics(cost))
@@ -106,13 +106,6 @@ def _run_sweep(
     tracker.finish(parent)
     page = tracker.runs_page(DRAFTS_VIEW)
     return SweepOutcome(parent, resumed, report, records, cost, found.stages, display.summary, page)
-
-
-def _placement(draft: Draft) -> dict[str, Any]:
-    """What the report needs to place a draft in its figures (and average its replicates)."""
-    place = {"paradigm": draft.paradigm, "tau_kd": draft.tau_kd, "mixture": mixture_tag(draft.mixture)}
-    place |= {"divergence": draft.divergence, "data_source": draft.data_source}
-    return place | {"recipe": draft.recipe, "replicate": draft.replicate}
 
 
 def cost_metrics(cost: StepCosts) -> dict[str, float]:
@@ -151,11 +144,11 @@ def token_characters(
 
 def _report(spec, tracker, parent, records, drafts, curves, outputs, cost: StepCosts, out: Path) -> Path:
     """Write the report locally, then give MLflow the report and the plain records it was built from.
-    `outputs`: (token lengths of the target's test outputs, their characters-per-token counts)."""
-    cells = [record.flat() for record in records]
+    `drafts`: the plan's; `outputs`: (token lengths of the target's test outputs, their characters-per-token
+    counts)."""
     lengths, characters = outputs
     report = build_report(
-        cells,
+        records,
         drafts,
         curves,
         lengths,
@@ -168,7 +161,8 @@ def _report(spec, tracker, parent, records, drafts, curves, outputs, cost: StepC
     )
     json_lengths = {test_set: {str(t): v for t, v in by_tau.items()} for test_set, by_tau in lengths.items()}
     json_curves = {name: curves_to_json(points) for name, points in curves.items()}
-    inputs = {"cells": cells, "drafts": drafts, "curves": json_curves, "lengths": json_lengths}
+    cells, listed = [r.to_json() for r in records], [d.to_json() for d in drafts]
+    inputs = {"cells": cells, "drafts": listed, "curves": json_curves, "lengths": json_lengths}
     inputs["step_costs"] = cost.to_json()
     inputs["workload"] = workload_json(spec) or {}
     inputs["token_lengths"] = {

@@ -38,6 +38,7 @@ LAYERS: Layers = (
             "specray.seeds",
             "specray.names",
             "specray.metrics",
+            "specray.bootstrap",
             "specray.devices",
             "specray.faults",
             "specray.progress",

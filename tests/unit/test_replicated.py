@@ -1,13 +1,21 @@
-"""The interval over training replicates and test prompts (specray/report/replicated.py), on constructed
-data where the truth is known: calibrated on null data, and neither fooled by one lucky replicate nor by an
-effect within prompt noise."""
+"""The interval over training replicates and test prompts (`specray.bootstrap.replicated_interval`), on
+constructed data where the truth is known: calibrated on null data, and neither fooled by one lucky replicate
+nor by an effect within prompt noise."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from specray.bootstrap import Effect, draws, percentile_interval, replicated_interval
 from specray.report.paired import INCONCLUSIVE, REPRODUCED, judge
-from specray.report.replicated import prompt_only_interval, replicated_interval
+
+
+def prompt_only_interval(
+    effect: Effect, replicates: int, prompts: int, resamples: int, seed: int = 0
+) -> tuple[float, float]:
+    """The interval a single-seed analysis gives: prompts resampled, the replicates taken as fixed. For
+    comparison only: it ignores training variance."""
+    return percentile_interval(effect(np.arange(replicates), draws(prompts, resamples, seed)))
 
 
 def _mean_effect(values: np.ndarray):

@@ -75,15 +75,16 @@ def test_table_d1_names_the_algorithms_and_the_section_shows_only_for_a_grid(tmp
 
 def test_acceptance_over_kd_steps_has_a_panel_per_divergence(tmp_path: Path) -> None:
     from specray.distill.curves import CurvePoint
+    from specray.draft import Draft
     from specray.report.figures import curve_frame
 
-    drafts = {
-        f"online/tau_kd=1/{d}/{s}": {"paradigm": "online", "tau_kd": 1.0, "divergence": d, "data_source": s}
+    drafts = [
+        Draft(f"online/tau_kd=1/{d}/{s}", "online", {1.0: 1.0}, divergence=d, data_source=s)
         for d in DIVERGENCES
         for s in SOURCES
-    }
+    ]
     points = [CurvePoint(step=step, loss=1.0, acceptance={1.0: 0.5 + step / 100}) for step in (0, 10, 20)]
-    frame = curve_frame(dict.fromkeys(drafts, points), drafts)
+    frame = curve_frame({d.name: points for d in drafts}, drafts)
     (path,) = distillspec.acceptance_over_steps(frame, tmp_path)
     assert path.name == "distillspec_kd_steps_tau_kd=1.png" and path.stat().st_size > 0
     assert distillspec.acceptance_over_steps(frame.iloc[0:0], tmp_path) == []

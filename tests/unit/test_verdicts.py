@@ -7,7 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from specray.bootstrap import bootstrap_interval
 from specray.distill.curves import CurvePoint, PromptSums
+from specray.draft import Draft
 from specray.names import BASELINE
 from specray.report import paired, verdicts
 from specray.report.figures import curve_frame
@@ -82,14 +84,14 @@ def test_golden_percentile_interval_on_two_prompts() -> None:
     """Two prompts with values 0 and 1: a resample's mean is 0, 0.5 or 1 (probabilities ¼, ½, ¼), so
     the 2.5% and 97.5% percentiles of 2,000 resamples are exactly 0 and 1; the effect is the full-set 0.5."""
     values = np.array([0.0, 1.0])
-    effect, low, high = paired.paired_interval(lambda index: values[index["x"]].mean(-1), {"x": 2})
+    effect, low, high = bootstrap_interval(lambda index: values[index["x"]].mean(-1), {"x": 2})
     assert (effect, low, high) == (0.5, 0.0, 1.0)
 
 
 def test_golden_interval_matches_the_normal_approximation_on_many_prompts() -> None:
     """The mean of 400 values with sd 1: the percentile interval's half-width is 1.96·s/√n within 10%."""
     values = np.random.default_rng(3).normal(2.0, 1.0, 400)
-    effect, low, high = paired.paired_interval(lambda index: values[index["x"]].mean(-1), {"x": 400})
+    effect, low, high = bootstrap_interval(lambda index: values[index["x"]].mean(-1), {"x": 400})
     expected = 1.96 * values.std(ddof=1) / np.sqrt(400)
     assert effect == pytest.approx(values.mean())
     assert (high - low) / 2 == pytest.approx(expected, rel=0.1)
@@ -148,7 +150,7 @@ def test_curves_without_per_prompt_values_are_inconclusive_with_their_point_effe
         f"offline/tau_kd={k:g}": [CurvePoint(s, acceptance={1.0: a}) for s, a in by_step.items()]
         for k, by_step in by_tau_kd.items()
     }
-    drafts = {f"offline/tau_kd={k:g}": {"paradigm": "offline", "tau_kd": k} for k in by_tau_kd}
+    drafts = [Draft(f"offline/tau_kd={k:g}", "offline", {k: 1.0}) for k in by_tau_kd]
     (verdict,) = verdicts.curves_part_late(curve_frame(curves, drafts))
     assert verdict.verdict == INCONCLUSIVE and "pooled" in verdict.note
     assert verdict.effect == pytest.approx(0.10 - 0.01)
@@ -194,7 +196,7 @@ def test_curves_with_per_prompt_values_are_bootstrapped() -> None:
         "online/tau_kd=0": [point(50, 0.50), point(100, 0.60)],
         "online/tau_kd=1": [point(50, 0.52), point(100, 0.80)],
     }
-    drafts = {f"online/tau_kd={k:g}": {"paradigm": "online", "tau_kd": k} for k in (0.0, 1.0)}
+    drafts = [Draft(f"online/tau_kd={k:g}", "online", {k: 1.0}) for k in (0.0, 1.0)]
     (verdict,) = verdicts.curves_part_late(curve_frame(curves, drafts))
     assert verdict.verdict == REPRODUCED and verdict.effect == pytest.approx(0.18)
 

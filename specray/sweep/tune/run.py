@@ -41,6 +41,7 @@ from specray.draft import Draft, draft_folder_name, plan_draft, replicate_name
 from specray.errors import SpecError
 from specray.files import write_atomic
 from specray.locks import output_folder
+from specray.report.best import best_gamma_records
 from specray.specdec.records import CellRecord, StepCosts
 from specray.sweep.plan import VALIDATION, SweepPlan, plan_shards, plan_sweep, sweep_dir
 from specray.sweep.progress import SweepDisplay
@@ -57,7 +58,6 @@ from specray.sweep.tune.baselines import (
 from specray.sweep.tune.search import SearchFailed, TrialRecord, record_trials, search
 from specray.sweep.tune.space import (
     Recipe,
-    at_best_gamma,
     baseline_recipe,
     budget_spec,
     check_tune,
@@ -171,7 +171,7 @@ class _Tune:
         assert self.cost is not None, "the step costs are measured before any cell"
         jobs = self.plan.cell_jobs(self.cost, drafts, tune_grid(self.spec, test_sets))
         records = self.stages.evaluate(jobs, self.cost, self.runs.records_done, self.out / CELLS_DIR, stage)
-        return at_best_gamma(records)
+        return best_gamma_records(records)
 
 
 def _run_tune(spec: SweepSpec, resume: bool, show_progress: bool) -> TuneOutcome:

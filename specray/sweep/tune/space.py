@@ -30,6 +30,7 @@ from specray.draft import draft_name, mixture_tag
 from specray.errors import SpecError
 from specray.metrics import SPEEDUP_MODEL
 from specray.ops import expected_block_efficiency
+from specray.report.best import best_gamma_records
 from specray.specdec.records import CellRecord, StepCosts
 
 WEIGHT_PREFIX = "w_tau_kd_"
@@ -168,21 +169,9 @@ def speedup_estimate(
     return sum(speedups) / len(speedups)
 
 
-def at_best_gamma(records: Sequence[CellRecord]) -> list[CellRecord]:
-    """The analytic records at each (draft, test set, τ_dec)'s best γ by `speedup_model` (others dropped)."""
-    best: dict[tuple, CellRecord] = {}
-    for record in records:
-        if record.estimator != "analytic":
-            continue
-        where = (record.draft, record.test_set, float(record.tau_dec))
-        if where not in best or record.metrics[SPEEDUP_MODEL] > best[where].metrics[SPEEDUP_MODEL]:
-            best[where] = record
-    return list(best.values())
-
-
 def objective(records: Sequence[CellRecord], taus_dec: Sequence[float]) -> float:
     """Mean analytic `speedup_model` (at the best γ) over `taus_dec`; ValueError if a τ_dec has no record."""
-    by_tau = {float(r.tau_dec): float(r.metrics[SPEEDUP_MODEL]) for r in at_best_gamma(records)}
+    by_tau = {float(r.tau_dec): float(r.metrics[SPEEDUP_MODEL]) for r in best_gamma_records(records)}
     missing = [tau for tau in taus_dec if float(tau) not in by_tau]
     if missing:
         raise ValueError(f"no analytic record at τ_dec {missing}")
