@@ -22,7 +22,7 @@ def validate(sweep: Path = SweepArg, overrides: list[str] = OverridesArg) -> Non
 @app.command()
 def generate(sweep: Path = SweepArg, overrides: list[str] = OverridesArg) -> None:
     """Sample the teacher's response to every train prompt at every τ_kd into cached Parquet shards."""
-    from specray.teacher.pool import generate_teacher_shards
+    from specray.teacher.shards import generate_teacher_shards
 
     with user_errors():
         reports = generate_teacher_shards(stage_spec(sweep, overrides, "specray generate"))

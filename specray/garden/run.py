@@ -54,7 +54,7 @@ from specray.sweep.plan import SPEC_FILE, sweep_dir
 from specray.sweep.preflight import preflight
 from specray.sweep.progress import SweepDisplay
 from specray.sweep.schedule import concurrent_runs
-from specray.teacher.pool import generate_teacher_shards
+from specray.teacher.shards import generate_teacher_shards
 from specray.tracking.client import Tracker, open_tracker
 from specray.tracking.names import garden_metric
 

@@ -166,7 +166,7 @@ def _run_sweep(
         samples = shard_specs(spec)  # one teacher sample, or one per replicate (teacher.replicate_shards)
         per_sample = len(spec.teacher.temperatures) * spec.data.train_size
         with display.stage("teacher shards", per_sample * len(samples), "response"):
-            from specray.teacher.pool import generate_teacher_shards
+            from specray.teacher.shards import generate_teacher_shards
 
             for i, sample in enumerate(samples):
                 offset = i * per_sample

@@ -214,7 +214,7 @@ def _local(path: str) -> str:
 def _prepare(run: _Run) -> TrialContext:
     """Models, shards (generated here if missing), prompts, c and what every trial shares."""
     from specray.distill.inputs import prepare_inputs
-    from specray.teacher.pool import generate_teacher_shards
+    from specray.teacher.shards import generate_teacher_shards
 
     spec = run.spec
     with run.display.stage("zoo", 1, "model"):
