@@ -50,7 +50,7 @@ from specray.distill.data import MixtureSampler, TrainRow
 from specray.distill.inputs import prepare_inputs
 from specray.distill.losses import IGNORE_INDEX, distillation_divergence
 from specray.draft import one_draft
-from specray.ops.schedule import MIN_LR_RATIO, warmup_cosine
+from specray.ops.lr_schedule import MIN_LR_RATIO, warmup_cosine
 from specray.specdec.hf_compare import expected_processors
 
 FKL_BETA = 0.0  # generalized_jsd_loss(beta=0) is KL(teacher || student): see 1. above

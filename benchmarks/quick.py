@@ -84,7 +84,7 @@ def ensure_shards(spec: SweepSpec) -> None:
     from specray.data.dataset import build_splits
     from specray.keys import train_shard_keys
     from specray.models.loading import resolve_model_path
-    from specray.teacher.pool import generate_shards
+    from specray.teacher.shards import generate_shards
 
     teacher = spec.teacher
     pool = _InProcessPool(resolve_model_path(spec.models.target, spec.models.zoo), teacher.batch_size)

@@ -81,6 +81,21 @@ BY_CATEGORY = "by_category"  # category -> {figure: value}
 PROMPT_CATEGORIES = "prompt_categories"  # each test prompt's category, in order
 PROMPT_CONVERSATIONS = "prompt_conversations"  # each test prompt's conversation
 
+# what an export's route states it expects (routing.json), from the cell at its binding τ_dec
+ROUTE_EXPECTED = (
+    ACCEPTANCE_RATE,
+    ACCEPTANCE_RATE_CI95,
+    DRAFT_ACCEPTANCE,
+    DRAFT_ACCEPTANCE_CI95,
+    DRAFT_ACCEPTANCE_HF,
+    MEAN_ACCEPTANCE_LENGTH,
+    MEAN_ACCEPTANCE_LENGTH_CI95,
+    MEAN_ACCEPTANCE_LENGTH_HF,
+    ACCEPTANCE_PER_POSITION,
+    BLOCK_EFFICIENCY_SAMPLED,
+    BLOCK_EFFICIENCY_SAMPLED_CI95,
+)
+
 # ---------------------------------------------------------------- names in MLflow beyond the fields
 
 EMPIRICAL_ACCEPTANCE_RATE = "empirical_acceptance_rate"
@@ -135,8 +150,3 @@ CATEGORY_FIGURES = {
         QUALITY: QUALITY,
     },
 }
-
-
-def ci95(metric: str) -> str:
-    """The name of a figure's 95% half-width: `speedup_model` -> `speedup_model_ci95`."""
-    return f"{metric}_ci95"

@@ -23,7 +23,7 @@ def validate(sweep: Path = SweepArg, overrides: list[str] = OverridesArg) -> Non
 def generate(sweep: Path = SweepArg, overrides: list[str] = OverridesArg) -> None:
     """Sample the teacher's response to every train prompt at every τ_kd into cached Parquet shards."""
     from specray.sweep.plan import plan_sweep
-    from specray.teacher.pool import ShardReport, generate_shards
+    from specray.teacher.shards import ShardReport, generate_shards
 
     with user_errors():
         plan = plan_sweep(stage_spec(sweep, overrides, "specray generate"))

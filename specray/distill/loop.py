@@ -67,7 +67,7 @@ from specray.distill.teacher_states import StaticStates, estimated_mb, kept_prom
 from specray.draft import Draft
 from specray.keys import curve_inputs
 from specray.models.loading import load_model, load_tokenizer
-from specray.ops.schedule import warmup_cosine
+from specray.ops.lr_schedule import warmup_cosine
 from specray.sampling import eos_token_ids, sample_batch
 from specray.seeds import derive_seed
 

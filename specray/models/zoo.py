@@ -37,7 +37,7 @@ from specray.data.synthetic import synthetic_corpus
 from specray.data.templates import format_prompt
 from specray.files import cache_dir
 from specray.locks import producing
-from specray.ops.schedule import warmup_cosine
+from specray.ops.lr_schedule import warmup_cosine
 from specray.progress import bar, live_display
 from specray.seeds import derive_seed
 

@@ -30,6 +30,7 @@ from specray.report import (
     tables,
 )
 from specray.report.best import best_gamma, best_rows
+from specray.report.composition import Composition
 from specray.report.convergence import CONVERGENCE_NOTE, convergence_table, projected_heading
 from specray.report.figures import DRAFT_COLUMNS
 from specray.report.paired import prompt_cells
@@ -43,7 +44,7 @@ from specray.report.replicates import (
 from specray.report.serving import SERVER_NOTE, server_table
 from specray.report.speedup_units import UNITS_NOTE, speedup_heatmaps
 from specray.report.tables import markdown_table
-from specray.report.verdicts import Composition, all_verdicts, verdict_frame
+from specray.report.verdicts import all_verdicts, verdict_frame
 from specray.specdec.records import CellRecord, StepCosts
 
 

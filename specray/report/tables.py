@@ -14,7 +14,7 @@ import pandas as pd
 from specray.errors import SpecError
 from specray.metrics import SPEEDUP, SPEEDUP_MODEL
 from specray.names import BASELINE
-from specray.report.verdicts import Composition
+from specray.report.composition import Composition
 
 TABLE3_FILE, TUNE_CELLS_FILE = "table3.csv", "cells.json"
 

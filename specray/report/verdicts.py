@@ -6,23 +6,22 @@ S below is the modelled speedup (`speedup_model`, analytic estimator, each cell 
 from the per-prompt sums on each resample; "peak" or "best τ_kd" is the maximum over a paradigm's single-τ_kd
 drafts, re-chosen in every resample (so the interval includes the choice). Claims are TempSpec's (Ouyang et
 al., 2024) and are checked on the in-domain test set unless they are about the test sets. Each function's
-docstring defines its effect exactly and the side the paper claims.
+docstring defines its effect exactly and the side the paper claims; the composition claim (Table 3) is in
+`specray.report.composition`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from specray.metrics import ACCEPTANCE_RATE, PER_PROMPT_BETA_SUM, PER_PROMPT_TOKENS
 from specray.names import BASELINE
+from specray.report.composition import Composition, composition_gains, sweep_mixture_gains
 from specray.report.paired import (
     INCONCLUSIVE,
-    NOT_REPRODUCED,
-    REPRODUCED,
     PromptCells,
     Verdict,
     in_range,
@@ -277,113 +276,6 @@ def u_curve(tables: Mapping[str, PromptCells]) -> list[Verdict]:
 
         verdicts.append(judged(U_CURVE, scope, definition, +1, statistic, {test_set: prompt_count(table)}))
     return verdicts
-
-
-COMPOSITION = "composition gains 12–20% at high τ_dec"
-CONTENDERS = {"manual recipe": "manual draft", "tuned mixture": "tuned draft"}
-
-
-@dataclass(frozen=True)
-class Composition:
-    """What `specray tune` measured: its Table 3 (one row per test set and τ_dec, with the contenders'
-    draft names) and the test-set cell records (per-prompt sums where the run kept them)."""
-
-    table3: pd.DataFrame
-    cells: pd.DataFrame
-
-
-def composition_gains(composition: Composition | None) -> list[Verdict]:
-    """Effect, per test set at the highest τ_dec of Table 3: S(composition) / S(best single τ_kd) − 1, for
-    the paper's manual recipe (top-k τ_kd around the peak) and for the tuned mixture. Claimed: a gain of
-    12–20% (judged against that band, `_against_band`)."""
-    definition = "S(mixture) / S(best single τ_kd) − 1 at the highest τ_dec"
-    if composition is None or composition.table3.empty:
-        return [untestable(COMPOSITION, "-", definition, "no `specray tune` results given")]
-    tables = prompt_cells(composition.cells)
-    verdicts = []
-    highest = composition.table3.loc[composition.table3.groupby("test_set").tau_dec.idxmax()]
-    for row in highest.to_dict("records"):
-        for label, column in CONTENDERS.items():
-            verdicts.append(_composition_verdict(tables, row, label, column, definition))
-    return verdicts
-
-
-def _composition_verdict(
-    tables: Mapping[str, PromptCells], row: Mapping, label: str, column: str, definition: str
-) -> Verdict:
-    test_set, tau_dec = str(row["test_set"]), float(row["tau_dec"])
-    scope = f"{label}, τ_dec {tau_dec:g} ({test_set})"
-    table = tables.get(test_set)
-    single_name, contender_name = row.get("single draft"), row.get(column)
-    single, contender = (
-        (table.row(single_name, tau_dec), table.row(contender_name, tau_dec))
-        if table is not None and single_name and contender_name
-        else (None, None)
-    )
-    if table is None or single is None or contender is None:
-        point = row[f"{label.split()[0]} gain"]
-        reason = "no per-prompt values in the tune records: no interval"
-        return Verdict(COMPOSITION, scope, definition, float(point), np.nan, np.nan, INCONCLUSIVE, reason)
-
-    def statistic(index: Mapping[str, np.ndarray]) -> np.ndarray:
-        i = index[test_set]
-        return table.speedup(contender, i) / table.speedup(single, i) - 1.0
-
-    return _against_band(
-        judged(COMPOSITION, scope, definition, +1, statistic, {test_set: prompt_count(table)})
-    )
-
-
-PAPER_GAIN = (0.12, 0.20)  # TempSpec's composition gains at high τ_dec
-
-
-def _against_band(result: Verdict) -> Verdict:
-    """The claim is a size, not only a sign: reproduced when the interval lies above 0 and reaches the
-    paper's 12–20%, not reproduced when it lies entirely below 12% (a gain, if any, smaller than the
-    paper's) or entirely below 0, inconclusive otherwise."""
-    low, high = result.low, result.high
-    band = "inside" if PAPER_GAIN[0] <= result.effect <= PAPER_GAIN[1] else "outside"
-    note = f"point estimate {band} the paper's 12–20%"
-    if np.isnan(low) or np.isnan(high):
-        return replace(result, note="; ".join(filter(None, [result.note, note])))
-    if low > 0 and high >= PAPER_GAIN[0]:
-        verdict = REPRODUCED
-    elif high < PAPER_GAIN[0]:
-        verdict = NOT_REPRODUCED
-        note += "; the interval lies below 12%" + (" and above 0: a smaller gain" if low > 0 else "")
-    else:
-        verdict = INCONCLUSIVE
-    return replace(result, verdict=verdict, note=note)
-
-
-def sweep_mixture_gains(tables: Mapping[str, PromptCells]) -> list[Verdict]:
-    """The same claim on a sweep's own mixtures (`distill.mixtures`), per paradigm that has them, on each
-    test set at the highest τ_dec ≤ 1: S(best mixture) / S(best single τ_kd) − 1, both re-chosen in every
-    resample. Claimed: a gain of 12–20% (`_against_band`). No rows when the sweep distilled no mixture."""
-    verdicts = []
-    for test_set, table in sorted(tables.items()):
-        cells, taus = table.cells, in_range(table)
-        for paradigm in paradigms(table):
-            mixtures = sorted(set(cells.draft[(cells.paradigm == paradigm) & cells.tau_kd.isna()]))
-            if mixtures and taus:
-                verdicts.append(_mixture_verdict(table, test_set, paradigm, mixtures, taus[-1]))
-    return verdicts
-
-
-def _mixture_verdict(
-    table: PromptCells, test_set: str, paradigm: str, mixtures: list[str], tau_dec: float
-) -> Verdict:
-    singles = list(single_drafts(table, paradigm).values())
-
-    def statistic(index: Mapping[str, np.ndarray]) -> np.ndarray:
-        i = index[test_set]
-        return peak(table, mixtures, tau_dec, i) / peak(table, singles, tau_dec, i) - 1.0
-
-    definition = "S(best sweep mixture) / S(best single τ_kd) − 1 at the highest τ_dec ≤ 1"
-    scope = f"{paradigm} sweep mixtures, τ_dec {tau_dec:g} ({test_set})"
-    return _against_band(
-        judged(COMPOSITION, scope, definition, +1, statistic, {test_set: prompt_count(table)})
-    )
 
 
 CURVES_PART = "the KD-step curves of τ_kd 0 and 1 part late in training"

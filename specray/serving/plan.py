@@ -35,36 +35,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from specray.errors import SpecError
-from specray.metrics import (
-    ACCEPTANCE_PER_POSITION,
-    ACCEPTANCE_RATE,
-    ACCEPTANCE_RATE_CI95,
-    BLOCK_EFFICIENCY_SAMPLED,
-    BLOCK_EFFICIENCY_SAMPLED_CI95,
-    DRAFT_ACCEPTANCE,
-    DRAFT_ACCEPTANCE_CI95,
-    DRAFT_ACCEPTANCE_HF,
-    MEAN_ACCEPTANCE_LENGTH,
-    MEAN_ACCEPTANCE_LENGTH_CI95,
-    MEAN_ACCEPTANCE_LENGTH_HF,
-)
+from specray.metrics import ROUTE_EXPECTED
 from specray.specdec.records import CellRecord
 
 Basis = Literal["measured", "modelled"]
-# the expected metrics a route states, from the analytic cell at its binding τ_dec (else the empirical one)
-EXPECTED_FIELDS = (
-    ACCEPTANCE_RATE,
-    ACCEPTANCE_RATE_CI95,
-    DRAFT_ACCEPTANCE,
-    DRAFT_ACCEPTANCE_CI95,
-    DRAFT_ACCEPTANCE_HF,
-    MEAN_ACCEPTANCE_LENGTH,
-    MEAN_ACCEPTANCE_LENGTH_CI95,
-    MEAN_ACCEPTANCE_LENGTH_HF,
-    ACCEPTANCE_PER_POSITION,
-    BLOCK_EFFICIENCY_SAMPLED,
-    BLOCK_EFFICIENCY_SAMPLED_CI95,
-)
 
 
 @dataclass(frozen=True)
@@ -244,7 +218,7 @@ def _candidate(
         key, gamma, binding.tau_dec, "empirical"
     )
     assert source is not None
-    expected = {name: source.metrics[name] for name in EXPECTED_FIELDS if name in source.metrics}
+    expected = {name: source.metrics[name] for name in ROUTE_EXPECTED if name in source.metrics}
     expected["estimator"] = source.estimator
     return Candidate(index.names[key], key, gamma, binding, cells, expected)
 

@@ -89,7 +89,7 @@ class Stages:
 
     def generate(self, samples: Sequence[ShardPlan] | None = None, stage: str = "teacher shards") -> None:
         """Every teacher shard of `samples` (default: the plan's), one sample after another."""
-        from specray.teacher.pool import generate_shards
+        from specray.teacher.shards import generate_shards
 
         samples = self.plan.shards if samples is None else samples
         sizes = [len(s.examples) * len(s.keys) for s in samples]

@@ -20,7 +20,7 @@ PRODUCE_SHARDS = """
     from specray.data.dataset import build_splits
     from specray.keys import shard_key
     from specray.teacher.generation import GenerationResult
-    from specray.teacher.pool import generate_shards
+    from specray.teacher.shards import generate_shards
 
     root, calls = Path(sys.argv[1]), Path(sys.argv[2])
     spec = load_spec(Path("sweeps/smoke.yaml"), ["data.train_size=12", "data.train.size=60"])

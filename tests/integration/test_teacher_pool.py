@@ -16,7 +16,8 @@ from specray.config import load_spec
 from specray.data.dataset import build_splits
 from specray.data.shards import MANIFEST_FILE, SHARD_FILE, is_complete, read_parts, read_shard
 from specray.keys import shard_key
-from specray.teacher.pool import generate_shards, make_teacher_pool
+from specray.teacher.pool import make_teacher_pool
+from specray.teacher.shards import generate_shards
 from tests.conftest import REPO, micro_zoo_spec
 from tests.waiting import CLI_TIMEOUT_S
 

@@ -15,12 +15,12 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 import specray.sweep.tune.run as tune_module
-import specray.teacher.pool as teacher_pool
+import specray.teacher.shards as teacher_shards
 from specray.config import load_spec
 from specray.distill.checkpoints import FINISHED_FILE
 from specray.files import cache_dir
+from specray.report.composition import composition_gains
 from specray.report.tables import load_composition
-from specray.report.verdicts import composition_gains
 from specray.sweep.tune.trial import DRAFT_DIR, TRIAL_RESULT
 from specray.tracking.names import BEST, PARENT, ROLE, TRIAL_ID
 from tests.conftest import REPO
@@ -84,7 +84,7 @@ def test_a_search_reads_cached_shards_logs_every_trial_and_registers_the_winner(
         ),
     )
     searching, generated, snapshots = [False], [], {}
-    real_generate, real_search = teacher_pool.generate_shards, tune_module.search
+    real_generate, real_search = teacher_shards.generate_shards, tune_module.search
 
     def guarded_generate(*args, **kwargs):
         assert not searching[0], "the teacher was asked for shards during the search"
@@ -98,7 +98,7 @@ def test_a_search_reads_cached_shards_logs_every_trial_and_registers_the_winner(
         finally:
             searching[0], snapshots["after"] = False, shard_files()
 
-    monkeypatch.setattr(teacher_pool, "generate_shards", guarded_generate)
+    monkeypatch.setattr(teacher_shards, "generate_shards", guarded_generate)
     monkeypatch.setattr(tune_module, "search", watched_search)
     outcome = tune_module.run_tune(spec, show_progress=False)
 

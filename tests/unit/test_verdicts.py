@@ -11,7 +11,7 @@ from specray.bootstrap import bootstrap_interval
 from specray.distill.curves import CurvePoint, PromptSums
 from specray.draft import Draft
 from specray.names import BASELINE
-from specray.report import paired, verdicts
+from specray.report import composition, paired, verdicts
 from specray.report.figures import curve_frame
 from specray.report.paired import INCONCLUSIVE, NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED
 
@@ -140,7 +140,7 @@ def test_a_grid_without_what_a_claim_needs_is_not_testable() -> None:
     assert falls(one_tau).verdict == NOT_TESTABLE and "two τ_dec" in falls(one_tau).note
     assert all(v.verdict == NOT_TESTABLE for v in verdicts.out_of_domain(tables))
     assert all(v.verdict == NOT_TESTABLE for v in verdicts.online_beats_offline(tables))
-    assert verdicts.composition_gains(None)[0].verdict == NOT_TESTABLE
+    assert composition.composition_gains(None)[0].verdict == NOT_TESTABLE
     assert verdicts.u_curve(paired.prompt_cells(grid_sweep(True)))[0].verdict == NOT_TESTABLE  # no τ_dec > 1
 
 
@@ -165,7 +165,7 @@ def composition_verdicts(manual_gain: float, tuned_gain: float) -> list:
     )
     gains = {"single": 1.0, "manual": 1.0 + manual_gain, "tuned": 1.0 + tuned_gain}
     records = pd.DataFrame([cell(name, 1.0, DIFFICULTY * gain) for name, gain in gains.items()])
-    return verdicts.composition_gains(verdicts.Composition(table3, records))
+    return composition.composition_gains(composition.Composition(table3, records))
 
 
 def test_composition_gain_is_bootstrapped_from_the_tune_records() -> None:
@@ -210,7 +210,7 @@ def test_a_sweeps_own_mixture_is_judged_against_its_best_single_tau_kd() -> None
     rows += [
         cell("offline/mix=0:1,1:1", tau, DIFFICULTY * 1.05 * 1.15, paradigm="offline") for tau in (0.0, 1.0)
     ]
-    (verdict,) = verdicts.sweep_mixture_gains(paired.prompt_cells(pd.DataFrame(rows)))
+    (verdict,) = composition.sweep_mixture_gains(paired.prompt_cells(pd.DataFrame(rows)))
     assert verdict.verdict == REPRODUCED and verdict.effect == pytest.approx(0.15)
     assert "τ_dec 1" in verdict.scope
     (diagonal,) = verdicts.diagonal_best(paired.prompt_cells(pd.DataFrame(rows)))  # the mixture is no τ_kd

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from specray.ops.schedule import MIN_LR_RATIO, warmup_cosine
+from specray.ops.lr_schedule import MIN_LR_RATIO, warmup_cosine
 
 
 def test_warm_up_then_cosine_to_the_floor() -> None:
