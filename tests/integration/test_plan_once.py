@@ -26,12 +26,12 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.integration
 
 # where each key recipe may be called from: the plan, and the recipes' own modules calling each other
-PLANNERS = {"specray.sweep.plan", "specray.draft", "specray.keys", "specray.data.shards"}
+PLANNERS = {"specray.sweep.plan", "specray.draft", "specray.keys"}
 
 
 def _watched() -> dict[CodeType, str]:
     from specray import keys
-    from specray.data import dataset, shards
+    from specray.data import dataset
     from specray.specdec import turns
 
     functions = {
@@ -39,8 +39,8 @@ def _watched() -> dict[CodeType, str]:
         "draft_key_inputs": keys.draft_key_inputs,
         "cell_key_inputs": keys.cell_key_inputs,
         "cost_ratio_inputs": keys.cost_ratio_inputs,
-        "shard_key": shards.shard_key,
-        "train_shard_keys": shards.train_shard_keys,
+        "shard_key": keys.shard_key,
+        "train_shard_keys": keys.train_shard_keys,
         "answers_key": turns.answers_key,
     }
     return {f.__code__: name for name, f in functions.items()}
