@@ -75,6 +75,7 @@ def _run_garden(spec, dry_run: bool) -> None:  # noqa: ANN001 (a SweepSpec; impo
     with resumable(sweep_dir(spec)):
         outcome = run_garden(spec)
     typer.echo(f"garden {spec.name}: {len(outcome.points)} points; MLflow run {outcome.parent_run_id}")
+    record_run(spec, outcome)
     for stage, figures in outcome.stages.items():
         typer.echo(
             f"  {stage:15s} {figures['seconds']:8.1f}s   peak memory in use {figures['peak_gib']:.2f} GiB"
