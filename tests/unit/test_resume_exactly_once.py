@@ -4,8 +4,13 @@ fault-free one does, each result once."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
+import pytest
+import typer
+
+from specray.cli.common import resumable
 from specray.files import write_json
 from specray.specdec.records import CellRecord
 
@@ -22,3 +27,33 @@ def test_a_cell_record_read_back_gives_the_same_report_row_as_when_it_was_evalua
     write_json(tmp_path / "key.json", record.to_json(), indent=None)  # as the stage runner saves it
     back = CellRecord.from_json(json.loads((tmp_path / "key.json").read_text()))
     assert str(back.flat()) == str(record.flat())
+
+
+def test_a_lost_ray_cluster_ends_the_run_with_one_line_and_the_resume_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """When the whole Ray died (`ray stop --force`, a lost head), the driver printed a 70-line traceback
+    ending in Ray's ActorUnavailableError (read from the Train run's curve queue), not what specray says
+    of every other environment failure: what failed, where the work is, the command that resumes."""
+    from ray.exceptions import ActorUnavailableError
+
+    caplog.set_level(logging.DEBUG, logger="specray")
+    lost = ActorUnavailableError("RpcError: recvmsg:Connection reset by peer", b"\0" * 16)
+    with pytest.raises(typer.Exit) as ended, resumable(tmp_path):
+        raise RuntimeError("a Train run failed") from lost
+    assert ended.value.exit_code == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == (
+        "error: Ray lost a process this run needs (ActorUnavailableError): "
+        "a node or the whole cluster is gone"
+    )
+    assert lines[1].startswith(f"Finished work is kept under {tmp_path}") and "resume with:" in lines[1]
+    assert len(lines) == 3 and "Connection reset by peer" in caplog.text  # the raw error: --verbose
+
+
+def test_an_error_of_specrays_own_code_in_a_ray_worker_keeps_its_traceback(tmp_path: Path) -> None:
+    from ray.exceptions import RayTaskError
+
+    bug = RayTaskError("generate", "Traceback ...", ZeroDivisionError("division by zero"))
+    with pytest.raises(RayTaskError), resumable(tmp_path):
+        raise bug
