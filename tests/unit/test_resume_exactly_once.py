@@ -57,3 +57,28 @@ def test_an_error_of_specrays_own_code_in_a_ray_worker_keeps_its_traceback(tmp_p
     bug = RayTaskError("generate", "Traceback ...", ZeroDivisionError("division by zero"))
     with pytest.raises(RayTaskError), resumable(tmp_path):
         raise bug
+
+
+def test_the_sweeps_own_figures_reach_its_parent_run_once_however_often_the_end_is_reached(
+    tmp_path: Path,
+) -> None:
+    """A driver killed after logging the parent run's stage times and c, before marking the run finished
+    (while it closes the child runs), is resumed: the resumed run reaches the end again and logged them a
+    second time (two history entries at step 0)."""
+    from mlflow.tracking import MlflowClient
+
+    from specray.sweep.tracked import log_missing
+    from specray.tracking.client import open_tracker
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = open_tracker(uri, "smoke")
+    parent = tracker.client.create_run(tracker.experiment_id).info.run_id
+    log_missing(tracker, parent, {"stage_seconds/distill": 12.0, "cost_ratio": 0.5})
+    log_missing(tracker, parent, {"stage_seconds/distill": 3.0, "cost_ratio": 0.5, "stage_seconds/eval": 1.0})
+    client = MlflowClient(uri)
+    history = {key: client.get_metric_history(parent, key) for key in client.get_run(parent).data.metrics}
+    assert {key: [m.value for m in points] for key, points in history.items()} == {
+        "stage_seconds/distill": [12.0],
+        "cost_ratio": [0.5],
+        "stage_seconds/eval": [1.0],
+    }
