@@ -37,6 +37,7 @@ NODE_PORTS = (
     "dashboard-agent-listen-port",
 )
 START_S = 600.0  # a node that has not registered after this long did not start (a loaded machine is slow)
+START_TRIES = 5
 
 
 def free_ports(n: int) -> list[int]:
@@ -80,8 +81,8 @@ class Cluster:
         each time, so a restarted cluster has the same address (the user's command does not change)."""
         args = [f"--num-cpus={self.head_cpus}", "--include-dashboard=true", "--dashboard-host=127.0.0.1"]
         args += ["--disable-usage-stats", *(f"--{k}={v}" for k, v in self.ports.items())]
-        self.nodes = {"head": self._ray_start(["--head", *args], "head")}
-        self._wait(lambda: "head" in self._alive_nodes(), "the head")
+        self.nodes = {}
+        self._start_node(["--head", *args], "head")
         self.start_worker()
 
     def start_worker(self) -> str:
@@ -92,9 +93,26 @@ class Cluster:
         ports = dict(zip(NODE_PORTS, free_ports(len(NODE_PORTS)), strict=True))
         args = [f"--address={self.address}", f"--num-cpus={self.worker_cpus}"]
         args += [f"--resources={json.dumps({name: 1})}", *(f"--{k}={v}" for k, v in ports.items())]
-        self.nodes[name] = self._ray_start(args, name)
-        self._wait(lambda: name in self._alive_nodes(), f"node {name}")
+        self._start_node(args, name)
         return name
+
+    def _start_node(self, args: list[str], name: str) -> None:
+        """`ray start` a node and wait until Ray lists it alive; on a loaded machine a start can time out
+        (`The current node timed out during startup`), so a failed one is stopped and tried again."""
+        for attempt in range(1, START_TRIES + 1):
+            self.nodes[name] = self._ray_start(args, name)
+            deadline = time.monotonic() + START_S
+            while name not in self._alive_nodes() and self.nodes[name].poll() is None:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+            else:
+                if self.nodes[name].poll() is None:
+                    return
+            _kill_group(self.nodes.pop(name))
+            log = (self.root / f"{name}.log").read_text().strip().splitlines()[-1:]
+            print(f"ray start of {name} failed (try {attempt} of {START_TRIES}): {log}", flush=True)
+        raise RuntimeError(f"ray start of {name} failed {START_TRIES} times: see {self.root / name}.log")
 
     def _ray_start(self, args: list[str], name: str) -> subprocess.Popen:
         temp = self.root / name
@@ -123,17 +141,6 @@ class Cluster:
         return {"head" for row in alive if row["is_head_node"]} | {
             name for row in alive for name in row.get("resources_total", {}) if name in self.nodes
         }
-
-    def _wait(self, condition, what: str) -> None:  # noqa: ANN001
-        deadline = time.monotonic() + START_S
-        while not condition():
-            for name, node in self.nodes.items():
-                if node.poll() is not None:
-                    log = (self.root / f"{name}.log").read_text()[-2000:]
-                    raise RuntimeError(f"ray start of {name} exited with {node.returncode}:\n{log}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"timed out waiting for {what}")
-            time.sleep(0.5)
 
     # ------------------------------------------------------------ finding and killing
 
