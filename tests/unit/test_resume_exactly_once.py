@@ -82,3 +82,36 @@ def test_the_sweeps_own_figures_reach_its_parent_run_once_however_often_the_end_
         "cost_ratio": [0.5],
         "stage_seconds/eval": [1.0],
     }
+
+
+def test_a_run_whose_cluster_is_gone_stops_at_once_naming_the_address(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A driver started just after its Ray cluster died (re-run by a user, or by an operator who restarts
+    the head) sat in `ray.init`, which retries a dead address for about a quarter of an hour; now it waits
+    GCS_WAIT_S for the head to come back, then ends with one line and the resume command."""
+    import socket
+
+    import ray
+
+    from specray.cluster import runtime
+    from specray.config import RaySpec
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"  # nothing listens there once it is closed
+    monkeypatch.setattr(runtime, "GCS_WAIT_S", 0.5, raising=False)
+    monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("ray.init called on a dead address"))
+    with (
+        pytest.raises(typer.Exit) as ended,
+        resumable(tmp_path),
+        runtime.ray_session(RaySpec(address=address)),
+    ):
+        pass
+    assert ended.value.exit_code == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == f"error: no Ray cluster answers at {address} (ray.address): Connection refused"
+    with socket.socket() as head:  # a head that listens is joined as before
+        head.bind(("127.0.0.1", 0))
+        head.listen()
+        runtime.check_reachable(f"127.0.0.1:{head.getsockname()[1]}", wait_s=0.5)
