@@ -135,7 +135,6 @@ def chaos_run(folder: Path, reference: Path, overrides: list[str], schedule: lis
     shutil.copytree(reference / "cache" / "zoo", folder / "cache" / "zoo")  # the zoo is not under test
     cluster = Cluster(environment(args.source, folder / "cache"))
     expected = len(list((reference / "out" / NAME / "cells").glob("*.json")))
-    cluster.start()
     chaos = Chaos(
         [*command(folder, overrides), f"ray.address={cluster.address}"],
         folder,
@@ -146,13 +145,20 @@ def chaos_run(folder: Path, reference: Path, overrides: list[str], schedule: lis
         args.timeout,
         REJOIN_S[args.mode],
     )
+    signal.signal(signal.SIGTERM, _interrupted)  # `kill PID` stops the cluster and the driver too
     try:
+        cluster.start()
+        chaos.started = time.monotonic()
         chaos.code = chaos.run(schedule)
     finally:
         if chaos.driver is not None and chaos.driver.poll() is None:
             os.killpg(chaos.driver.pid, signal.SIGKILL)
         cluster.close()
     return chaos
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def main() -> int:
@@ -244,6 +250,8 @@ def verdict(
     for s in chaos.struck:
         print(f"  {s.at_s:7.1f}s  run {s.run:2d}  {s.kind:8s} {s.phase:8s} {s.target}")
     print(f"skipped: {len(chaos.skipped)}; resumes: {chaos.runs - 1} (runs of the command: {chaos.runs})")
+    for line in chaos.unplanned:
+        print(f"not a fault of this run: {line}")
     print(f"wall time: chaos {chaos_s:.0f}s, fault-free {reference_s:.0f}s ({chaos_s / reference_s:.2f}x)")
     for problem in problems:
         print(f"PROBLEM: {problem}")
@@ -258,6 +266,7 @@ def verdict(
         "skipped": [asdict(f) for f in chaos.skipped],
         "counts": counts,
         "resumes": chaos.runs - 1,
+        "unplanned": chaos.unplanned,
         "chaos_s": round(chaos_s, 1),
         "reference_s": round(reference_s, 1),
         "problems": problems,

@@ -58,6 +58,7 @@ class Chaos:
     failed_runs: list[str] = field(default_factory=list)  # runs that failed with no fault to explain it
     code: int = -1  # the exit code of the last run (0: the sweep finished)
     rejoin_at: float | None = None  # when a lost node's replacement joins (monotonic clock)
+    unplanned: list[str] = field(default_factory=list)  # nodes that ended without a fault of this run
 
     @property
     def now(self) -> float:
@@ -131,6 +132,7 @@ class Chaos:
         while self.driver is not None and self.driver.poll() is None:
             self.check_time()
             self.rejoin()
+            self.heal()
             alive = self.alive()
             self.seen |= alive
             reporting = not alive and self.cells_done()
@@ -148,6 +150,7 @@ class Chaos:
             if self.driver is None or self.driver.poll() is not None:
                 return False
             self.rejoin()
+            self.heal()
             time.sleep(POLL_S)
         return True
 
@@ -218,6 +221,7 @@ class Chaos:
         assert self.driver is not None
         nodes = ", ".join(self.cluster.groups().values())
         self.cluster.kill_all()
+        self.say(f"ray ({fault.phase}): killed every process of {nodes}; waiting for the driver to exit")
         began = time.monotonic()
         try:
             code = self.driver.wait(timeout=DRIVER_EXIT_S)
@@ -232,3 +236,23 @@ class Chaos:
         self.rejoin_at = None  # the cluster starts whole
         self.cluster.start()
         return f"every process of {nodes} ({after}; the cluster started again)"
+
+    def heal(self) -> None:
+        """A node whose `ray start` ended without this supervisor killing it (it stops its node when one of
+        the node's processes dies) is recorded, not counted as a fault, and started again: the head with
+        the whole cluster, a worker node by a replacement."""
+        dead = [name for name, node in self.cluster.nodes.items() if node.poll() is not None]
+        if not dead:
+            return
+        self.unplanned.append(f"{self.now:.1f}s: {', '.join(dead)} ended without a fault")
+        self.say(f"{', '.join(dead)} ended without a fault; starting it again")
+        if "head" in dead:
+            self.cluster.kill_all()
+            self.rejoin_at = None
+            self.cluster.start()
+            return
+        for name in dead:
+            self.cluster.kill_node(name)
+        self.rejoin(now=True)
+        if self.cluster.worker is None:
+            self.say(f"{self.cluster.start_worker()} joined the cluster")
