@@ -115,3 +115,30 @@ def test_a_run_whose_cluster_is_gone_stops_at_once_naming_the_address(
         head.bind(("127.0.0.1", 0))
         head.listen()
         runtime.check_reachable(f"127.0.0.1:{head.getsockname()[1]}", wait_s=0.5)
+
+
+def test_a_train_runs_work_folder_left_by_a_driver_that_died_goes_once_every_draft_is_published(
+    tmp_path: Path,
+) -> None:
+    """A driver killed mid-distillation leaves its Train runs' work folders; the re-run resumes them only
+    if it shares the drafts out among as many runs, and a re-run on a smaller cluster (a node lost, its
+    replacement not joined yet) does not: the old folders, checkpoints and all, stayed for good."""
+    from specray.draft import Draft
+    from specray.sweep.stages import remove_stale_work
+
+    drafts = [Draft(f"offline/tau_kd={t}", "offline", {t: 1.0}, tmp_path / f"d{t}", f"k{t}") for t in (0, 1)]
+
+    def work(name: str, *keys: str) -> Path:
+        folder = tmp_path / name
+        for i, key in enumerate(keys):
+            checkpoint = folder / "ray_train" / f"checkpoint_{i}"
+            checkpoint.mkdir(parents=True)
+            (checkpoint / "fingerprint.txt").write_text(key)
+        folder.mkdir(exist_ok=True)
+        (folder / "fingerprint.txt").write_text("run key")  # the run's own tag, not a draft's
+        return folder
+
+    stale = [work(".run-aaaa.work", "k0"), work(".run-bbbb.work"), work(".d1.work", "k1")]
+    other = work(".run-cccc.work", "k0", "another-draft")  # another command's draft may resume from it
+    remove_stale_work(drafts)
+    assert [folder.exists() for folder in stale] == [False, False, False] and other.exists()
