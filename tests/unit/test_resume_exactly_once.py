@@ -142,3 +142,22 @@ def test_a_train_runs_work_folder_left_by_a_driver_that_died_goes_once_every_dra
     other = work(".run-cccc.work", "k0", "another-draft")  # another command's draft may resume from it
     remove_stale_work(drafts)
     assert [folder.exists() for folder in stale] == [False, False, False] and other.exists()
+
+
+def test_a_temporary_left_by_a_writer_killed_before_its_rename_goes_with_the_next_write(
+    tmp_path: Path,
+) -> None:
+    """An eval actor killed while it saved the target's continuations (after writing the temporary, before
+    the rename) left `.KEY.json.<hex>.tmp` in the cache for good; the same holds for a cell record, the
+    step costs, a spec: the next write of the same file now removes it."""
+    from specray.files import write_json
+
+    target = tmp_path / "7915af6cc1ab8bc0fba1.json"
+    killed = tmp_path / ".7915af6cc1ab8bc0fba1.json.d15b10a4.tmp"
+    killed.write_text('{"tau": 1.0, "respo')
+    others = [tmp_path / ".7915af6cc1ab8bc0fba1.json.bak.d15b10a4.tmp", tmp_path / ".other.json.d15b10a4.tmp"]
+    for other in others:
+        other.write_text("another file's")
+    write_json(target, {"tau": 1.0})
+    assert json.loads(target.read_text()) == {"tau": 1.0}
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([target.name, *(o.name for o in others)])
