@@ -8,6 +8,7 @@ name, never half of one; temporaries start with "." so globs for results never s
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import tempfile
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from specray.errors import SpecError, describe_os_error
+
+TMP_HEX = 8  # random hex digits in a temporary's name: `.<name>.<hex>.tmp`
 
 
 def cache_dir() -> Path:
@@ -28,9 +31,14 @@ def cache_dir() -> Path:
 
 def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     """Call `write(tmp)` on a temporary path beside `path`, fsync it, then rename it to `path` (what
-    `write` returns, such as `Path.write_text`'s count, is ignored)."""
+    `write` returns, such as `Path.write_text`'s count, is ignored). A temporary of `path` that a writer
+    killed before its rename left behind (SIGKILL runs no `finally`) is removed first: a file has one
+    writer at a time (`specray/locks.py`: one run per output folder, one producer per cache entry), so
+    no other writer's temporary of it can be in flight."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:8]}.tmp"
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.{'?' * TMP_HEX}.tmp"):
+        stale.unlink(missing_ok=True)
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:TMP_HEX]}.tmp"
     try:
         write(tmp)
         with open(tmp, "rb+") as f:  # the data must be on disk before the name points at it

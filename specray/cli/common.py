@@ -97,12 +97,31 @@ def resumable(kept: Path, resume_flag: str | None = None) -> Iterator[None]:
         raise typer.Exit(130) from None
     except Exception as e:
         cause = find_cause(e, (TrackingError, OSError))
-        if cause is None or isinstance(e, USER_ERRORS):
+        lost = None if cause is not None else _ray_lost(e)
+        if (cause is None and lost is None) or isinstance(e, USER_ERRORS):
             raise
-        what = describe_os_error(cause) if isinstance(cause, OSError) else str(cause)
+        what = describe_os_error(cause) if isinstance(cause, OSError) else str(cause or lost)
         typer.echo(f"error: {what}", err=True)
         resume_hint("once that is fixed, ")
         raise typer.Exit(1) from None
+
+
+def _ray_lost(error: BaseException) -> str | None:
+    """What a failure of Ray itself says in a line: a process the run needed (an actor, a Train controller,
+    the curve queue) died or stopped answering because its node or the whole cluster went away. An
+    exception raised by specray's own code in a worker is no such failure (it stays a bug, with its
+    traceback). The raw exception goes to the debug log."""
+    if "ray" not in sys.modules:  # Ray never started: nothing of it can have failed
+        return None
+    from ray.exceptions import RayActorError, RaySystemError
+
+    from specray.errors import find_cause
+
+    cause = find_cause(error, (RayActorError, RaySystemError))
+    if cause is None:
+        return None
+    logging.getLogger(__name__).debug("Ray failure", exc_info=error)
+    return f"Ray lost a process this run needs ({type(cause).__name__}): a node or the whole cluster is gone"
 
 
 def _print_version(value: bool) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +21,8 @@ from specray.config import RaySpec
 # - the preemption watcher (an actor per run, polling on a timer) watches for nodes being drained, which a
 #   machine's own local Ray never is.
 # benchmarks/train_overhead.py measures what they save per draft.
+GCS_WAIT_S = 60.0  # how long a cluster's address may refuse connections before the run gives up on it
+
 LOCAL_TRAIN_ENV = {
     "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
     "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
@@ -48,6 +52,7 @@ def ray_session(spec: RaySpec) -> Iterator[None]:
                 log_to_driver=log_to_driver,
             )
         else:
+            check_reachable(spec.address)
             ray.init(address=spec.address, log_to_driver=log_to_driver)
         try:
             yield
@@ -56,6 +61,27 @@ def ray_session(spec: RaySpec) -> Iterator[None]:
     finally:
         for name in unset:  # the driver's environment as it was, also when Ray did not start
             os.environ.pop(name, None)
+
+
+def check_reachable(address: str, wait_s: float | None = None) -> None:
+    """Raise ConnectionError naming `address` when nothing listens there for `wait_s` seconds (default
+    GCS_WAIT_S: a head that restarts is waited for). `ray.init` itself retries a dead head's address for
+    about a quarter of an hour, printing a warning every few seconds, before it fails: a driver started
+    just after its cluster died would wait that long. `auto` and `ray://` (client) addresses are left to
+    Ray."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or "://" in address:
+        return
+    deadline = time.monotonic() + (GCS_WAIT_S if wait_s is None else wait_s)
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=5.0).close()
+            return
+        except OSError as e:
+            if time.monotonic() >= deadline:
+                why = e.strerror or type(e).__name__
+                raise ConnectionError(f"no Ray cluster answers at {address} (ray.address): {why}") from None
+            time.sleep(1.0)
 
 
 def train_env_seen_by_a_worker(folder: Path) -> dict[str, str]:

@@ -435,6 +435,9 @@ class CellRecord:
         return typed_result(EmpiricalResult, self.metrics)
 
     def flat(self) -> dict[str, Any]:
-        """Coordinates and metrics in one flat dict (a report row; lists such as β per position kept)."""
+        """Coordinates and metrics in one flat dict (a report row; lists such as β per position kept).
+        The metrics as a saved record reads back (`files.write_json` sorts keys, dicts' too): a row is the
+        same whether this run evaluated its cell or a resumed run read it back (the report's cells.csv
+        follows the rows' order of keys and prints dict figures such as the cost terms)."""
         coordinates = {k: v for k, v in asdict(self).items() if k not in ("metrics", "key_inputs")}
-        return coordinates | self.metrics
+        return coordinates | json.loads(json.dumps(self.metrics, sort_keys=True))

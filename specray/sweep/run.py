@@ -35,7 +35,7 @@ from specray.sweep.preflight import preflight
 from specray.sweep.progress import SweepDisplay
 from specray.sweep.stages import Stages
 from specray.sweep.survey import StagePlan, Survey, survey
-from specray.sweep.tracked import DraftRuns, sweep_data
+from specray.sweep.tracked import DraftRuns, log_missing, sweep_data
 from specray.tracking.client import describe_sweep, open_tracker
 from specray.tracking.lineage import DRAFTS_VIEW
 
@@ -101,7 +101,7 @@ def _run_sweep(
     drafts = list(plan.everything)
     report = _report(spec, tracker, parent, records, drafts, curves, (lengths, characters), cost, plan.folder)
     stage_metrics = {f"stage_seconds/{k.replace(' ', '_')}": v["seconds"] for k, v in display.summary.items()}
-    tracker.log_metrics(parent, stage_metrics | cost_metrics(cost))
+    log_missing(tracker, parent, stage_metrics | cost_metrics(cost))
     runs.finish()
     tracker.finish(parent)
     page = tracker.runs_page(DRAFTS_VIEW)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import replace
@@ -160,6 +161,7 @@ class Stages:
                     for future in finished:
                         future.result()  # a failed run stops the driver; published drafts stay published
             finish_published()
+        remove_stale_work(drafts)
 
     # ------------------------------------------------------------ evaluation
 
@@ -275,6 +277,21 @@ def encode(
 
 
 # ---------------------------------------------------------------- the one Train-run scheduler
+
+
+def remove_stale_work(drafts: Sequence[Draft]) -> None:
+    """Every draft of `drafts` is published: a Train run's work folder still beside them whose checkpoints
+    are all of these drafts is stale, and is removed. A run removes its own when it ends; one cut short
+    with its driver is resumed by the re-run only when the re-run shares the drafts out the same way
+    (`split_runs`), which a re-run on a cluster of another size (a node lost and not replaced yet) does
+    not: its folder would stay for good. A folder holding another draft's checkpoint is kept (another
+    command's run, e.g. the sweep's beside the tune search's drafts, may still resume from it)."""
+    published = {draft.key for draft in drafts}
+    for folder in {draft.folder.parent for draft in drafts if draft.trained}:
+        for work in folder.glob(".*.work"):
+            tags = work.glob("*/checkpoint_*/fingerprint.txt")  # Ray Train's checkpoints: whose draft
+            if {tag.read_text().strip() for tag in tags} <= published:
+                shutil.rmtree(work, ignore_errors=True)
 
 
 def concurrent_runs(spec: SweepSpec) -> int:

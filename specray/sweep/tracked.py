@@ -52,6 +52,13 @@ def _source(source: SourceSpec) -> tuple[str, str]:
     return (str(Path(path).absolute()), "local") if Path(path).exists() else (path, "hugging_face")
 
 
+def log_missing(tracker: Tracker, run_id: str, metrics: Mapping[str, float]) -> None:
+    """`metrics` on `run_id`, except those it has already: a driver that died after logging them, before
+    it marked the run finished, is resumed without logging them a second time."""
+    have = tracker.metric_keys(run_id)
+    tracker.log_metrics(run_id, {name: value for name, value in metrics.items() if name not in have})
+
+
 class DraftRuns:
     """The child runs of one parent run, by draft name."""
 

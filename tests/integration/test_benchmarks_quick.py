@@ -37,6 +37,11 @@ QUICK = {
     "train_runs.py": r"^ +one run: +[\d.]+ s wall",
 }
 ELSEWHERE = {
+    "chaos.py": "its --quick runs in tests/integration/test_chaos.py (a sweep under faults, then its audit)",
+    "chaos_audit.py": "a library: chaos.py's audit",
+    "chaos_cluster.py": "a library: chaos.py's two-node Ray",
+    "chaos_schedule.py": "a library: chaos.py's fault schedule (tests/unit/test_chaos_schedule.py)",
+    "chaos_supervisor.py": "a library: chaos.py's loop of faults and re-runs",
     "gpu.py": "its --quick runs in tests/unit/test_benchmark_gpu.py (no Ray, no pydantic: the unit lane)",
     "harness.py": "a library: specdec.py's and gpu.py's quick runs go through it",
     "peers_eval.py": "a library: peers.py's quick run goes through it",
