@@ -64,6 +64,7 @@ def record_run(spec: Any, outcome: Any) -> Path | None:
     if hasattr(outcome, "records"):
         figures["cells"] = len(outcome.records)
         figures["drafts"] = len({r.draft for r in outcome.records})
+    figures |= getattr(outcome, "figures", {})  # what a run measures beyond these (a tune's gains, its ρ)
     tables = report_tables(_report_file(outcome))
     figures["verdicts"] = verdict_counts(tables)
     command = os.environ.get(COMMAND_ENV) or shlex.join(["specray", *sys.argv[1:]])
