@@ -35,6 +35,7 @@ QUICK = {
     "teacher_pool.py": r"^2 replicas / 1 replica \(1 thread each\): [\d.]+x",
     "train_overhead.py": r"^ +ray_train: +[\d.]+ s wall",
     "train_runs.py": r"^ +one run: +[\d.]+ s wall",
+    "tune_exhaustive.py": r"^Tune vs exhaustive: regret [\d.]+% \(mean of \d+ searches",
 }
 ELSEWHERE = {
     "gpu.py": "its --quick runs in tests/unit/test_benchmark_gpu.py (no Ray, no pydantic: the unit lane)",

@@ -51,8 +51,9 @@ def search_budget(run: Tune, parent: str, resume: bool) -> SearchRecord:
     run.distil(list(singles.values()), "single", "single τ_kd drafts")
     validation = run.evaluate(list(singles.values()), [VALIDATION], "validation")
     contenders, manual, peak = _manual_baselines(run, singles, at_best_gamma(validation))
+    run.stages.release_pool()  # its actors would hold the CPUs the trials need
     with display.stage("search", spec.tune.num_samples, "trial"):
-        results = search(spec, _trial_context(run), run.out / SEARCH_DIR, resume, display.advance)
+        results = search(spec, trial_context(run), run.out / SEARCH_DIR, resume, display.advance)
     trials, winner = record_trials(spec, run.runs.tracker, parent, results, run.out / TRIALS_DIR)
     tuned = run.draft(winner.recipe, name=TUNED + winner.recipe.name)
     tuned = replace(tuned, folder=Path(winner.draft_dir))  # the winning trial's own draft
@@ -79,7 +80,7 @@ def search_budget(run: Tune, parent: str, resume: bool) -> SearchRecord:
     return SearchRecord(searched, validation, tests, frame, markdown, trials, winner, tuned)
 
 
-def _trial_context(run: Tune) -> TrialContext:
+def trial_context(run: Tune) -> TrialContext:
     """What every trial shares: the rows of every τ_kd shard (read once, here), the models, the validation
     prompts and the step costs."""
     from specray.distill.inputs import prepare_inputs
