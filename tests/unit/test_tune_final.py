@@ -154,3 +154,31 @@ def test_export_refuses_a_tune_run_without_retrained_drafts(tmp_path) -> None:
         with pytest.raises(SpecError, match=r"without retrained drafts .*tune\.final_steps") as caught:
             read_source(str(given))
         assert len(str(caught.value).splitlines()) == 1
+
+
+def test_every_row_of_table3_gets_its_own_interval_over_training_and_prompts() -> None:
+    from specray.report.composition import gain_intervals, table3_frame
+    from specray.report.verdicts import Composition
+    from tests.unit.test_verdicts import DIFFICULTY, cell
+
+    # the tuned recipe gains 10% at τ_dec 0.8 and 20% at 1.0 on average over its 3 replicates, which
+    # differ by ±2%; the manual recipe gains nothing
+    gains = {0.8: 0.10, 1.0: 0.20}
+    rows, cells = [], []
+    for tau, gain in gains.items():
+        names = {"single draft": "single", "manual draft": "manual", "tuned draft": "tuned"}
+        rows.append({"test_set": "in_domain", "tau_dec": tau, "manual gain": 0.0, "tuned gain": gain} | names)
+        rows[-1] |= {"single tau_kd": "1", "manual recipe": "0.9+1", "tuned speedup_model": 1.0 + gain}
+        rows[-1] |= {"single speedup_model": 1.0, "manual speedup_model": 1.0}
+        for r, spread in enumerate((-0.02, 0.0, 0.02)):
+            for name, factor in (("single", 1.0), ("manual", 1.0), ("tuned", 1.0 + gain + spread)):
+                cells.append(cell(name, tau, DIFFICULTY * factor) | {"recipe": name, "replicate": r})
+    table = gain_intervals(Composition(pd.DataFrame(rows), pd.DataFrame(cells)))
+    for tau, gain in gains.items():
+        (row,) = table[table.tau_dec == tau].to_dict("records")
+        assert row["tuned gain low"] < gain < row["tuned gain high"]
+        assert row["tuned gain high"] - row["tuned gain low"] > 0.04  # the replicates' ±2% counts
+        assert row["tuned replicates agree"] == "3/3" and row["manual replicates agree"] == "0/3"
+    shown = table3_frame(table)
+    assert shown["tuned: replicates agree"].tolist() == ["3/3", "3/3"]
+    assert shown["tuned gain [95% CI]"].iloc[0].startswith("+10.0% [")
