@@ -42,9 +42,10 @@ VERDICT_WORDS = ("reproduced", "not reproduced", "inconclusive")  # the report's
 # ---------------------------------------------------------------- writing one from a finished run
 
 
-def record_run(spec: Any, outcome: Any) -> Path | None:
+def record_run(spec: Any, outcome: Any, command_name: str = "run") -> Path | None:
     """Write the results file `SPECRAY_RECORD` names from a finished sweep, garden or search (`outcome`
-    has `stages` and a report); do nothing when it is unset. Returns the file written."""
+    has `stages` and a report; `command_name`: the `specray` command that ran it); do nothing when it is
+    unset. Returns the file written."""
     target = os.environ.get(RECORD_ENV)
     if not target:
         return None
@@ -68,7 +69,8 @@ def record_run(spec: Any, outcome: Any) -> Path | None:
     tables = report_tables(_report_file(outcome))
     figures["verdicts"] = verdict_counts(tables)
     command = os.environ.get(COMMAND_ENV) or shlex.join(["specray", *sys.argv[1:]])
-    return write_results(Path(target), command, figures, tables, sweep=spec.name)
+    recorded_by = f"recorded by `specray {command_name}` (SPECRAY_RECORD)"
+    return write_results(Path(target), command, figures, tables, recorded_by, sweep=spec.name)
 
 
 def write_results(

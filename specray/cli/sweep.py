@@ -258,7 +258,7 @@ def tune(
         seconds, peak = figures["seconds"], figures["peak_gib"]
         typer.echo(f"  {stage:18s} {seconds:8.1f}s   peak memory in use {peak:.2f} GiB")
     typer.echo(f"report: {outcome.report_dir}")
-    record_run(spec, outcome)  # docs/results/*.json, when SPECRAY_RECORD names one (specray/cli/results.py)
+    record_run(spec, outcome, "tune")  # docs/results/*.json, when SPECRAY_RECORD names one
 
 
 def _print_plan(plan, found, drafts: bool = False) -> None:  # noqa: ANN001 (SweepPlan, Survey: lazy)

@@ -79,9 +79,9 @@ def retrain(run: Tune, searched: Searched) -> Retrained:
     planned += [run.draft(recipe, r, name=name) for name, recipe in recipes.items() for r in replicates]
     everything = list({d.name: d for d in one_folder_per_key(planned)}.values())
     compared = [d for d in everything if d.recipe in recipes]
-    run.distil(everything, "final", f"drafts at {steps} steps")
-    validation = run.evaluate(everything, [VALIDATION], "validation, full budget")
-    tests = run.evaluate(compared, list(spec.eval.test_sets), "test sets, full budget")
+    run.distil(everything, "final", "retrained drafts")  # stage names: results files key them (no commas)
+    validation = run.evaluate(everything, [VALIDATION], "retrained validation")
+    tests = run.evaluate(compared, list(spec.eval.test_sets), "retrained test sets")
     labels = {single[tau].name: f"{tau:g}" for tau in searched.single.values()}
     labels |= {r.name: "+".join(f"{tau:g}" for tau in sorted(r.mixture)) for r in manual.values()}
     contenders = Contenders(
