@@ -208,7 +208,8 @@ def figure(results: Mapping[str, Any], path: str) -> Any:
 
 def format_figure(path: str, value: Any) -> str:
     """How a page shows a figure: durations as `13 min 48 s`, sizes in millions of parameters, memory in
-    GiB, a `*_ratio` as `0.40x`, other fractions to three decimals, counts as they are."""
+    GiB, a `*_ratio` as `0.40x`, a relative `gain` (`gain_low`, `gain_high`) as `+12.3%`, other fractions
+    to three decimals, counts as they are."""
     last = path.rsplit(".", 1)[-1]
     if last.endswith("seconds"):
         return duration(float(value))
@@ -220,6 +221,8 @@ def format_figure(path: str, value: Any) -> str:
         return f"{value:.2f} ms"
     if last.endswith("_ratio"):
         return f"{value:.2f}x"
+    if last == "gain" or last.startswith("gain_"):  # a relative gain and its interval's ends
+        return f"{value:+.1%}"
     if isinstance(value, float):
         return f"{value:.3f}"
     return str(value)

@@ -215,8 +215,8 @@ def _figures(spec: SweepSpec, table: pd.DataFrame, rank: RankAgreement, trials: 
     for row in table.to_dict("records"):
         where = f"{row['test_set']}_tau_dec_{row['tau_dec']:g}".replace(".", "_")
         for who in ("tuned", "manual"):
-            values = {part: row.get(f"{who} gain {part}".rstrip()) for part in ("", "low", "high")}
-            gains[f"{who}_{where}"] = {part or "gain": _finite(v) for part, v in values.items()}
+            columns = {"gain": f"{who} gain", "gain_low": f"{who} gain low", "gain_high": f"{who} gain high"}
+            gains[f"{who}_{where}"] = {key: _finite(row.get(column)) for key, column in columns.items()}
     completed = sum(t.status == "completed" for t in trials)
     return {
         "search_steps": steps_budget(spec),
