@@ -28,7 +28,8 @@ from specray.report.tables import markdown_table
 from specray.report.verdicts import CONTENDERS, Composition, Verdict, composition_gains
 
 WEAK_RHO = 0.5
-RANK_COLUMNS = ("recipe", "search objective", "full objective", "replicates")
+RANK_COLUMNS = ("recipe", "role", "search objective", "full objective", "replicates")  # role: single,
+# manual or tuned
 MIN_RECIPES = 4  # fewer leave a resampled ρ mostly undefined (ties, constant resamples)
 
 
@@ -110,6 +111,25 @@ class RankAgreement:
         interval = "no interval" if np.isnan(self.low) else f"95% CI [{self.low:+.2f}, {self.high:+.2f}]"
         return f"Spearman's ρ = {self.rho:+.2f} over {len(self.recipes)} recipes ({interval})"
 
+    def best(self, role: str) -> tuple[str, float] | None:
+        """The recipe of `role` (single, manual, tuned) with the best full-budget objective."""
+        if "role" not in self.recipes or not (self.recipes.role == role).any():
+            return None
+        row = self.recipes[self.recipes.role == role].sort_values("full objective").iloc[-1]
+        return str(row.recipe), float(row["full objective"])
+
+    @property
+    def best_single_line(self) -> str:
+        """Which single τ_kd is best at the full budget: Table 3's is the search budget's choice."""
+        found = self.best("single")
+        if found is None:
+            return ""
+        name, value = found
+        return (
+            f"At the full budget the best single τ_kd on validation is `{name}` (objective {value:.3f}); "
+            "Table 3's best single τ_kd is the search budget's choice, per τ_dec."
+        )
+
     @property
     def warning(self) -> str:
         """What Table 3's reader must know when the short budget ranks recipes weakly ("" otherwise)."""
@@ -162,7 +182,7 @@ def table3_section(composition: Composition | None, rank: RankAgreement | None) 
     if rank is not None:
         lines += [rank.warning + "\n"] if rank.warning else []
         lines += ["### Does the search budget rank recipes like the full budget?\n", RANK_NOTE]
-        lines += [f"{rank.line}.\n", markdown_table(rank.recipes)]
+        lines += [f"{rank.line}. {rank.best_single_line}\n", markdown_table(rank.recipes)]
     return lines
 
 

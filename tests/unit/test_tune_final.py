@@ -128,7 +128,7 @@ def test_table3_takes_a_recipes_gamma_on_its_mean_over_replicates() -> None:
 
 
 def _ranks(search: list[float], full: list[float]) -> pd.DataFrame:
-    rows = [(f"r{i}", s, f, 1) for i, (s, f) in enumerate(zip(search, full, strict=True))]
+    rows = [(f"r{i}", "single", s, f, 1) for i, (s, f) in enumerate(zip(search, full, strict=True))]
     return pd.DataFrame(rows, columns=list(RANK_COLUMNS))
 
 
@@ -142,6 +142,8 @@ def test_the_rank_agreement_says_when_the_short_budget_ranks_recipes_weakly() ->
     few = rank_agreement(_ranks([1.0, 1.2, 1.1], [1.0, 1.1, 1.2]))
     assert np.isnan(few.low) and few.weak and "Too few recipes" in few.warning
     assert "over 12 recipes (95% CI [" in strong.line
+    assert strong.best("single")[0] == "r11" and strong.best("manual") is None
+    assert "best single τ_kd on validation is `r11`" in strong.best_single_line
 
 
 def test_export_refuses_a_tune_run_without_retrained_drafts(tmp_path) -> None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from specray.draft import Draft
+from specray.report.composition import RANK_COLUMNS
 from specray.specdec.records import CellRecord
 from specray.sweep.plan import VALIDATION
 from specray.sweep.tune.baselines import Contenders
@@ -117,12 +118,20 @@ def rank_rows(
             continue
         seen.add(replicates[0].key)
         values = [full[d.name] for d in replicates if d.name in full]
+        role = (
+            "tuned"
+            if recipe.startswith(TUNED)
+            else "single"
+            if len(searched_draft.mixture) == 1
+            else "manual"
+        )
         rows.append(
             {
                 "recipe": recipe,
+                "role": role,
                 "search objective": search[searched_draft.name],
                 "full objective": sum(values) / len(values),
                 "replicates": len(values),
             }
         )
-    return pd.DataFrame(rows, columns=["recipe", "search objective", "full objective", "replicates"])
+    return pd.DataFrame(rows, columns=list(RANK_COLUMNS))
