@@ -118,20 +118,19 @@ def rank_rows(
             continue
         seen.add(replicates[0].key)
         values = [full[d.name] for d in replicates if d.name in full]
-        role = (
-            "tuned"
-            if recipe.startswith(TUNED)
-            else "single"
-            if len(searched_draft.mixture) == 1
-            else "manual"
-        )
         rows.append(
             {
                 "recipe": recipe,
-                "role": role,
+                "role": _role(recipe, searched_draft),
                 "search objective": search[searched_draft.name],
                 "full objective": sum(values) / len(values),
                 "replicates": len(values),
             }
         )
     return pd.DataFrame(rows, columns=list(RANK_COLUMNS))
+
+
+def _role(recipe: str, searched: Draft) -> str:
+    if recipe.startswith(TUNED):
+        return "tuned"
+    return "single" if len(searched.mixture) == 1 else "manual"
