@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,16 +34,6 @@ from specray.report.composition import RankAgreement, table3_section
 from specray.report.tables import TABLE3_FILE, TUNE_CELLS_FILE, TUNE_RANK_FILE, markdown_table
 from specray.report.verdicts import Composition, composition_gains, verdict_frame
 from specray.specdec.records import CellRecord, StepCosts
-
-
-@dataclass(frozen=True)
-class Written:
-    """The report folder's two tables and the rank agreement, as the CLI prints them."""
-
-    composition: Composition
-    rank: RankAgreement
-    search_markdown: str
-    markdown: str
 
 
 def cells_json(records: Sequence[CellRecord], recipes: dict[str, str]) -> list[dict[str, Any]]:
@@ -73,8 +62,8 @@ def write_tables(
     rank: RankAgreement,
     search_table: tuple[pd.DataFrame, str],
     title: str,
-) -> Written:
-    """Table 3 at both budgets, the rank agreement and report.md."""
+) -> str:
+    """Table 3 at both budgets, the rank agreement and report.md (returned: what the CLI prints)."""
     folder.mkdir(parents=True, exist_ok=True)
     composition.table3.to_csv(folder / TABLE3_FILE, index=False)
     rank.recipes.to_csv(folder / TUNE_RANK_FILE, index=False)
@@ -88,7 +77,7 @@ def write_tables(
     sections += ["## The search's own record\n", search_markdown.replace("# ", "### ", 1)]
     markdown = "\n".join(sections) + "\n"
     write_text(folder / "report.md", markdown)
-    return Written(composition, rank, search_markdown, markdown)
+    return markdown
 
 
 def write_cells(folder: Path, name: str, rows: list[dict[str, Any]]) -> None:

@@ -139,28 +139,9 @@ def _finish(
 ) -> TuneOutcome:
     """Table 3 at both budgets and the rank agreement (printed by the CLI, saved, logged), the winner
     registered, every run finished."""
-    spec, tracker, report_dir = run.spec, run.runs.tracker, run.out / REPORT_DIR
     assert run.cost is not None
-    recipes, contenders = retrained.recipes, retrained.contenders
-    cells = cells_json([*retrained.validation, *retrained.tests], recipes)
-    report_dir.mkdir(parents=True, exist_ok=True)
-    write_cells(report_dir, CELLS_FILE, cells)
-    write_cells(report_dir, SEARCH_CELLS_FILE, cells_json([*searched.validation, *searched.tests], {}))
-    composition = Composition(table3(retrained.tests, contenders, recipes), pd.DataFrame(cells))
-    composition = replace(composition, table3=gain_intervals(composition))
-    taus = spec.tune.objective_temperatures
-    rank = rank_agreement(rank_rows(searched.searched, retrained, searched.validation, taus))
-    composition = replace(composition, rank=rank.recipes)
-    title = (
-        f"Table 3 — {spec.name}: tuned mixture vs best single τ_kd vs manual recipe ({spec.tune.paradigm}), "
-        f"retrained at {final_budget(spec)} steps, {spec.tune.replicates} replicate(s) each"
-    )
-    written = write_tables(report_dir, composition, rank, (searched.table, searched.markdown), title)
-    write_records(report_dir, spec, parent, retrained.compared, run.cost)
-    trials = searched.trials
-    pd.DataFrame([_trial_row(t) for t in trials]).to_csv(report_dir / "trials.csv", index=False)
-    tracker.log_artifacts(parent, report_dir, "report")
-    winner = searched.winner
+    composition, rank, markdown = _write_report(run, parent, searched, retrained)
+    winner, tracker = searched.winner, run.runs.tracker
     assert winner.objective is not None, "the winner is a completed trial, whose objective was measured"
     rank_metrics = {f"rank/{k}": v for k, v in (("rho", rank.rho), ("low", rank.low), ("high", rank.high))}
     metrics = _gains(composition.table3) | _gains(searched.table, "search_") | rank_metrics
@@ -169,21 +150,48 @@ def _finish(
     registered = _register(run, parent, winner, retrained)
     run.runs.finish()
     tracker.finish(parent)
-    figures = _figures(spec, composition.table3, rank, trials)
+    figures = _figures(run.spec, composition.table3, rank, searched.trials)
     return TuneOutcome(
         parent,
         resumed,
         winner,
         composition.table3,
-        written.markdown,
-        report_dir,
+        markdown,
+        run.out / REPORT_DIR,
         registered,
-        trials,
+        searched.trials,
         rank,
         run.cost,
         figures,
         run.stages.display.summary,
     )
+
+
+def _write_report(
+    run: Tune, parent: str, searched: SearchRecord, retrained: Retrained
+) -> tuple[Composition, RankAgreement, str]:
+    """The report folder (`outputs.py`), logged to the parent run: Table 3 with its intervals, the rank
+    agreement, the search's own Table 3, the cells, the trials and the export's records."""
+    spec, report_dir = run.spec, run.out / REPORT_DIR
+    assert run.cost is not None
+    cells = cells_json([*retrained.validation, *retrained.tests], retrained.recipes)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    write_cells(report_dir, CELLS_FILE, cells)
+    write_cells(report_dir, SEARCH_CELLS_FILE, cells_json([*searched.validation, *searched.tests], {}))
+    table = table3(retrained.tests, retrained.contenders, retrained.recipes)
+    composition = Composition(table, pd.DataFrame(cells))
+    taus = spec.tune.objective_temperatures
+    rank = rank_agreement(rank_rows(searched.searched, retrained, searched.validation, taus))
+    composition = replace(composition, table3=gain_intervals(composition), rank=rank.recipes)
+    title = (
+        f"Table 3 — {spec.name}: tuned mixture vs best single τ_kd vs manual recipe ({spec.tune.paradigm}), "
+        f"retrained at {final_budget(spec)} steps, {spec.tune.replicates} replicate(s) each"
+    )
+    markdown = write_tables(report_dir, composition, rank, (searched.table, searched.markdown), title)
+    write_records(report_dir, spec, parent, retrained.compared, run.cost)
+    pd.DataFrame([_trial_row(t) for t in searched.trials]).to_csv(report_dir / "trials.csv", index=False)
+    run.runs.tracker.log_artifacts(parent, report_dir, "report")
+    return composition, rank, markdown
 
 
 def _trial_row(trial: TrialRecord) -> dict[str, Any]:
