@@ -16,7 +16,7 @@ with a finished `specray run` is that sweep's draft and is reused, not trained (
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
@@ -78,6 +78,8 @@ def retrain(run: Tune, searched: Searched) -> Retrained:
     replicates = range(spec.tune.replicates)
     planned = [run.draft(recipe) for recipe in single.values()]
     planned += [run.draft(recipe, r, name=name) for name, recipe in recipes.items() for r in replicates]
+    searched_folders = {d.key: d.folder for d in searched.drafts.values()}  # equal budgets: the search's
+    planned = [replace(d, folder=searched_folders.get(d.key, d.folder)) for d in planned]
     everything = list({d.name: d for d in one_folder_per_key(planned)}.values())
     compared = [d for d in everything if d.recipe in recipes]
     run.distil(everything, "final", "retrained drafts")  # stage names: results files key them (no commas)
