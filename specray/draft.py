@@ -8,10 +8,11 @@ Import-light (no torch, no Ray, no MLflow).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from specray.errors import SpecError
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from specray.data.shards import ShardKey
 
 PARADIGMS = ("offline", "online")
+T = TypeVar("T")
 
 __all__ = [
     "PARADIGMS",
@@ -31,6 +33,8 @@ __all__ = [
     "one_draft",
     "plan_draft",
     "replicate_name",
+    "representative",
+    "split_replicate",
     "variant_name",
 ]
 
@@ -52,6 +56,28 @@ def replicate_name(name: str, replicate: int) -> str:
     """Training replicate r of the draft `name`: `online/tau_kd=0.6/r1`; replicate 0 is `name` itself (a
     run without replicates made it, under the same key)."""
     return f"{name}/r{replicate}" if replicate else name
+
+
+def split_replicate(name: str) -> tuple[str, int]:
+    """`online/tau_kd=0.6/r1` -> (`online/tau_kd=0.6`, 1); a name without `/r<k>` is replicate 0 of itself."""
+    match = _REPLICATE.match(name)
+    return (match.group(1), int(match.group(2))) if match else (name, 0)
+
+
+_REPLICATE = re.compile(r"^(.+)/r(\d+)$")
+
+
+def representative(figures: Mapping[T, float]) -> T:
+    """Of a recipe's replicates (each with its own figure), the one served or registered for the recipe: the
+    one whose figure is closest to the recipe's mean over replicates (ties: the first given).
+
+    The recipe is chosen on that mean (a lucky replicate does not make its recipe win); then the closest
+    replicate stands for it, so what is served performs like the mean that chose it, not like the best
+    draw (the winner's curse of taking the best replicate)."""
+    if not figures:
+        raise ValueError("a recipe needs at least one replicate")
+    mean = sum(figures.values()) / len(figures)
+    return min(figures, key=lambda replicate: abs(figures[replicate] - mean))
 
 
 def draft_folder_name(name: str) -> str:

@@ -181,6 +181,9 @@ FIELDS: dict[str, Direct | Via] = {
     "eval.num_gpus": _via("eval device", "cell", "cost_ratio"),
     "eval.seed": _direct("cell", "curves"),
     "tune.": _direct("tune"),
+    # the retrained drafts' budget: it reaches their draft keys as their distill.steps (`budget_spec`),
+    # never a sweep's results, so a full-budget draft is the sweep's own when the steps agree
+    "tune.final_steps": _direct("tune"),
     "tracking.": NONE,
     "ray.": NONE,
 }

@@ -6,3 +6,8 @@ Import-light (no torch, no Ray, no MLflow): the plan, the report, the export and
 from __future__ import annotations
 
 BASELINE = "non-distill"  # the draft as it is, un-distilled: every distilled draft is compared with it
+
+# what a finished `specray tune` leaves in its report folder for the export (`<output_dir>/<name>/tune/
+# report`, its parent run's `report` artifact): the drafts Table 3 compares, its cells' step costs, its spec
+TUNE_REPORT = "report"
+TUNE_DRAFTS, TUNE_STEP_COSTS, TUNE_SPEC = "drafts.json", "step_costs.json", "spec.yaml"

@@ -42,9 +42,10 @@ VERDICT_WORDS = ("reproduced", "not reproduced", "inconclusive")  # the report's
 # ---------------------------------------------------------------- writing one from a finished run
 
 
-def record_run(spec: Any, outcome: Any) -> Path | None:
+def record_run(spec: Any, outcome: Any, command_name: str = "run") -> Path | None:
     """Write the results file `SPECRAY_RECORD` names from a finished sweep, garden or search (`outcome`
-    has `stages` and a report); do nothing when it is unset. Returns the file written."""
+    has `stages` and a report; `command_name`: the `specray` command that ran it); do nothing when it is
+    unset. Returns the file written."""
     target = os.environ.get(RECORD_ENV)
     if not target:
         return None
@@ -64,10 +65,12 @@ def record_run(spec: Any, outcome: Any) -> Path | None:
     if hasattr(outcome, "records"):
         figures["cells"] = len(outcome.records)
         figures["drafts"] = len({r.draft for r in outcome.records})
+    figures |= getattr(outcome, "figures", {})  # what a run measures beyond these (a tune's gains, its ρ)
     tables = report_tables(_report_file(outcome))
     figures["verdicts"] = verdict_counts(tables)
     command = os.environ.get(COMMAND_ENV) or shlex.join(["specray", *sys.argv[1:]])
-    return write_results(Path(target), command, figures, tables, sweep=spec.name)
+    recorded_by = f"recorded by `specray {command_name}` (SPECRAY_RECORD)"
+    return write_results(Path(target), command, figures, tables, recorded_by, sweep=spec.name)
 
 
 def write_results(
@@ -205,7 +208,8 @@ def figure(results: Mapping[str, Any], path: str) -> Any:
 
 def format_figure(path: str, value: Any) -> str:
     """How a page shows a figure: durations as `13 min 48 s`, sizes in millions of parameters, memory in
-    GiB, a `*_ratio` as `0.40x`, other fractions to three decimals, counts as they are."""
+    GiB, a `*_ratio` as `0.40x`, a relative `gain` (`gain_low`, `gain_high`) as `+12.3%`, other fractions
+    to three decimals, counts as they are."""
     last = path.rsplit(".", 1)[-1]
     if last.endswith("seconds"):
         return duration(float(value))
@@ -217,6 +221,8 @@ def format_figure(path: str, value: Any) -> str:
         return f"{value:.2f} ms"
     if last.endswith("_ratio"):
         return f"{value:.2f}x"
+    if last == "gain" or last.startswith("gain_"):  # a relative gain and its interval's ends
+        return f"{value:+.1%}"
     if isinstance(value, float):
         return f"{value:.3f}"
     return str(value)

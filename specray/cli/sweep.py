@@ -234,8 +234,9 @@ def tune(
     overrides: list[str] = OverridesArg,
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted search."),
 ) -> None:
-    """Search τ_kd mixtures with Ray Tune (Optuna TPE + ASHA) and print Table 3: the tuned mixture vs the best
-    single τ_kd and the paper's manual recipe, on the test sets."""
+    """Search τ_kd mixtures with Ray Tune (Optuna TPE + ASHA), retrain the winner, the best single τ_kd and
+    the paper's manual recipe at the full budget (tune.final_steps, tune.replicates each) and print Table 3
+    on the test sets with intervals over training and prompts, and how the search budget ranks recipes."""
     from specray.sweep.tune import SearchFailed, run_tune, tune_dir
 
     with user_errors():
@@ -258,6 +259,7 @@ def tune(
         seconds, peak = figures["seconds"], figures["peak_gib"]
         typer.echo(f"  {stage:18s} {seconds:8.1f}s   peak memory in use {peak:.2f} GiB")
     typer.echo(f"report: {outcome.report_dir}")
+    record_run(spec, outcome, "tune")  # docs/results/*.json, when SPECRAY_RECORD names one
 
 
 def _print_plan(plan, found, drafts: bool = False) -> None:  # noqa: ANN001 (SweepPlan, Survey: lazy)

@@ -195,8 +195,8 @@ class TuneSpec(Frozen):
     steps: int | None = Field(
         default=None,
         ge=1,
-        description="optimizer steps per trial and per baseline; None = distill.steps (online trials "
-        "too: one budget for every trial, whatever its paradigm)",
+        description="the search budget: optimizer steps per trial and per search-budget baseline; None = "
+        "distill.steps (online trials too: one budget for every trial, whatever its paradigm)",
     )
     paradigms: list[Paradigm] = Field(default=[], description="also search the paradigm; [] = `paradigm`")
     divergences: list[Divergence] = Field(default=[], description="also search the divergence (online)")
@@ -208,12 +208,20 @@ class TuneSpec(Frozen):
         default=None, min_length=1, description="Model Registry name; None = <sweep name>-tuned-draft"
     )
     seed: int = 0
+    final_steps: int | None = Field(
+        default=None,
+        ge=1,
+        description="optimizer steps of the drafts Table 3 compares, retrained after the search (the "
+        "winner's recipe, the best single τ_kd, the manual recipe, and every single τ_kd once for the "
+        "rank agreement); None = distill's steps for `paradigm` (the included sweep's own budget, so a "
+        "finished `specray run` of that sweep supplies its single-τ_kd drafts)",
+    )
     replicates: int = Field(
         default=1,
         ge=1,
-        description="training replicates of each draft Table 3 compares (the winner's recipe, the best "
-        "single τ_kd, the manual recipe), replicate r with distill.seed + r and the same budget: the "
-        "composition gain's interval then covers training too",
+        description="training replicates at tune.final_steps of each draft Table 3 compares (the winner's "
+        "recipe, the best single τ_kd, the manual recipe), replicate r with distill.seed + r: Table 3's "
+        "intervals and the composition verdict then cover training too",
     )
 
     @field_validator("objective_temperatures", "paradigms", "divergences", "onpolicy_fractions")

@@ -43,6 +43,7 @@ from specray.report.replicates import (
 )
 from specray.report.serving import SERVER_NOTE, server_table
 from specray.report.speedup_units import UNITS_NOTE, speedup_heatmaps
+from specray.report.table3 import tune_section
 from specray.report.tables import markdown_table
 from specray.report.verdicts import all_verdicts, verdict_frame
 from specray.specdec.records import CellRecord, StepCosts
@@ -216,8 +217,8 @@ def build_report(
     sections += _distillspec_section(frame, with_lists, everything, probe_curves, out_dir)
     sections += categories.section(with_lists, workload)
     sections += entropy.section(with_lists)
-    sections += ["## Table 3: composition of τ_kd (from `specray tune`)\n", TABLE3_NOTE]
-    sections += [markdown_table(tables.table3(composition)) if composition is not None else NO_TUNE]
+    sections += ["## Table 3: composition of τ_kd (from `specray tune`)\n"]
+    sections += tune_section(composition) if composition is not None else [NO_TUNE]
     sections += _figure5_section(token_lengths or {}, lengths, out_dir)
     sections += _figure6_section(probe_curves, out_dir)
     sections += [
@@ -383,11 +384,6 @@ FIG3_NOTE = (
 TABLE2_NOTE = (
     "Modelled speedup and acceptance (analytic, each cell at its best γ) at τ_dec beyond the KD range, one "
     "column per τ_kd of the grid: the curve over τ_kd reads along a row.\n"
-)
-TABLE3_NOTE = (
-    "Acceptance rate and modelled speedup (analytic) on each test set of the best single τ_kd, the paper's "
-    "manual recipe (top-k τ_kd around the peak) and the tuned mixture, chosen on the validation split; "
-    "gains relative to the best single τ_kd.\n"
 )
 NO_TUNE = (
     "_not available: run `specray tune` on a tune spec of this sweep (e.g. `sweeps/tune_tiny.yaml`), then "

@@ -36,10 +36,12 @@ CONTENDERS = {"manual recipe": "manual draft", "tuned mixture": "tuned draft"}
 @dataclass(frozen=True)
 class Composition:
     """What `specray tune` measured: its Table 3 (one row per test set and τ_dec, with the contenders'
-    draft names) and the test-set cell records (per-prompt sums where the run kept them)."""
+    draft names) and the test-set cell records (per-prompt sums where the run kept them); `rank`: each
+    retrained recipe's validation objective at the search and the full budget (`report.table3`)."""
 
     table3: pd.DataFrame
     cells: pd.DataFrame
+    rank: pd.DataFrame | None = None
 
 
 def composition_gains(composition: Composition | None) -> list[Verdict]:

@@ -1,5 +1,5 @@
-"""The paper's tables as frames: Table 2 (out-of-range τ_dec, every τ_kd) and Table 3 (composition, from a
-finished `specray tune`), and reading that tune's results from its folder."""
+"""The paper's tables as frames: Table 2 (out-of-range τ_dec, every τ_kd), and reading a finished `specray
+tune`'s results (Table 3, `report/composition.py`) from its folder."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import numpy as np
 import pandas as pd
 
 from specray.errors import SpecError
-from specray.metrics import SPEEDUP, SPEEDUP_MODEL
+from specray.metrics import SPEEDUP_MODEL
 from specray.names import BASELINE
 from specray.report.composition import Composition
 
-TABLE3_FILE, TUNE_CELLS_FILE = "table3.csv", "cells.json"
+TABLE3_FILE, TUNE_CELLS_FILE, TUNE_RANK_FILE = "table3.csv", "cells.json", "rank.csv"
 
 
 def markdown_table(frame: pd.DataFrame, float_format: str = "{:.3f}") -> str:
@@ -49,33 +49,6 @@ def table2(cells: pd.DataFrame, metric: str = SPEEDUP_MODEL) -> pd.DataFrame:
     return wide.reset_index()
 
 
-TABLE3_COLUMNS = {
-    "test_set": "test set",
-    "tau_dec": "τ_dec",
-    "single tau_kd": "best single τ_kd",
-    "single acceptance_rate": "α",
-    "single speedup_model": SPEEDUP,
-    "manual recipe": "manual recipe",
-    "manual acceptance_rate": "α ",
-    "manual speedup_model": "speedup ",
-    "manual gain": "manual gain",
-    "tuned acceptance_rate": "tuned α",
-    "tuned speedup_model": "tuned speedup",
-    "tuned gain": "tuned gain",
-}
-
-
-def table3(composition: Composition | None) -> pd.DataFrame:
-    """Acceptance rate and modelled speedup of the best single τ_kd, the paper's manual recipe and the tuned
-    mixture, per test set and τ_dec, with the gains over the best single τ_kd (paper Table 3)."""
-    if composition is None or composition.table3.empty:
-        return pd.DataFrame()
-    frame = composition.table3[[c for c in TABLE3_COLUMNS if c in composition.table3]].copy()
-    for gain in ("manual gain", "tuned gain"):
-        frame[gain] = frame[gain].map(lambda g: f"{g:+.1%}")
-    return frame.rename(columns=TABLE3_COLUMNS)
-
-
 def load_composition(folder: Path) -> Composition:
     """A finished `specray tune`'s Table 3 and cell records, from its folder (`<output>/<name>/tune`) or
     that folder's `report/`."""
@@ -85,4 +58,5 @@ def load_composition(folder: Path) -> Composition:
     cells: list[Mapping[str, Any]] = []
     if (report / TUNE_CELLS_FILE).exists():
         cells = json.loads((report / TUNE_CELLS_FILE).read_text())
-    return Composition(pd.read_csv(report / TABLE3_FILE), pd.DataFrame(cells))
+    rank = pd.read_csv(report / TUNE_RANK_FILE) if (report / TUNE_RANK_FILE).exists() else None
+    return Composition(pd.read_csv(report / TABLE3_FILE), pd.DataFrame(cells), rank)

@@ -1,5 +1,5 @@
-"""`specray export`: read a finished sweep, plan the routes, write the export folder, register the drafts in
-MLflow, and optionally check the plan with HF assisted generation."""
+"""`specray export`: read a finished sweep or tune run, plan the routes, write the export folder, register the
+drafts in MLflow, and optionally check the plan with HF assisted generation."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 from specray.errors import SpecError
 from specray.serving.export import ROUTING_FILE, export_plan
 from specray.serving.plan import BandPlan, Route, parse_edges, plan_batched
-from specray.serving.source import SweepResults, read_sweep
+from specray.serving.source import SweepResults
+from specray.serving.tune_source import read_source
 from specray.serving.verify import BandCheck
 
 
@@ -70,9 +71,9 @@ def run_export(
     tracking_uri: str | None = None,
     register_drafts: bool = True,
 ) -> ExportOutcome:
-    """Plan and write the export of a finished sweep (folder or MLflow parent run id)."""
+    """Plan and write the export of a finished sweep or tune run (folder or MLflow parent run id)."""
     prepare_folder(to)
-    results = read_sweep(source, tracking_uri, to / ".source")
+    results = read_source(source, tracking_uri, to / ".source")
     if test_set not in results.spec.eval.test_sets:
         raise SpecError(f"--test-set {test_set!r}: the sweep evaluated {results.spec.eval.test_sets}")
     edges = parse_edges(bands) if bands else None

@@ -120,6 +120,7 @@ def route_entry(route: Route, folders: dict[str, str]) -> dict[str, Any]:
 
 def _candidate(candidate) -> dict[str, Any]:
     speedup = asdict(candidate.speedup) | {"low": candidate.speedup.low}
+    recipe = {"replicates": candidate.replicates, "recipe_speedup": candidate.recipe_speedup}
     return {
         "draft_name": candidate.draft,
         "draft_key": candidate.draft_key,
@@ -127,6 +128,7 @@ def _candidate(candidate) -> dict[str, Any]:
         SPEEDUP: speedup,
         "expected": candidate.expected,
         "cells": candidate.cells,
+        **(recipe if candidate.replicates > 1 else {}),
     }
 
 
@@ -150,6 +152,8 @@ def routing_plan(
             "choice": "highest speedup for the band (its smallest over the band's τ_dec); measured where the "
             "sweep timed every τ_dec of the band, modelled otherwise",
             "no_speculation": "no candidate's 95% speedup interval has its lower end above min_speedup",
+            "replicates": "a recipe's training replicates compete as one candidate, ranked by their mean "
+            "speedup; the draft served is the replicate whose own speedup is closest to that mean",
             "min_speedup": plans[0].route.min_speedup if plans else 1.0,
             "batch_sizes": "per band, [low, high) of request batch sizes: one per modelled B, from 1, "
             "open above (a batch of b rows: the largest B <= b); the band's own fields are those at the "

@@ -18,6 +18,15 @@ stated). A candidate beats target-only decoding when the lower end of that speed
 `min_speedup` (1 by default: the interval must lie wholly above 1); the band takes the candidate with the
 highest speedup among those, and "no speculation" when none does (its best candidate is kept, to say why).
 
+Replicates. A sweep or tune that trained a recipe several times (`distill.replicates`, `tune.replicates`:
+drafts `<recipe>/r<k>`) has one candidate per replicate and γ, and the best of N noisy draws is an
+optimistic figure (the winner's curse): the lucky replicate of a worse recipe would win the band. So the
+replicates of a recipe at one γ compete as one candidate: its speedup for the band is the mean over the
+replicates of each one's own, and the draft it serves is the replicate whose own speedup is closest to that
+mean (`draft.representative`), whose cells, expected metrics and interval the route states — a draft that
+performs like the figure that chose it. Whether it beats target-only decoding is judged on that replicate's
+own interval.
+
 Batch sizes. Each temperature band is routed again per band of request batch sizes: one per batch size B
 the sweep modelled (`eval.batch_sizes`, the keys of the analytic cells' `speedup_model_by_batch`), [B_i,
 B_i+1) with the first starting at 1 and the last open above, so a batch of b rows goes to the largest
@@ -31,9 +40,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from specray.draft import representative, split_replicate
 from specray.errors import SpecError
 from specray.metrics import ROUTE_EXPECTED
 from specray.specdec.records import CellRecord
@@ -128,6 +138,13 @@ class Candidate:
     speedup: Speedup
     cells: dict[str, str] = field(default_factory=dict)  # estimator -> cell key at the binding τ_dec
     expected: dict[str, Any] = field(default_factory=dict)
+    replicates: int = 1  # training replicates of the draft's recipe that compete as this one candidate
+    mean: float | None = None  # their mean speedup for the band (None: one replicate, `speedup` itself)
+
+    @property
+    def recipe_speedup(self) -> float:
+        """What the candidate is ranked by: its recipe's mean over replicates."""
+        return self.speedup.value if self.mean is None else self.mean
 
 
 @dataclass(frozen=True)
@@ -143,9 +160,10 @@ class Route:
     @property
     def reason(self) -> str:
         if self.choice is not None:
-            s = self.choice.speedup
+            s, n, mean = self.choice.speedup, self.choice.replicates, self.choice.recipe_speedup
             bound = f"lower end {s.low:.3f} > {self.min_speedup:g}"
-            return f"{s.basis} speedup {s.value:.3f} ± {s.ci95:.3f}: {bound}"
+            note = f" (the replicate closest to its recipe's mean {mean:.3f} over {n})" if n > 1 else ""
+            return f"{s.basis} speedup {s.value:.3f} ± {s.ci95:.3f}{note}: {bound}"
         if self.best is None:
             return "no candidate cells for this band"
         s = self.best.speedup
@@ -241,9 +259,26 @@ def route_band(
         for key, gamma in index.pairs()
         if draft_key in (None, key) and (c := _candidate(index, key, gamma, band, basis, batch_size))
     ]
-    ranked = sorted(candidates, key=lambda c: (-c.speedup.value, c.gamma, c.draft))
+    ranked = sorted(by_recipe(candidates), key=lambda c: (-c.recipe_speedup, c.gamma, c.draft))
     winners = [c for c in ranked if c.speedup.low > min_speedup]
     return Route(band, basis, winners[0] if winners else None, ranked[0] if ranked else None, min_speedup)
+
+
+def by_recipe(candidates: Iterable[Candidate]) -> list[Candidate]:
+    """One candidate per (recipe, γ): a recipe's replicates as its representative (module docstring)."""
+    groups: dict[tuple[str, int], list[Candidate]] = {}
+    for candidate in sorted(candidates, key=lambda c: split_replicate(c.draft)[1]):
+        groups.setdefault((split_replicate(candidate.draft)[0], candidate.gamma), []).append(candidate)
+    chosen = []
+    for group in groups.values():
+        if len(group) == 1:
+            chosen.append(group[0])
+            continue
+        speedups = {c.draft: c.speedup.value for c in group}
+        mean = sum(speedups.values()) / len(group)
+        served = next(c for c in group if c.draft == representative(speedups))
+        chosen.append(replace(served, replicates=len(group), mean=mean))
+    return chosen
 
 
 def plan_routes(

@@ -127,6 +127,8 @@ class Stages:
         spec, display = self.plan.spec, self.display
         with display.stage(stage, len(drafts), "draft"):
             todo = {d.name: d for d in drafts if not is_finished(d.folder, d.key)}
+            if todo:
+                self.release_pool()
             for draft in drafts:
                 if draft.name not in todo:
                     on_done(draft, read_curves(draft.folder), True)
@@ -180,6 +182,14 @@ class Stages:
                 examples=examples,
             )
         return self._pool
+
+    def release_pool(self) -> None:
+        """Close the eval pool (the next evaluation starts it again): its actors hold the CPUs (or GPUs)
+        that Train workers and Tune trials need — a driver that evaluates before it trains (the tune search)
+        would otherwise wait for them forever on a machine the pool fills (2 cores, `eval.replicas` 2)."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     def time_steps(self) -> StepCosts:
         """The step costs: the spec's fixed c, those saved under the plan's key, or timed now on an eval

@@ -92,3 +92,21 @@ def read_drafts(payload: Sequence[Mapping[str, Any]] | Mapping[str, Mapping[str,
     if isinstance(payload, Mapping):
         return [Draft.from_json({**described, "name": name}) for name, described in payload.items()]
     return [Draft.from_json(draft) for draft in payload]
+
+
+def fetch_tune_report(uri: str, run_id: str, destination: Path) -> tuple[Path, str] | None:
+    """A `specray tune` parent run's report folder (its `report` artifact, downloaded into `destination`)
+    and its experiment's name; None when the run is not a tune's parent run."""
+    client = MlflowClient(tracking_uri=uri)
+    try:
+        run = client.get_run(run_id)
+    except MlflowException as e:
+        raise SpecError(f"run {run_id} at {uri}: {e.message.splitlines()[0]}") from None
+    if run.data.tags.get(ROLE) != "tune":
+        return None
+    folder = destination / "report"
+    try:
+        folder = Path(client.download_artifacts(run_id, "report", str(destination)))
+    except (MlflowException, OSError):  # an unfinished search logged no report: the caller says so
+        folder.mkdir(parents=True, exist_ok=True)
+    return folder, client.get_experiment(run.info.experiment_id).name

@@ -35,6 +35,7 @@ QUICK = {
     "teacher_pool.py": r"^2 replicas / 1 replica \(1 thread each\): [\d.]+x",
     "train_overhead.py": r"^ +ray_train: +[\d.]+ s wall",
     "train_runs.py": r"^ +one run: +[\d.]+ s wall",
+    "tune_exhaustive.py": r"^Tune vs exhaustive: regret [\d.]+% \(mean of \d+ searches",
 }
 ELSEWHERE = {
     "chaos.py": "its --quick runs in tests/integration/test_chaos.py (a sweep under faults, then its audit)",

@@ -14,13 +14,17 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
+import specray.sweep.tune.driver as driver
 import specray.sweep.tune.run as tune_module
+import specray.sweep.tune.search_stage as search_stage
 import specray.teacher.shards as teacher_shards
 from specray.config import load_spec
 from specray.distill.checkpoints import FINISHED_FILE
 from specray.files import cache_dir
+from specray.names import TUNE_DRAFTS
 from specray.report.composition import composition_gains
 from specray.report.tables import load_composition
+from specray.serving.command import run_export
 from specray.sweep.tune.trial import DRAFT_DIR, TRIAL_RESULT
 from specray.tracking.names import BEST, PARENT, ROLE, TRIAL_ID
 from tests.conftest import REPO
@@ -33,7 +37,8 @@ SMOKE = REPO / "sweeps" / "smoke.yaml"
 
 
 def micro_overrides(micro_zoo, tmp_path: Path, *extra: str) -> list[str]:
-    """The smoke sweep on the micro zoo: 4 steps per trial (a probe at each), one objective τ_dec."""
+    """The smoke sweep on the micro zoo: 2 steps per trial (a probe at each), 4 at the full budget, one
+    objective τ_dec."""
     return [
         f"models.target={{name_or_path: {micro_zoo.target}}}",
         f"models.draft={{name_or_path: {micro_zoo.draft}}}",
@@ -52,6 +57,7 @@ def micro_overrides(micro_zoo, tmp_path: Path, *extra: str) -> list[str]:
         "tune.objective_temperatures=[1.0]",
         "tune.manual_top_k=2",
         "tune.num_samples=3",
+        "tune.steps=2",
         "ray.num_cpus=2",
         f"output_dir={tmp_path}",
         f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
@@ -73,6 +79,15 @@ def runs_by_role(uri: str, experiment: str) -> dict[str, list]:
     return grouped
 
 
+class Interrupted(Exception):
+    """The driver stopped part-way through the full budget."""
+
+
+def finished_markers(folder: Path) -> dict[str, int]:
+    """Every published draft under `folder` -> its completion marker's mtime."""
+    return {str(p.parent): p.stat().st_mtime_ns for p in folder.rglob(FINISHED_FILE)}
+
+
 def test_a_search_reads_cached_shards_logs_every_trial_and_registers_the_winner(
     micro_zoo, tmp_path, monkeypatch
 ) -> None:
@@ -84,7 +99,8 @@ def test_a_search_reads_cached_shards_logs_every_trial_and_registers_the_winner(
         ),
     )
     searching, generated, snapshots = [False], [], {}
-    real_generate, real_search = teacher_shards.generate_shards, tune_module.search
+    real_generate, real_search = teacher_shards.generate_shards, search_stage.search
+    real_distil = driver.Tune.distil
 
     def guarded_generate(*args, **kwargs):
         assert not searching[0], "the teacher was asked for shards during the search"
@@ -98,11 +114,28 @@ def test_a_search_reads_cached_shards_logs_every_trial_and_registers_the_winner(
         finally:
             searching[0], snapshots["after"] = False, shard_files()
 
-    monkeypatch.setattr(teacher_shards, "generate_shards", guarded_generate)
-    monkeypatch.setattr(tune_module, "search", watched_search)
-    outcome = tune_module.run_tune(spec, show_progress=False)
+    def interrupted_distil(self, drafts, role, stage):  # the driver dies after two full-budget drafts
+        if role == "final":
+            real_distil(self, drafts[:2], role, stage)
+            raise Interrupted
+        return real_distil(self, drafts, role, stage)
 
-    assert generated == [[0.0, 1.0]]  # once, in the driver, before the search
+    monkeypatch.setattr(teacher_shards, "generate_shards", guarded_generate)
+    monkeypatch.setattr(search_stage, "search", watched_search)
+    monkeypatch.setattr(driver.Tune, "distil", interrupted_distil)
+    with pytest.raises(Interrupted):
+        tune_module.run_tune(spec, show_progress=False)
+    out = tmp_path / "smoke" / "tune"
+    before = finished_markers(out)
+    assert len(finished_markers(out / "final")) == 2 and finished_markers(out / "trials")
+
+    monkeypatch.setattr(driver.Tune, "distil", real_distil)
+    outcome = tune_module.run_tune(spec, resume=True, show_progress=False)
+    after = finished_markers(out)
+    assert {folder: after[folder] for folder in before} == before  # nothing finished was trained again
+    assert len(after) > len(before) and outcome.resumed
+
+    assert generated[0] == [0.0, 1.0]  # in the driver, before the search (the resumed run finds them cached)
     assert snapshots["before"] == snapshots["after"]  # no trial wrote (or rewrote) a shard
     assert len(outcome.trials) == 3 and {t.status for t in outcome.trials} <= {
         "completed",
@@ -125,39 +158,61 @@ def test_a_search_reads_cached_shards_logs_every_trial_and_registers_the_winner(
     best = [r for r in trials if r.data.tags.get(BEST) == "true"]
     assert [r.data.tags[TRIAL_ID] for r in best] == [winner.trial_id]
     assert best[0].data.metrics["objective"] == pytest.approx(winner.objective)
-    assert "speedup_model/in_domain/tau_dec_1" in best[0].data.metrics  # measured on the test sets too
-    baselines = sorted(
-        r.data.tags["draft"] for r in roles["draft"] if r.data.tags["tune_role"] != "replicate"
-    )
-    assert baselines == ["offline/mix=0:1,1:1", "offline/tau_kd=0", "offline/tau_kd=1"]
-    # tune.replicates=2: a second training of each draft Table 3 compares, tagged as replicate 1
-    replicates = {r.data.tags["draft"]: r for r in roles["draft"] if r.data.tags["tune_role"] == "replicate"}
-    tuned = f"tuned:{winner.recipe.name}/r1"
-    assert sorted(replicates) == sorted(["offline/mix=0:1,1:1/r1", "offline/tau_kd=1/r1", tuned])
-    assert {r.data.tags["replicate"] for r in replicates.values()} == {"1"}
-    assert all("speedup_model/in_domain/tau_dec_1" in r.data.metrics for r in replicates.values())
+    assert "speedup_model/in_domain/tau_dec_1" in best[0].data.metrics  # the search's own Table 3
+    by_role: dict[str, list[str]] = {}
+    for run in roles["draft"]:
+        by_role.setdefault(run.data.tags["tune_role"], []).append(run.data.tags["draft"])
+    # the search budget (tune.steps=2): its drafts are marked with it
+    assert sorted(by_role["single"] + by_role["manual"]) == [
+        "offline/mix=0:1,1:1@2",
+        "offline/tau_kd=0@2",
+        "offline/tau_kd=1@2",
+    ]
+    # the full budget (distill.steps=4): every single τ_kd, and each contender twice (tune.replicates=2)
+    final = set(by_role["final"])
+    assert {"offline/tau_kd=0", "offline/tau_kd=1", "offline/mix=0:1,1:1", "offline/mix=0:1,1:1/r1"} <= final
+    single = outcome.table["single draft"].iloc[0]
+    assert f"{single}/r1" in final and all(not name.endswith("@2") for name in final)
 
     name, version = outcome.registered
     registered = client.get_model_version(name, version)
-    assert registered.run_id == best[0].info.run_id and registered.source.startswith("models:/")
-    model = client.get_logged_model(registered.source.removeprefix("models:/"))  # the winner's logged model
-    assert model.source_run_id == best[0].info.run_id and model.status == "READY"
-    assert registered.tags["mixture"] == winner.recipe.mixture_tag
+    chosen = client.get_run(registered.run_id)  # of the winner's full-budget replicates
+    assert chosen.data.tags["tune_role"] == "final" and chosen.data.tags["draft"].startswith("tuned:")
+    assert registered.tags["steps"] == "4" and registered.tags["mixture"] == winner.recipe.mixture_tag
+    model = client.get_logged_model(registered.source.removeprefix("models:/"))
+    assert model.source_run_id == chosen.info.run_id and model.status == "READY"
 
     frame = outcome.table
     assert list(zip(frame.test_set, frame.tau_dec, strict=True)) == [
         ("in_domain", 1.0),
         ("out_of_domain", 1.0),
     ]
-    assert frame["tuned gain"].notna().all() and (outcome.report_dir / "table3.md").exists()
-    assert (outcome.report_dir / "table3.csv").exists() and (outcome.report_dir / "trials.csv").exists()
+    assert frame["tuned gain"].notna().all() and set(frame["tuned replicates agree"]) <= {"0/2", "1/2", "2/2"}
+    assert (frame["tuned gain low"] <= frame["tuned gain"]).all()
+    report = outcome.report_dir
+    for written in ("table3.md", "table3.csv", "table3_search.csv", "rank.csv", "report.md", "trials.csv"):
+        assert (report / written).exists(), written
+    assert "The search's own record" in outcome.markdown and "Spearman's ρ" in outcome.markdown
+    rank = outcome.rank.recipes
+    assert len(rank) >= 3 and {"offline/tau_kd=0", "offline/tau_kd=1"} <= set(rank.recipe)
 
     # the sweep report reads this folder (`specray report RUN --tune`): a composition verdict with an interval
-    composition = load_composition(outcome.report_dir.parent)
+    composition = load_composition(report.parent)
     verdicts = composition_gains(composition)
     assert len(verdicts) == 4  # manual and tuned, on both test sets
     assert all(np.isfinite([v.low, v.high]).all() and v.low <= v.effect <= v.high for v in verdicts)
     assert all(v.replicates == 2 and v.agreeing in ("0/2", "1/2", "2/2") for v in verdicts)  # training too
+    assert composition.rank is not None and len(composition.rank) == len(rank)
+
+    # `specray export` of the tune run: its candidates are Table 3's full-budget drafts, every replicate
+    candidates = {d["key"] for d in json.loads((report / TUNE_DRAFTS).read_text())["drafts"]}
+    for source, register in ((str(report.parent), False), (parent.info.run_id, True)):
+        to = tmp_path / f"export-{register}"
+        exported = run_export(source, to, min_speedup=0.0, tracking_uri=uri, register_drafts=register)
+        served = [b for b in exported.plan["bands"] if b["route"] == "speculative"]
+        assert served and all(band["draft_key"] in candidates for band in served)
+        assert (to / served[0]["draft"] / "config.json").is_file()
+    assert exported.registered  # the MLflow source registers the served drafts
 
 
 # ---------------------------------------------------------------- resume after the driver is killed
@@ -228,8 +283,8 @@ def test_a_killed_search_resumes_without_rerunning_finished_trials(micro_zoo, tm
     assert set(before) <= set(trial_ids)
     rows = (tmp_path / "smoke" / "tune" / "report" / "trials.csv").read_text().strip().splitlines()
     assert len(rows) == 1 + 3
-    tune_state = json.loads((tmp_path / "smoke" / "tune" / "tune.json").read_text())
-    assert tune_state["step_costs"]["draft"]["1"]["seconds"] > 0  # measured once, kept for --resume
+    costs = json.loads((tmp_path / "smoke" / "tune" / "report" / "step_costs.json").read_text())
+    assert costs["draft"]["1"]["seconds"] > 0  # measured once (saved under its key: kept for --resume)
 
     again = subprocess.run(tune_command(micro_zoo, tmp_path), cwd=tmp_path, capture_output=True, text=True)
     assert again.returncode == 2 and "already holds a search: add --resume" in again.stderr

@@ -6,8 +6,10 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from specray.draft import replicate_name
 from specray.errors import SpecError
 from specray.serving.engines import VLLM_OPEN_BATCH_END
 from specray.serving.export import band_entry, write_engines
@@ -113,6 +115,27 @@ def test_no_speculation_when_every_lower_end_is_at_most_one() -> None:
     assert "no speculation" in route.reason and "lower end 0.929 ≤ 1" in route.reason
     (lenient,) = plan_routes(cells, min_speedup=0.5)
     assert lenient.choice.draft == "slow"
+
+
+def test_a_lucky_replicate_does_not_win_a_band_over_a_recipe_with_the_better_mean() -> None:
+    # recipe a: two good trainings (block efficiency 2.0, 1.9) and a poor one; recipe b: three steady ones
+    # whose mean is higher (1.683 vs 1.633), though each is below a's best two
+    efficiencies = {"a": (2.0, 1.9, 1.0), "b": (1.7, 1.7, 1.65)}
+    cells = [
+        analytic(replicate_name(recipe, r), 1.0, 4, e)
+        for recipe, values in efficiencies.items()
+        for r, e in enumerate(values)
+    ]
+    (alone,) = plan_routes([c for c in cells if c.draft in ("a", "b")])  # one replicate each
+    assert alone.choice.draft == "a"  # 2.0 beats 1.7: what choosing among single draws gives
+    (route,) = plan_routes(cells)  # neither a's best draw nor the draw closest to a's mean (1.9) wins
+    assert route.choice.draft == "b"  # of b's, the replicate closest to b's mean
+    assert route.choice.replicates == 3
+    assert route.choice.recipe_speedup == pytest.approx(np.mean(efficiencies["b"]) / 1.4)
+    assert route.choice.speedup.value == pytest.approx(1.7 / 1.4)  # what the served replicate itself does
+    assert "closest to its recipe's mean 1.202 over 3" in route.reason
+    (only_a,) = plan_routes([c for c in cells if c.draft.startswith("a")])
+    assert only_a.choice.draft == "a/r1"  # closest to a's mean 1.633: 1.9, not the luckiest 2.0
 
 
 def test_measured_speedups_decide_where_the_sweep_timed_the_band() -> None:

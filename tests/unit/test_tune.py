@@ -263,7 +263,7 @@ def test_tune_settings_are_checked_before_any_work() -> None:
     problems = {
         "tune.objective_temperatures=[0.6,1.0]": r"\[0.6\] not in eval.temperatures \[0.8, 1.0\]",
         "tune.space=subset tune.subset_size=12": "tune.subset_size: must be between 1 and 11",
-        "tune.asha_grace_period=5": "= 100 steps is not below the 100 steps per trial",
+        "tune.asha_grace_period=10": "= 100 steps is not below the 100 steps per trial",
         "teacher.temperatures=[0.9]": "a mixture needs at least 2 τ_kd",
     }
     for overrides, message in problems.items():

@@ -1,27 +1,25 @@
-"""`specray tune`: a Ray Tune search over mixtures of the cached τ_kd shards, against the paper's baselines.
+"""`specray tune`: a Ray Tune search over mixtures of the cached τ_kd shards, against the paper's baselines,
+with Table 3 measured at the budget drafts are served at.
 
-The stages are the sweep's (`sweep/stages.py`: models, teacher shards, step costs, Train runs for every
-baseline draft, keyed cells); what the tune adds is the search. In order: (1) the zoo and every τ_kd shard,
+The stages are the sweep's (`sweep/stages.py`: models, teacher shards, step costs, Train runs, keyed
+cells); what the tune adds is the search and the two budgets. In order: (1) the zoo and every τ_kd shard,
 so no trial ever starts a teacher; the step costs (those `specray run` timed for this sweep are reused);
-(2) one draft per single τ_kd of the grid, scored on the validation split; (3) the paper's manual recipe
-per objective τ_dec (top-k τ_kd around that τ_dec's peak); (4) the search: Optuna TPE (or random)
-proposes mixtures, ASHA stops trials whose acceptance estimate lags, every trial is scored by the
-objective (mean analytic `speedup_model` over `tune.objective_temperatures` on validation — never a test
-set); (5) the winner, the best single τ_kd and the manual recipe (each `tune.replicates` times) measured
-on the test sets: Table 3, printed, saved as Markdown and CSV, and logged to MLflow with every trial as a
-child run and the winner registered as a model. Trials and baselines train with the same step budget.
-
-Why a trial runs the train loop (`loop.train_draft`) in its own process instead of a Ray Train run nested
-in the trial: nested, each trial would hold a Tune actor, a Train controller and its worker group plus a
-queue actor — on a 2-CPU machine the trial actor must be given 0 CPUs to let even one worker run, the two
-levels of failure handling (Train restarts its workers, Tune restarts the trial) interleave, and every
-trial pays Train's start-up, longer than a whole micro trial. The baselines go through the stage runner's
-Train runs like a sweep's drafts; a finished `specray run` draft with the same key is reused.
+(2) at the search budget (`tune.steps`, `search_stage.py`): one draft per single τ_kd of the grid, scored on
+the validation split; the paper's manual recipe per objective τ_dec (top-k τ_kd around that τ_dec's peak);
+the search: Optuna TPE (or random) proposes mixtures, ASHA stops trials whose acceptance estimate lags,
+every trial is scored by the objective (mean analytic `speedup_model` over `tune.objective_temperatures` on
+validation — never a test set); and the search's own Table 3 (its contenders on the test sets, one
+training each); (3) at the full budget (`tune.final_steps`, `final.py`): the winner's recipe, the best single
+τ_kd and the manual recipe retrained `tune.replicates` times and measured on the test sets — Table 3, with
+intervals over training and prompts — and every single τ_kd once more, for the rank agreement between the
+two budgets; (4) the report folder (`outputs.py`), MLflow (every trial and draft a child run) and the
+winner's full-budget draft registered as a model: of its replicates, the one whose validation objective
+is closest to their mean (`draft.representative`).
 
 Resume: the search lives in `<output_dir>/<name>/tune/search` (Tune's experiment folder) and `--resume`
 restores it with `Tuner.restore`: finished trials are kept, unfinished ones restart and resume from their
-latest checkpoint; finished baseline drafts, the step costs and every cell saved under its key are reused;
-the unfinished MLflow parent run is continued.
+latest checkpoint; every draft published under its key (search or full budget), the step costs and every
+cell saved under its key are reused; the unfinished MLflow parent run is continued.
 """
 
 from __future__ import annotations
@@ -36,34 +34,31 @@ import pandas as pd
 
 from specray.cluster.runtime import ray_session
 from specray.config import SweepSpec
-from specray.distill.checkpoints import is_finished
-from specray.draft import Draft, draft_folder_name, plan_draft, replicate_name
+from specray.draft import representative
 from specray.errors import SpecError
 from specray.files import write_atomic
 from specray.locks import output_folder
-from specray.report.best import best_gamma_records
-from specray.specdec.records import CellRecord, StepCosts
-from specray.sweep.plan import VALIDATION, SweepPlan, plan_shards, plan_sweep, sweep_dir
+from specray.report.composition import Composition
+from specray.report.table3 import RankAgreement, gain_intervals, rank_agreement
+from specray.specdec.records import StepCosts
+from specray.sweep.plan import plan_sweep, sweep_dir
 from specray.sweep.progress import SweepDisplay
 from specray.sweep.stages import Stages
 from specray.sweep.tracked import DraftRuns, sweep_data
-from specray.sweep.tune.baselines import (
-    Contenders,
-    manual_recipe,
-    peaks,
-    table3,
-    table3_markdown,
-    write_table3,
+from specray.sweep.tune.baselines import table3
+from specray.sweep.tune.driver import REPORT_DIR, SEARCH_DIR, Tune
+from specray.sweep.tune.final import Retrained, draft_objectives, rank_rows, retrain
+from specray.sweep.tune.outputs import (
+    CELLS_FILE,
+    SEARCH_CELLS_FILE,
+    cells_json,
+    write_cells,
+    write_records,
+    write_tables,
 )
-from specray.sweep.tune.search import SearchFailed, TrialRecord, record_trials, search
-from specray.sweep.tune.space import (
-    Recipe,
-    baseline_recipe,
-    budget_spec,
-    check_tune,
-    tune_grid,
-)
-from specray.sweep.tune.trial import TrialContext
+from specray.sweep.tune.search import SearchFailed, TrialRecord
+from specray.sweep.tune.search_stage import SearchRecord, search_budget
+from specray.sweep.tune.space import check_tune, final_budget, steps_budget
 from specray.tracking.client import open_tracker, sweep_key
 from specray.tracking.lineage import draft_model
 from specray.tracking.names import BEST
@@ -72,15 +67,7 @@ __all__ = ["SearchFailed", "TuneOutcome", "run_tune", "tune_dir"]
 
 log = logging.getLogger(__name__)
 
-SEARCH_DIR, TRIALS_DIR, BASELINES_DIR, REPORT_DIR, CELLS_DIR = (
-    "search",
-    "trials",
-    "baselines",
-    "report",
-    "cells",
-)
 STATE_FILE = "tune.json"
-TUNED = "tuned:"  # prefix of the winner's name in records: its recipe may equal a baseline's
 
 
 @dataclass
@@ -88,11 +75,14 @@ class TuneOutcome:
     parent_run_id: str
     resumed: bool
     winner: TrialRecord
-    table: pd.DataFrame
-    markdown: str
+    table: pd.DataFrame  # Table 3 at the full budget, with its intervals
+    markdown: str  # the report: Table 3, the rank agreement, the verdicts, the search's own Table 3
     report_dir: Path
     registered: tuple[str, str]  # (registered model, version)
     trials: list[TrialRecord]
+    rank: RankAgreement
+    step_costs: StepCosts
+    figures: dict[str, Any] = field(default_factory=dict)  # what a results file records (SPECRAY_RECORD)
     stages: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
@@ -125,55 +115,6 @@ def run_tune(spec: SweepSpec, resume: bool = False, show_progress: bool = True) 
         return _run_tune(spec, resume, show_progress)
 
 
-@dataclass
-class _Tune:
-    """What the steps of one search share."""
-
-    plan: SweepPlan
-    out: Path
-    stages: Stages
-    runs: DraftRuns
-    cost: StepCosts | None = None
-
-    @property
-    def spec(self) -> SweepSpec:
-        return self.plan.spec
-
-    def draft(self, recipe: Recipe, replicate: int = 0, name: str = "") -> Draft:
-        """The draft of a recipe at the search's budget: `specray run`'s draft if it was trained with this
-        budget, else one in the tune's `baselines/` folder."""
-        spec, train = budget_spec(self.spec, recipe), self.plan.splits["train"]
-        own = replicate and spec.teacher.replicate_shards  # its own teacher sample, seed + replicate
-        keys = plan_shards(spec.for_replicate(replicate), train).keys if own else self.plan.shards[0].keys
-        name = replicate_name(name or recipe.name, replicate)
-        folder_name = draft_folder_name(name.replace(TUNED, "tuned__"))
-
-        def folder(key: str) -> Path:
-            in_sweep = self.plan.drafts_dir / folder_name
-            return (
-                in_sweep if is_finished(in_sweep, key) else self.out / BASELINES_DIR / folder_name
-            ).absolute()
-
-        return plan_draft(spec, keys, recipe.paradigm, recipe.mixture, replicate, name=name, folder=folder)
-
-    def distil(self, drafts: list[Draft], role: str, stage: str) -> None:
-        """Train (or reuse) `drafts` through the stage runner, each logged to a child run tagged `role`."""
-        self.runs.open(drafts, {"tune_role": role})
-        first, train = self.plan.shards[0], self.plan.splits["train"]
-        own = [d for d in drafts if any(first.keys.get(tau) != key for tau, key in d.shards.items())]
-        if own:  # replicates with their own teacher sample (teacher.replicate_shards)
-            self.stages.generate([plan_shards(d.train_spec, train) for d in own])
-        self.stages.distil(drafts, self.runs.draft_done, stage=stage)
-
-    def evaluate(self, drafts: list[Draft], test_sets: list[str], stage: str) -> list[CellRecord]:
-        """Analytic cells of `drafts` at every objective τ_dec and γ on `test_sets`; each record at its
-        draft's best γ is returned (the others go to MLflow and the cells folder too)."""
-        assert self.cost is not None, "the step costs are measured before any cell"
-        jobs = self.plan.cell_jobs(self.cost, drafts, tune_grid(self.spec, test_sets))
-        records = self.stages.evaluate(jobs, self.cost, self.runs.records_done, self.out / CELLS_DIR, stage)
-        return best_gamma_records(records)
-
-
 def _run_tune(spec: SweepSpec, resume: bool, show_progress: bool) -> TuneOutcome:
     out = tune_dir(spec)
     _claim(out, spec, resume)
@@ -183,119 +124,74 @@ def _run_tune(spec: SweepSpec, resume: bool, show_progress: bool) -> TuneOutcome
     tracker.log_datasets(parent, sweep_data(plan).everything())
     display = SweepDisplay(enabled=show_progress)
     with ray_session(spec.ray), display, Stages(plan, display) as stages:
-        run = _Tune(plan, out, stages, DraftRuns(tracker, parent, plan))
+        run = Tune(plan, out, stages, DraftRuns(tracker, parent, plan))
         stages.models()
         stages.generate()
         run.cost = stages.time_steps()
         tracker.log_metrics(parent, {"cost_ratio": run.cost.cost_ratio(run.cost.batch_sizes[0])})
-        singles = {tau: run.draft(baseline_recipe(spec, {tau: 1.0})) for tau in spec.teacher.temperatures}
-        run.distil(list(singles.values()), "single", "single τ_kd drafts")
-        validation = run.evaluate(list(singles.values()), [VALIDATION], "validation")
-        contenders, manual = _manual_baselines(run, singles, validation)
-        with display.stage("search", spec.tune.num_samples, "trial"):
-            results = search(spec, _trial_context(run), out / SEARCH_DIR, resume, display.advance)
-        trials, winner = record_trials(spec, tracker, parent, results, out / TRIALS_DIR)
-        tuned = run.draft(winner.recipe, name=TUNED + winner.recipe.name)
-        tuned = replace(tuned, folder=Path(winner.draft_dir))  # the winning trial's own draft
-        run.runs.runs[tuned.name] = winner.run_id
-        chosen = {*contenders.single.values(), *contenders.manual.values()}
-        baselines = {d.name: d for d in [*singles.values(), *manual.values()] if d.name in chosen}
-        compared = [tuned, *baselines.values()]
-        replicates = _replicates(run, compared, winner.recipe)
-        records = run.evaluate([*compared, *replicates], list(spec.eval.test_sets), "test sets")
-    recipes = {draft.name: draft.recipe for draft in [*compared, *replicates]}  # replicates -> their recipe
-    contenders = replace(contenders, tuned=tuned.name)
-    return _finish(run, parent, resumed, validation + records, records, recipes, contenders, winner, trials)
-
-
-def _trial_context(run: _Tune) -> TrialContext:
-    """What every trial shares: the rows of every τ_kd shard (read once, here), the models, the validation
-    prompts and the step costs."""
-    from specray.distill.inputs import prepare_inputs
-
-    spec = run.spec
-    everything = run.draft(baseline_recipe(spec, dict.fromkeys(spec.teacher.temperatures, 1.0)))
-    inputs = prepare_inputs(everything, run.plan.splits)
-    assert run.cost is not None
-    trials_dir = str(run.out / TRIALS_DIR)
-    shard_keys = dict(run.plan.shards[0].keys)
-    prompts = run.stages.prompts[VALIDATION]
-    return TrialContext(spec.model_dump(mode="json"), inputs, prompts, run.cost, trials_dir, shard_keys)
-
-
-def _manual_baselines(
-    run: _Tune, singles: dict[float, Draft], validation: list[CellRecord]
-) -> tuple[Contenders, dict[float, Draft]]:
-    """Per objective τ_dec: the best single τ_kd on validation and the manual recipe around it."""
-    spec = run.spec
-    tau_kd_of = {draft.name: tau for tau, draft in singles.items()}
-    by_tau_dec = peaks(validation, tau_kd_of)
-    manual: dict[float, Draft] = {}
-    for tau_dec, peak in by_tau_dec.items():
-        recipe = manual_recipe(spec.teacher.temperatures, peak, spec.tune.manual_top_k)
-        manual[tau_dec] = run.draft(baseline_recipe(spec, recipe))
-    unique = list({draft.name: draft for draft in manual.values()}.values())
-    run.distil(unique, "manual", "manual recipes")
-    labels = {singles[peak].name: f"{peak:g}" for peak in by_tau_dec.values()}
-    labels |= {draft.name: "+".join(f"{tau:g}" for tau in sorted(draft.mixture)) for draft in unique}
-    contenders = Contenders(
-        tuned="",
-        single={tau_dec: singles[peak].name for tau_dec, peak in by_tau_dec.items()},
-        manual={tau_dec: draft.name for tau_dec, draft in manual.items()},
-        labels=labels,
-    )
-    return contenders, manual
-
-
-def _replicates(run: _Tune, compared: list[Draft], tuned: Recipe) -> list[Draft]:
-    """Replicates 1 … N−1 (`tune.replicates`) of every draft Table 3 compares — the winner's recipe, each
-    best single τ_kd and each manual recipe — trained with distill.seed + r under the same budget, in
-    `baselines/` (reused by key on a resumed search). Replicate 0 is the draft the search already has."""
-    spec = run.spec
-    drafts = []
-    for replicate in range(1, spec.tune.replicates):
-        for draft in compared:
-            recipe = tuned if draft.name.startswith(TUNED) else baseline_recipe(spec, draft.mixture)
-            drafts.append(run.draft(recipe, replicate, name=draft.name))
-    if drafts:
-        run.distil(drafts, "replicate", "replicates")
-    return drafts
+        searched = search_budget(run, parent, resume)
+        retrained = retrain(run, searched.searched)
+    return _finish(run, parent, resumed, searched, retrained)
 
 
 def _finish(
-    run: _Tune,
-    parent: str,
-    resumed: bool,
-    everything: list[CellRecord],
-    records: list[CellRecord],
-    recipes: dict[str, str],
-    contenders: Contenders,
-    winner: TrialRecord,
-    trials: list[TrialRecord],
+    run: Tune, parent: str, resumed: bool, searched: SearchRecord, retrained: Retrained
 ) -> TuneOutcome:
-    """Table 3 (printed by the CLI, saved, logged), the winner registered, every run finished."""
-    spec, tracker = run.spec, run.runs.tracker
-    tuned_label = winner.recipe.mixture_tag
-    contenders = replace(contenders, labels=contenders.labels | {contenders.tuned: tuned_label})
-    frame = table3(records, contenders, recipes)
-    title = (
-        f"Table 3 — {spec.name}: tuned mixture vs best single τ_kd vs manual recipe ({spec.tune.paradigm})"
-    )
-    markdown = table3_markdown(frame, tuned_label, title)
-    report_dir = run.out / REPORT_DIR
-    write_table3(frame, markdown, report_dir)
-    pd.DataFrame([_trial_row(t) for t in trials]).to_csv(report_dir / "trials.csv", index=False)
-    cells = [record.flat() | {"recipe": recipes.get(record.draft, record.draft)} for record in everything]
-    (report_dir / "cells.json").write_text(json.dumps(cells, indent=1))
-    tracker.log_artifacts(parent, report_dir, "report")
+    """Table 3 at both budgets and the rank agreement (printed by the CLI, saved, logged), the winner
+    registered, every run finished."""
+    assert run.cost is not None
+    composition, rank, markdown = _write_report(run, parent, searched, retrained)
+    winner, tracker = searched.winner, run.runs.tracker
     assert winner.objective is not None, "the winner is a completed trial, whose objective was measured"
-    tracker.log_metrics(parent, _gains(frame) | {"objective/best": winner.objective})
-    registered = _register(run, parent, winner)
+    rank_metrics = {f"rank/{k}": v for k, v in (("rho", rank.rho), ("low", rank.low), ("high", rank.high))}
+    metrics = _gains(composition.table3) | _gains(searched.table, "search_") | rank_metrics
+    finite = {k: v for k, v in metrics.items() if v == v}  # ρ has no interval below MIN_RECIPES recipes
+    tracker.log_metrics(parent, finite | {"objective/best": winner.objective})
+    registered = _register(run, parent, winner, retrained)
     run.runs.finish()
     tracker.finish(parent)
+    figures = _figures(run.spec, composition.table3, rank, searched.trials)
     return TuneOutcome(
-        parent, resumed, winner, frame, markdown, report_dir, registered, trials, run.stages.display.summary
+        parent,
+        resumed,
+        winner,
+        composition.table3,
+        markdown,
+        run.out / REPORT_DIR,
+        registered,
+        searched.trials,
+        rank,
+        run.cost,
+        figures,
+        run.stages.display.summary,
     )
+
+
+def _write_report(
+    run: Tune, parent: str, searched: SearchRecord, retrained: Retrained
+) -> tuple[Composition, RankAgreement, str]:
+    """The report folder (`outputs.py`), logged to the parent run: Table 3 with its intervals, the rank
+    agreement, the search's own Table 3, the cells, the trials and the export's records."""
+    spec, report_dir = run.spec, run.out / REPORT_DIR
+    assert run.cost is not None
+    cells = cells_json([*retrained.validation, *retrained.tests], retrained.recipes)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    write_cells(report_dir, CELLS_FILE, cells)
+    write_cells(report_dir, SEARCH_CELLS_FILE, cells_json([*searched.validation, *searched.tests], {}))
+    table = table3(retrained.tests, retrained.contenders, retrained.recipes)
+    composition = Composition(table, pd.DataFrame(cells))
+    taus = spec.tune.objective_temperatures
+    rank = rank_agreement(rank_rows(searched.searched, retrained, searched.validation, taus))
+    composition = replace(composition, table3=gain_intervals(composition), rank=rank.recipes)
+    title = (
+        f"Table 3 — {spec.name}: tuned mixture vs best single τ_kd vs manual recipe ({spec.tune.paradigm}), "
+        f"retrained at {final_budget(spec)} steps, {spec.tune.replicates} replicate(s) each"
+    )
+    markdown = write_tables(report_dir, composition, rank, (searched.table, searched.markdown), title)
+    write_records(report_dir, spec, parent, retrained.compared, run.cost)
+    pd.DataFrame([_trial_row(t) for t in searched.trials]).to_csv(report_dir / "trials.csv", index=False)
+    run.runs.tracker.log_artifacts(parent, report_dir, "report")
+    return composition, rank, markdown
 
 
 def _trial_row(trial: TrialRecord) -> dict[str, Any]:
@@ -310,23 +206,62 @@ def _trial_row(trial: TrialRecord) -> dict[str, Any]:
     }
 
 
-def _gains(frame: pd.DataFrame) -> dict[str, float]:
-    """Parent-run metrics: the relative gains of Table 3 per test set and τ_dec."""
+def _gains(frame: pd.DataFrame, prefix: str = "") -> dict[str, float]:
+    """Parent-run metrics: the relative gains of a Table 3 per test set and τ_dec."""
     metrics = {}
     for row in frame.to_dict("records"):
         where = f"{row['test_set']}/tau_dec_{row['tau_dec']:g}"
-        metrics[f"tuned_gain/{where}"] = row["tuned gain"]
-        metrics[f"manual_gain/{where}"] = row["manual gain"]
+        metrics[f"{prefix}tuned_gain/{where}"] = row["tuned gain"]
+        metrics[f"{prefix}manual_gain/{where}"] = row["manual gain"]
     return metrics
 
 
-def _register(run: _Tune, parent: str, winner: TrialRecord) -> tuple[str, str]:
-    """Log the winner's draft as its trial run's model, tag it best and register that model with its
-    mixture as tags."""
+def _figures(spec: SweepSpec, table: pd.DataFrame, rank: RankAgreement, trials: list[TrialRecord]) -> dict:
+    """A results file's figures (`specray/cli/results.py`): the budgets, the gains with their intervals,
+    the rank agreement and the trials."""
+    gains: dict[str, dict[str, float | None]] = {}
+    for row in table.to_dict("records"):
+        where = f"{row['test_set']}_tau_dec_{row['tau_dec']:g}".replace(".", "_")
+        for who in ("tuned", "manual"):
+            columns = {"gain": f"{who} gain", "gain_low": f"{who} gain low", "gain_high": f"{who} gain high"}
+            gains[f"{who}_{where}"] = {key: _finite(row.get(column)) for key, column in columns.items()}
+    completed = sum(t.status == "completed" for t in trials)
+    return {
+        "search_steps": steps_budget(spec),
+        "final_steps": final_budget(spec),
+        "replicates": spec.tune.replicates,
+        "trials": len(trials),
+        "completed_trials": completed,
+        "gains": gains,
+        "rank": {
+            "rho": _finite(rank.rho),
+            "low": _finite(rank.low),
+            "high": _finite(rank.high),
+            "recipes": len(rank.recipes),
+        },
+        # each role's best validation objective at the full budget: the best single τ_kd there may not be
+        # Table 3's (the search budget's choice)
+        "full_objective": {
+            role: found[1] for role in ("single", "manual", "tuned") if (found := rank.best(role))
+        },
+    }
+
+
+def _finite(value: Any) -> float | None:
+    """A figure, or None where there is none (a results file leaves those out)."""
+    return float(value) if value is not None and value == value else None
+
+
+def _register(run: Tune, parent: str, winner: TrialRecord, retrained: Retrained) -> tuple[str, str]:
+    """Register the winner's full-budget draft — of its replicates, the one whose validation objective is
+    closest to their mean — as a model with its mixture as tags, and tag the winning trial best."""
     spec, tracker, recipe = run.spec, run.runs.tracker, winner.recipe
     name = spec.tune.registered_model or f"{spec.name}-tuned-draft"
-    draft = replace(run.draft(recipe), folder=Path(winner.draft_dir))
-    model_id = tracker.log_draft_model(winner.run_id, draft_model(draft))
+    objectives = draft_objectives(retrained.validation, spec.tune.objective_temperatures)
+    replicates = {d.name: d for d in retrained.replicates(retrained.contenders.tuned)}
+    chosen = replicates[representative({n: objectives[n] for n in replicates})]
+    run_id = run.runs.runs[chosen.name]
+    model_id = tracker.log_draft_model(run_id, draft_model(chosen))
     tracker.set_tags(winner.run_id, {BEST: "true"})
     tracker.set_tags(parent, {"best_trial": winner.trial_id, "best_mixture": recipe.mixture_tag})
     tags = {
@@ -334,9 +269,12 @@ def _register(run: _Tune, parent: str, winner: TrialRecord) -> tuple[str, str]:
         "paradigm": recipe.paradigm,
         "trial_id": winner.trial_id,
         "objective": f"{winner.objective:.6g}",
+        "full_budget_objective": f"{objectives[chosen.name]:.6g}",
+        "steps": str(final_budget(spec)),
+        "replicate": f"{chosen.replicate} of {len(replicates)} (closest to their mean objective)",
         "objective_temperatures": json.dumps(spec.tune.objective_temperatures),
         "sweep": spec.name,
-        **{f"distill.{k}": str(v) for k, v in recipe.distill.items()},
+        **{f"distill.{k}": str(v) for k, v in recipe.distill.items() if k != "steps"},
     }
-    version = tracker.register_draft(name, winner.run_id, model_id, tags)
+    version = tracker.register_draft(name, run_id, model_id, tags)
     return name, version

@@ -11,8 +11,9 @@ dominate a typical sample, and broad mixes stay reachable. The scores become a m
   random subsets, and TPE can learn which τ_kd to score high — unlike one categorical over C(n, k)
   subsets, where TPE learns nothing across subsets that share members.
 
-Every trial and every baseline trains with the same budget (`tune.steps`, else `distill.steps`): only
-the recipe differs. The ASHA signal is the acceptance the loop's probe reports during training, averaged
+Every trial and every search-budget baseline trains with the same budget (`tune.steps`, else
+`distill.steps`): only the recipe differs. Table 3's drafts are then retrained at the full budget
+(`final_budget`). The ASHA signal is the acceptance the loop's probe reports during training, averaged
 over the objective τ_dec; the objective is the mean analytic `speedup_model` over those τ_dec on the
 validation split.
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specray.config import EvalSpec, LenienceSpec, SweepSpec
@@ -93,7 +94,20 @@ def mixture_from_config(
 
 
 def steps_budget(spec: SweepSpec) -> int:
+    """The search budget: every trial's steps, and the search-budget baselines'."""
     return spec.tune.steps or spec.distill.steps
+
+
+def final_budget(spec: SweepSpec) -> int:
+    """The budget Table 3's drafts are retrained at: `tune.final_steps`, else the included sweep's own steps
+    for the tune's paradigm — the budget its drafts are served at, and the one under which a full-budget
+    single τ_kd is the sweep's own draft (same key)."""
+    return spec.tune.final_steps or spec.distill.steps_for(spec.tune.paradigm)
+
+
+def at_budget(recipe: Recipe, steps: int) -> Recipe:
+    """The same recipe trained for `steps` steps (the winner retrained at the full budget)."""
+    return replace(recipe, distill=recipe.distill | {"steps": steps})
 
 
 def recipe_from_config(spec: SweepSpec, config: Mapping[str, Any]) -> Recipe:
@@ -107,9 +121,10 @@ def recipe_from_config(spec: SweepSpec, config: Mapping[str, Any]) -> Recipe:
     return Recipe(config.get("paradigm", t.paradigm), mixture, overrides)
 
 
-def baseline_recipe(spec: SweepSpec, mixture: Mapping[float, float]) -> Recipe:
-    """A baseline trains like a trial, with the sweep's own paradigm, divergence and λ."""
-    return Recipe(spec.tune.paradigm, dict(mixture), {"steps": steps_budget(spec)})
+def baseline_recipe(spec: SweepSpec, mixture: Mapping[float, float], steps: int | None = None) -> Recipe:
+    """A baseline trains like a trial (`steps`: the search budget unless given), with the sweep's own
+    paradigm, divergence and λ."""
+    return Recipe(spec.tune.paradigm, dict(mixture), {"steps": steps or steps_budget(spec)})
 
 
 def budget_spec(spec: SweepSpec, recipe: Recipe) -> SweepSpec:
