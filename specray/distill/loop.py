@@ -21,7 +21,8 @@ LM heads (`distill.loss_chunk_size`, see `losses.py`). AdamW, linear warm-up the
 (nanoGPT), gradient clipping, gradient accumulation, bf16 autocast on CUDA only.
 
 Every `report_every` steps (and at step 0 and the last step) a curve point is reported: loss, tokens/s,
-learning rate and the analytic acceptance at each eval τ_dec on a few validation prompts (`probe.py`).
+learning rate and, where the convergence test needs it (`convergence.probe_due`: every report of the last
+quarter, a few before), the analytic acceptance at each eval τ_dec on a few validation prompts (`probe.py`).
 Every `checkpoint_every` steps (and at the last step) rank 0 writes a checkpoint (`checkpoints.py`).
 """
 
@@ -52,21 +53,15 @@ from specray.distill.checkpoints import (
     publish,
     save_checkpoint,
 )
+from specray.distill.convergence import probe_due
 from specray.distill.curves import CurvePoint
-from specray.distill.data import (
-    MixtureSampler,
-    TrainRow,
-    collate,
-    rank_slice,
-    row_sources,
-    with_ground_truth,
-)
+from specray.distill.data import MixtureSampler, TrainRow, collate
 from specray.distill.inputs import DistillInputs, check_request, draft_name, prepare_inputs
 from specray.distill.losses import ResponseLoss, check_chunkable, unwrap
 from specray.distill.probe import AcceptanceProbe
 from specray.distill.session import LocalSession, Session
 from specray.distill.teacher_states import StaticStates, estimated_mb, kept_prompt_states
-from specray.keys import curve_inputs
+from specray.keys import curve_inputs, digest
 from specray.models.loading import load_model, load_tokenizer
 from specray.ops.schedule import warmup_cosine
 from specray.sampling import eos_token_ids, sample_batch
@@ -101,11 +96,11 @@ class _Run:
     teacher: PreTrainedModel | None  # online only (the probe keeps what it needs of the target)
     tokenizer: PreTrainedTokenizerBase
     data: MixtureSampler
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LambdaLR
     probe: AcceptanceProbe | None  # rank 0 only
     loss: ResponseLoss
     eos_ids: set[int]
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
     state: RunState  # saved with every checkpoint
     states: StaticStates | None = None  # online: the teacher's side of rows that never change
 
@@ -167,33 +162,27 @@ def _optimization(
 
 
 def _setup(
-    spec: SweepSpec, paradigm: str, mixture: Mapping[float, float], inputs: DistillInputs, session: Session
+    spec: SweepSpec,
+    paradigm: str,
+    mixture: Mapping[float, float],
+    inputs: DistillInputs,
+    session: Session,
+    run_fingerprint: str | None = None,
 ) -> _Run:
     d = spec.distill
     torch.manual_seed(d.seed)
-    run_fingerprint = fingerprint(spec, paradigm, mixture)
+    run_fingerprint = run_fingerprint or fingerprint(spec, paradigm, mixture)
     model, saved = _load_student(spec, inputs, session, run_fingerprint)
     tokenizer = load_tokenizer(inputs.draft_path, spec.models.draft.trust_remote_code)
     eos_ids = eos_token_ids(model, tokenizer)
     student = session.prepare(model.train())
-    optimizer, scheduler, state = _optimization(student, spec, saved, run_fingerprint)
-    data = MixtureSampler(inputs.rows, mixture, d.steps, d.batch_size, d.grad_accum, d.seed)
+    optimization = _optimization(student, spec, saved, run_fingerprint)  # optimizer, scheduler, state
+    sources = (d.sources.fixed, d.sources.student) if paradigm == "online" else None
+    data = MixtureSampler(inputs.rows, mixture, d.steps, d.batch_size, d.grad_accum, d.seed, sources)
     teacher, probe = _teacher_and_probe(spec, paradigm, inputs, session, tokenizer)
     loss = _response_loss(spec, paradigm, model, teacher)  # checks the heads can be chunked first
     run = _Run(
-        spec,
-        paradigm,
-        session,
-        student,
-        teacher,
-        tokenizer,
-        data,
-        optimizer,
-        scheduler,
-        probe,
-        loss,
-        eos_ids,
-        state,
+        spec, paradigm, session, student, teacher, tokenizer, data, probe, loss, eos_ids, *optimization
     )
     run.states = _static_states(run)
     return run
@@ -207,7 +196,7 @@ def _static_states(run: _Run) -> StaticStates | None:
     d = run.spec.distill
     if run.teacher is None or d.teacher_cache_mb <= 0 or d.loss_chunk_size <= 0:
         return None
-    rows, prompts = _row_plan(run)
+    rows, prompts = run.data.static_rows(run.session.rank, run.session.world_size)
     needed = estimated_mb(rows, unwrap(run.teacher).config.hidden_size)
     if needed > d.teacher_cache_mb:
         log.info("teacher states need %.0f MB > distill.teacher_cache_mb: computed every step", needed)
@@ -239,16 +228,11 @@ def _teacher_and_probe(
     """The target where it is needed: every rank online (teacher logits), rank 0 for the probe."""
     if paradigm == "offline" and session.rank != 0:
         return None, None
-    target = spec.models.target
+    target, e = spec.models.target, spec.eval
     teacher = load_model(inputs.target_path, target.dtype, target.trust_remote_code, session.device)
     teacher.requires_grad_(False)
-    probe = None
-    if session.rank == 0:
-        e = spec.eval
-        eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-        probe = AcceptanceProbe(
-            teacher, inputs.probe_prompts, e.temperatures, e.max_new_tokens, eos, pad, e.seed
-        )
+    settings = (e.temperatures, e.max_new_tokens, tokenizer.eos_token_id, tokenizer.pad_token_id, e.seed)
+    probe = AcceptanceProbe(teacher, inputs.probe_prompts, *settings) if session.rank == 0 else None
     return (teacher if paradigm == "online" else None), probe
 
 
@@ -286,37 +270,10 @@ def _with_student_samples(
     return replaced
 
 
-def _planned_rows(run: _Run, step: int, micro: int) -> tuple[list[TrainRow], list[int], list[int]]:
-    """Global micro-batch `micro` of `step` (online: with its fixed-data rows' ground truth in place),
-    this rank's indices into it, and which of those get a student sample (the same choice on every rank
-    count)."""
-    d, session = run.spec.distill, run.session
-    rows = run.data.micro_batch(step, micro)
-    local = list(rank_slice(len(rows), session.rank, session.world_size))
-    if run.paradigm != "online":
-        return rows, local, []
-    sources = row_sources(len(rows), d.sources.fixed, d.sources.student, d.seed, step, micro)
-    rows = with_ground_truth(rows, sources.fixed & set(local))
-    return rows, local, sorted(sources.student & set(local))
-
-
-def _row_plan(run: _Run) -> tuple[list[TrainRow], set[tuple[int, ...]]]:
-    """Every row of this rank's whole run whose response is not a student sample (with repeats), and the
-    prompts of all of this rank's rows."""
-    static: list[TrainRow] = []
-    prompts: set[tuple[int, ...]] = set()
-    for step in range(1, run.spec.distill.steps + 1):
-        for micro in range(run.spec.distill.grad_accum):
-            rows, local, chosen = _planned_rows(run, step, micro)
-            static.extend(rows[i] for i in local if i not in chosen)
-            prompts.update(rows[i].prompt_ids for i in local)
-    return static, prompts
-
-
 def _local_rows(run: _Run, step: int, micro: int) -> list[TrainRow]:
     """This rank's slice of global micro-batch `micro` of `step`; online, the on-policy rows replace their
     responses with student samples."""
-    rows, local, chosen = _planned_rows(run, step, micro)
+    rows, local, chosen = run.data.planned(step, micro, run.session.rank, run.session.world_size)
     rows = _with_student_samples(run, rows, chosen, step, micro)
     return [rows[i] for i in local]
 
@@ -356,8 +313,10 @@ def _train_step(run: _Run, step: int, window: _Window) -> None:
 
 
 def _curve(run: _Run, step: int, window: _Window) -> CurvePoint:
-    """One curve point: the window's loss and throughput, and (rank 0) the probe's acceptance."""
-    acceptance, per_prompt = run.probe(unwrap(run.student)) if run.probe is not None else ({}, {})
+    """One curve point: the window's loss and throughput, and (rank 0, where due) the probe's acceptance."""
+    d = run.spec.distill
+    due = run.probe is not None and probe_due(step, d.steps, d.report_every)
+    acceptance, per_prompt = run.probe(unwrap(run.student)) if due and run.probe else ({}, {})
     if not window.steps:
         return CurvePoint(step, acceptance=acceptance, per_prompt=per_prompt)
     return CurvePoint(
@@ -406,12 +365,15 @@ def run_training(
     mixture: Mapping[float, float],
     inputs: DistillInputs,
     session: Session,
+    run_fingerprint: str | None = None,
 ) -> list[CurvePoint]:
     """Train from the session's latest checkpoint (or the draft) to `distill.steps`; returns the curves.
+    `run_fingerprint`: the draft key, where the caller has it (computing it builds every shard key).
 
     The last step always ends with a checkpoint: that checkpoint is what gets published as the draft.
     """
-    run = _setup(spec, paradigm, check_request(spec, paradigm, mixture), inputs, session)
+    mixture = check_request(spec, paradigm, mixture)
+    run = _setup(spec, paradigm, mixture, inputs, session, run_fingerprint)
     if run.state.step == 0:
         _after_step(run, 0, _Window())  # the un-distilled draft: the curve starts at step 0
     window = _Window()
@@ -449,21 +411,29 @@ def train_draft(
     spec = spec.for_paradigm(paradigm)
     inputs = inputs or prepare_inputs(spec, paradigm, mixture)
     started = time.perf_counter()
-    work = claim_work_dir(output_dir, fingerprint(spec, paradigm, mixture))
+    key_inputs = draft_inputs(spec, paradigm, mixture)  # once: it builds every shard key
+    work = claim_work_dir(output_dir, digest(key_inputs))
     session = LocalSession(work, report, worker_resources(spec).torch_device())
-    curves = run_training(spec, paradigm, mixture, inputs, session)
+    curves = run_training(spec, paradigm, mixture, inputs, session, digest(key_inputs))
     final = session.checkpoints()[-1]
     state = RunState.from_json(load_trainer_state(final))
-    info = finished_info(spec, paradigm, mixture, state, time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    info = finished_info(spec, paradigm, mixture, state, seconds, key_inputs)
     publish(final, output_dir, spec, info)
     shutil.rmtree(work, ignore_errors=True)
     return DistillResult(output_dir, spec.distill.steps, curves)
 
 
 def finished_info(
-    spec: SweepSpec, paradigm: str, mixture: Mapping[float, float], state: RunState, seconds: float
+    spec: SweepSpec,
+    paradigm: str,
+    mixture: Mapping[float, float],
+    state: RunState,
+    seconds: float,
+    key_inputs: dict | None = None,
 ) -> FinishedDraft:
-    """What the completion marker records about the run (`state`: its last checkpoint's)."""
+    """What the completion marker records about the run (`state`: its last checkpoint's; `key_inputs`:
+    its `draft_inputs`, where the caller has them)."""
     if state.step != spec.distill.steps:
         raise RuntimeError(f"the last checkpoint is at step {state.step}, not {spec.distill.steps}")
     return FinishedDraft(
@@ -473,7 +443,7 @@ def finished_info(
         steps=state.step,
         resumed_from=state.resumed_from,
         fingerprint=state.fingerprint,
-        key_inputs=draft_inputs(spec, paradigm, mixture),
+        key_inputs=key_inputs if key_inputs is not None else draft_inputs(spec, paradigm, mixture),
         curve_inputs=curve_inputs(spec),
         seconds=round(seconds, 1),
     )
