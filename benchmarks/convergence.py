@@ -6,8 +6,9 @@
 Runs the plain train loop (`specray.distill.loop.train_draft`, one process, no Ray, 1 torch thread = one Ray
 Train worker's CPU) with sweeps/tiny.yaml's settings and any spec overrides (`distill.lr=1e-3`,
 `distill.teacher_cache_mb=0`, ...), a curve point every steps/20 steps; prints the probe's mean acceptance
-per point, the convergence verdict (`specray/distill/convergence.py`) and the run's wall and CPU seconds
-(process CPU time: on a shared machine it is what a quiet machine would take, give or take cache effects).
+per point where the loop probes (every point of the last quarter, a few before: `convergence.probe_due`),
+the convergence verdict (`specray/distill/convergence.py`) and the run's wall and CPU seconds (process CPU
+time: on a shared machine it is what a quiet machine would take, give or take cache effects).
 Setup (model loading, the probe's target side, kept teacher states) and the probes are included.
 
 Needs the tiny zoo and the τ_kd shard: `specray generate sweeps/tiny.yaml 'teacher.temperatures=[1.0]'`
@@ -60,7 +61,9 @@ def main() -> None:
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     for point in curves:
         loss = f"{point.loss:.3f}" if point.loss is not None else "  -  "
-        print(f"step {point.step:5d}  loss {loss}  mean probe acceptance {mean_acceptance(point):.4f}")
+        alpha = mean_acceptance(point)  # None where the loop did not probe (`convergence.probe_due`)
+        shown = f"{alpha:.4f}" if alpha is not None else "  -  "
+        print(f"step {point.step:5d}  loss {loss}  mean probe acceptance {shown}")
     found = convergence(curves)
     setting = f"{args.paradigm}, τ_kd={args.tau_kd:g}, lr={spec.distill.lr:g}, {' '.join(args.overrides)}"
     print(f"\n{setting}: {found.describe() if found else 'too few points for a slope'}")

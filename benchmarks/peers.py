@@ -11,14 +11,17 @@ Without TRL it prints one line saying how to install it and exits 0.
 Distillation: one finished draft per (paradigm, tool), each in a fresh process with one torch thread, at
 sweeps/tiny.yaml's step counts (online 600, offline 400), batch 16, λ = 0.5, 48 new tokens, FKL, τ_kd 1.0,
 lr 3e-3 with 20 warm-up steps and a cosine to 10%, AdamW, clipping at 1, checkpoints every 100 steps. specray
-runs `train_draft` (what a sweep runs per draft: setup, kept teacher states, the acceptance probe every 10
-steps, checkpoints, publishing); TRL runs GKDTrainer (online) or SFTTrainer (offline) on the same rows in the
-same order, checked at run time (`peers_trl.py`). The tools alternate which goes first across repeats.
+runs `train_draft` (what a sweep runs per draft: setup, kept teacher states, the acceptance probe at the 8
+eval τ_dec at tiny.yaml's report cadence — every 10 steps where the convergence test reads the curve,
+`convergence.probe_due` —, checkpoints, publishing); TRL runs GKDTrainer (online) or SFTTrainer (offline)
+on the same rows in the same order, checked at run time (`peers_trl.py`). The tools alternate which goes
+first across repeats.
 Figures: s/step (the optimizer steps alone), s per finished draft (from reading the shard to the saved
 draft; imports excluded on both sides), trained tokens per step (non-padding tokens of the batches), and
 the quality of the finished drafts — CE and forward KL on held-out teacher rows (the in-domain test prompts,
 teacher samples at τ_kd) and specray's analytic acceptance (`AcceptanceProbe`) at τ_dec 0 and 1.
-GKD flips one coin per batch for on-policy data where specray mixes per row; its λ-weighted figures
+The probe's share: the wall and CPU seconds spent building the probe and in its reports, over the
+draft's. GKD flips one coin per batch for on-policy data where specray mixes per row; its λ-weighted figures
 count its on-policy and fixed-data steps at weight λ and 1 − λ (what a per-row mix costs on average).
 
 Teacher data: the teacher pool's transformers engine (`TransformersEngine.generate`) against batched
@@ -74,14 +77,38 @@ def _spec(args: argparse.Namespace) -> SweepSpec:
 # ---------------------------------------------------------------- one job per process
 
 
+def _timed_probe() -> dict[str, float]:
+    """Wall and CPU seconds spent in the acceptance probe (building it and every report), from now on."""
+    from specray.distill.probe import AcceptanceProbe
+
+    spent = {"wall": 0.0, "cpu": 0.0}
+
+    def timed(method):
+        def wrapper(*args, **kwargs):
+            wall, cpu = time.perf_counter(), time.process_time()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                spent["wall"] += time.perf_counter() - wall
+                spent["cpu"] += time.process_time() - cpu
+
+        return wrapper
+
+    AcceptanceProbe.__init__ = timed(AcceptanceProbe.__init__)  # type: ignore[method-assign]
+    AcceptanceProbe.__call__ = timed(AcceptanceProbe.__call__)  # type: ignore[method-assign]
+    return spent
+
+
 def specray_job(spec: SweepSpec, paradigm: str, tau_kd: float, output: Path) -> dict:
     """One draft through `train_draft`, end to end (reading the shard, setup, training, probes, checkpoints,
-    publishing); s/step and tokens from its curve points, which time the optimizer steps alone."""
+    publishing); s/step and tokens from its curve points, which time the optimizer steps alone; the probe's
+    share of the draft's wall and CPU time."""
     from specray.distill.loop import train_draft
 
-    started = time.perf_counter()
+    probe = _timed_probe()
+    started, cpu = time.perf_counter(), time.process_time()
     result = train_draft(one_draft(spec, paradigm, {tau_kd: 1.0}, output))
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     points, previous = [], 0
     for point in result.curves:
         if point.seconds_per_step is not None and point.tokens_per_s is not None:
@@ -92,7 +119,16 @@ def specray_job(spec: SweepSpec, paradigm: str, tau_kd: float, output: Path) -> 
         previous = point.step
     step_seconds = sum(p[1] for p in points)
     tokens = sum(p[0] * p[2] for p in points)
-    return {"seconds": seconds, "steps": result.steps, "step_seconds_total": step_seconds, "tokens": tokens}
+    probed = sum(1 for point in result.curves if point.acceptance)
+    return {
+        "seconds": seconds,
+        "steps": result.steps,
+        "step_seconds_total": step_seconds,
+        "tokens": tokens,
+        "probe share": probe["wall"] / seconds,
+        "probe share (CPU)": probe["cpu"] / cpu,
+        "probes": probed,
+    }
 
 
 def trl_job(spec: SweepSpec, paradigm: str, tau_kd: float, output: Path) -> dict:
@@ -139,7 +175,12 @@ def _summarise(tool: str, result: dict, fraction: float) -> dict:
     if tool == "specray":
         steps = result["steps"]
         per_step = result["step_seconds_total"] / steps
-        return {"s/step": per_step, "s/draft": result["seconds"], "tokens/step": result["tokens"] / steps}
+        shares = {key: result[key] for key in ("probe share", "probe share (CPU)", "probes")}
+        return {
+            "s/step": per_step,
+            "s/draft": result["seconds"],
+            "tokens/step": result["tokens"] / steps,
+        } | shares
     seconds, onpolicy = result["step_seconds"], result["onpolicy"]
     steps = len(seconds)
     summary = {
@@ -228,6 +269,13 @@ def report(spec: SweepSpec, runs: dict, quality: dict, rates: dict, args) -> tup
     print(f"| — | un-distilled draft | 0 | | | | {q['ce']:.4f} | {q['fkl']:.4f} | {alpha} |")
     if "online" in args.paradigms:
         figures["online_draft_ratio"] = _online_ratios(runs)
+    for paradigm in args.paradigms:
+        ours, reports = runs[paradigm, "specray"], steps[paradigm] // d.report_every + 1
+        print(
+            f"{paradigm}: the acceptance probe's share of a finished draft ({_median(ours, 'probes'):.0f} of "
+            f"{reports} reports, every τ_dec): {_median(ours, 'probe share'):.3f} of its wall time, "
+            f"{_median(ours, 'probe share (CPU)'):.3f} of its CPU time"
+        )
     if "offline" in args.paradigms:
         ours, sft = runs["offline", "specray"], runs["offline", "trl"]
         ratio = _median(ours, "s/draft") / _median(sft, "s/draft")

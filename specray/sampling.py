@@ -63,6 +63,7 @@ def sample_batch(
     eos_token_ids: Collection[int],
     pad_token_id: int,
     keep_logits: bool = False,
+    copies: int = 1,
 ) -> list[Sample]:
     """Sample one continuation per prompt with a KV cache; row i uses `taus[i]` and `generators[i]`.
 
@@ -71,14 +72,19 @@ def sample_batch(
     `max_new_tokens` (reason "length"); finished rows leave the batch (their KV cache rows are dropped),
     so the remaining steps only pay for the rows still running. `keep_logits` also returns, per row, the
     logits each token was drawn from (the analytic estimator uses them as the target's pass).
+    `copies` > 1 samples every prompt that many times — rows prompt-major (row i·copies + k is copy k of
+    prompt i; `taus`, `generators` and a list of `max_new_tokens` are given per row) — and runs each prompt
+    through the model once, its cache then shared by its copies (`decode_lockstep`).
     Runs under no_grad; put a model that is being trained in eval mode first (dropout).
     """
     import torch
 
-    count = len(prompts_token_ids)
+    count = len(prompts_token_ids) * copies
     limits = [max_new_tokens] * count if isinstance(max_new_tokens, int) else list(max_new_tokens)
     if not (len(taus) == len(generators) == len(limits) == count):
-        raise ValueError("prompts_token_ids, taus, generators and max_new_tokens must have the same length")
+        raise ValueError(
+            "prompts_token_ids (x copies), taus, generators and max_new_tokens must have the same length"
+        )
     rows = [
         _Row(tau, generator, limit) for tau, generator, limit in zip(taus, generators, limits, strict=True)
     ]
@@ -95,7 +101,7 @@ def sample_batch(
     def finished(index: int) -> bool:
         return rows[index].finish_reason is not None
 
-    decode_lockstep([model], prompts_token_ids, pad_token_id, choose, finished)
+    decode_lockstep([model], prompts_token_ids, pad_token_id, choose, finished, copies)
     return [
         Sample(row.tokens, row.finish_reason, torch.stack(kept[i]) if keep_logits else None)  # type: ignore[arg-type]
         for i, row in enumerate(rows)
@@ -108,6 +114,7 @@ def decode_lockstep(
     pad_token_id: int,
     choose: Callable[[list[torch.Tensor], list[int]], list[int]],
     finished: Callable[[int], bool],
+    copies: int = 1,
 ) -> None:
     """The KV-cached decoding loop behind every sampler here, for one model or several in lockstep.
 
@@ -115,34 +122,34 @@ def decode_lockstep(
     is left: every model runs on the running rows' last token, `choose(logits, running)` gets logits[k]
     [running, vocab] of model k and the running rows' indices (batch order) and returns each running row's
     next token, and the rows for which `finished(index)` now holds leave the batch and every cache, so
-    later steps pay only for the rows still going. The models must share a tokenizer; runs under no_grad.
+    later steps pay only for the rows still going. With `copies` > 1 each prompt is `copies` rows (row
+    i·copies + k), which share the prompt's prefill: its cache and first logits are repeated after it.
+    The models must share a tokenizer; runs under no_grad.
     """
     import torch
 
     device = next(models[0].parameters()).device
     with torch.no_grad():
-        caches = []
+        caches, logits = [], []
         for model in models:
             cache, input_ids, attention_mask, position_ids = _prefill_shared_prefix(
                 model, prompts_token_ids, pad_token_id, device
             )
-            caches.append(cache)
-        running = list(range(len(prompts_token_ids)))
+            out = _forward(model, cache, input_ids, attention_mask, position_ids)
+            caches.append(out.past_key_values)
+            logits.append(out.logits[:, -1, :])  # [prompts, vocab]
+        if copies > 1:  # every copy continues from its prompt's cache
+            for cache in caches:
+                cache.batch_repeat_interleave(copies)
+            logits = [x.repeat_interleave(copies, dim=0) for x in logits]
+            attention_mask = attention_mask.repeat_interleave(copies, dim=0)
+            position_ids = position_ids.repeat_interleave(copies, dim=0)
+        running = list(range(len(prompts_token_ids) * copies))
         while running:
-            logits = []
-            for k, model in enumerate(models):
-                out = model(
-                    input_ids=input_ids,
-                    attention_mask=attention_mask,
-                    position_ids=position_ids,
-                    past_key_values=caches[k],
-                    use_cache=True,
-                    logits_to_keep=1,  # only the last position is needed: skips the prompt's vocab projection
-                )
-                caches[k] = out.past_key_values
-                logits.append(out.logits[:, -1, :])  # [running, vocab]
             next_ids = choose(logits, running)
             still = [i for i, index in enumerate(running) if not finished(index)]
+            if not still:
+                return
             if len(still) < len(running):  # drop finished rows from the batch and the caches
                 select = torch.tensor(still, device=device, dtype=torch.long)
                 for cache in caches:
@@ -153,6 +160,28 @@ def decode_lockstep(
             input_ids = torch.tensor(next_ids, device=device, dtype=torch.long)[:, None]  # [running, 1]
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(running), 1))], dim=-1)
             position_ids = position_ids[:, -1:] + 1
+            logits = []
+            for k, model in enumerate(models):
+                out = _forward(model, caches[k], input_ids, attention_mask, position_ids)
+                caches[k] = out.past_key_values
+                logits.append(out.logits[:, -1, :])  # [running, vocab]
+
+
+def _forward(
+    model: PreTrainedModel,
+    cache: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+) -> Any:
+    return model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,  # only the last position is needed: skips the prompt's vocab projection
+    )
 
 
 SHARED_PREFIX_MIN = 4  # shorter common prefixes are not worth a separate forward pass

@@ -99,7 +99,9 @@ def _epochs(size: int, count: int, seed: int, tau: float) -> list[int]:
 
 
 class MixtureSampler:
-    """The global micro-batches of a run: `batch_size` rows per micro-batch, `grad_accum` per step."""
+    """The global micro-batches of a run: `batch_size` rows per micro-batch, `grad_accum` per step; online
+    (`sources`: the fractions λ1 of fixed data and λ2 of student samples), where each row's response
+    comes from."""
 
     def __init__(
         self,
@@ -109,11 +111,13 @@ class MixtureSampler:
         batch_size: int,
         grad_accum: int,
         seed: int,
+        sources: tuple[float, float] | None = None,
     ) -> None:
         missing = sorted(set(mixture) - set(rows))
         if missing:
             raise ValueError(f"no rows for τ_kd {missing} of the mixture")
         self.rows, self.batch_size, self.grad_accum = rows, batch_size, grad_accum
+        self.steps, self.seed, self.sources = steps, seed, sources
         sizes = {tau: len(rows[tau]) for tau in mixture}
         self.draws = plan_draws(mixture, sizes, steps * grad_accum * batch_size, seed)
 
@@ -121,6 +125,32 @@ class MixtureSampler:
         """The rows of micro-batch `micro` (0-based) of optimizer step `step` (1-based), all ranks."""
         start = ((step - 1) * self.grad_accum + micro) * self.batch_size
         return [self.rows[tau][index] for tau, index in self.draws[start : start + self.batch_size]]
+
+    def planned(
+        self, step: int, micro: int, rank: int = 0, world_size: int = 1
+    ) -> tuple[list[TrainRow], list[int], list[int]]:
+        """Global micro-batch `micro` of `step` (online: with its fixed-data rows' ground truth in place),
+        this rank's indices into it, and which of those get a student sample (the same choice on every
+        rank count)."""
+        rows = self.micro_batch(step, micro)
+        local = list(rank_slice(len(rows), rank, world_size))
+        if self.sources is None:
+            return rows, local, []
+        sources = row_sources(len(rows), *self.sources, self.seed, step, micro)
+        rows = with_ground_truth(rows, sources.fixed & set(local))
+        return rows, local, sorted(sources.student & set(local))
+
+    def static_rows(self, rank: int = 0, world_size: int = 1) -> tuple[list[TrainRow], set[tuple[int, ...]]]:
+        """Every row of this rank's whole run whose response is not a student sample (with repeats), and
+        the prompts of all of this rank's rows."""
+        static: list[TrainRow] = []
+        prompts: set[tuple[int, ...]] = set()
+        for step in range(1, self.steps + 1):
+            for micro in range(self.grad_accum):
+                rows, local, chosen = self.planned(step, micro, rank, world_size)
+                static.extend(rows[i] for i in local if i not in chosen)
+                prompts.update(rows[i].prompt_ids for i in local)
+        return static, prompts
 
 
 @dataclass(frozen=True)
@@ -198,13 +228,13 @@ class Batch:
 def collate(rows: Sequence[TrainRow], pad_token_id: int) -> Batch:
     """One batch from rows; only response tokens are labelled (the prompt and padding are ignored)."""
     width = max(len(row.prompt_ids) + len(row.response_ids) for row in rows)
-    input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
-    for i, row in enumerate(rows):
-        prompt, response = len(row.prompt_ids), len(row.response_ids)
-        input_ids[i, : prompt + response] = torch.tensor(row.prompt_ids + row.response_ids)
-        attention_mask[i, : prompt + response] = 1
+    input_ids, attention_mask, labels = [], [], []
+    for row in rows:  # Python lists, then one tensor each: a step collates 16 rows, every step
+        length, padding = len(row.prompt_ids) + len(row.response_ids), [pad_token_id] * width
+        input_ids.append([*row.prompt_ids, *row.response_ids, *padding[length:]])
+        attention_mask.append([1] * length + [0] * (width - length))
         # the logits at the prompt's last position predict the first response token, and so on
-        labels[i, prompt - 1 : prompt - 1 + response] = torch.tensor(row.response_ids)
-    return Batch(input_ids, attention_mask, labels)
+        ignored = [IGNORE_INDEX] * (len(row.prompt_ids) - 1)
+        labels.append([*ignored, *row.response_ids, *[IGNORE_INDEX] * (width - length + 1)])
+    tensors = (torch.tensor(x, dtype=torch.long) for x in (input_ids, attention_mask, labels))
+    return Batch(*tensors)

@@ -21,7 +21,8 @@ LM heads (`distill.loss_chunk_size`, see `losses.py`). AdamW, linear warm-up the
 (nanoGPT), gradient clipping, gradient accumulation, bf16 autocast on CUDA only.
 
 Every `report_every` steps (and at step 0 and the last step) a curve point is reported: loss, tokens/s,
-learning rate and the analytic acceptance at each eval τ_dec on a few validation prompts (`probe.py`).
+learning rate and, where the convergence test needs it (`convergence.probe_due`: every report of the last
+quarter, a few before), the analytic acceptance at each eval τ_dec on a few validation prompts (`probe.py`).
 Every `checkpoint_every` steps (and at the last step) rank 0 writes a checkpoint (`checkpoints.py`).
 """
 
@@ -50,15 +51,9 @@ from specray.distill.checkpoints import (
     publish,
     save_checkpoint,
 )
+from specray.distill.convergence import probe_due
 from specray.distill.curves import CurvePoint
-from specray.distill.data import (
-    MixtureSampler,
-    TrainRow,
-    collate,
-    rank_slice,
-    row_sources,
-    with_ground_truth,
-)
+from specray.distill.data import MixtureSampler, TrainRow, collate
 from specray.distill.inputs import DistillInputs, check_request, prepare_inputs
 from specray.distill.losses import ResponseLoss, check_chunkable, unwrap
 from specray.distill.probe import AcceptanceProbe
@@ -100,11 +95,11 @@ class _Run:
     teacher: PreTrainedModel | None  # online only (the probe keeps what it needs of the target)
     tokenizer: PreTrainedTokenizerBase
     data: MixtureSampler
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LambdaLR
     probe: AcceptanceProbe | None  # rank 0 only
     loss: ResponseLoss
     eos_ids: set[int]
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
     state: RunState  # saved with every checkpoint
     states: StaticStates | None = None  # online: the teacher's side of rows that never change
 
@@ -174,24 +169,13 @@ def _setup(draft: Draft, inputs: DistillInputs, session: Session) -> _Run:
     tokenizer = load_tokenizer(inputs.draft_path, spec.models.draft.trust_remote_code)
     eos_ids = eos_token_ids(model, tokenizer)
     student = session.prepare(model.train())
-    optimizer, scheduler, state = _optimization(student, spec, saved, run_fingerprint)
-    data = MixtureSampler(inputs.rows, mixture, d.steps, d.batch_size, d.grad_accum, d.seed)
+    optimization = _optimization(student, spec, saved, run_fingerprint)  # optimizer, scheduler, state
+    sources = (d.sources.fixed, d.sources.student) if paradigm == "online" else None
+    data = MixtureSampler(inputs.rows, mixture, d.steps, d.batch_size, d.grad_accum, d.seed, sources)
     teacher, probe = _teacher_and_probe(spec, paradigm, inputs, session, tokenizer)
     loss = _response_loss(spec, paradigm, model, teacher)  # checks the heads can be chunked first
     run = _Run(
-        spec,
-        paradigm,
-        session,
-        student,
-        teacher,
-        tokenizer,
-        data,
-        optimizer,
-        scheduler,
-        probe,
-        loss,
-        eos_ids,
-        state,
+        spec, paradigm, session, student, teacher, tokenizer, data, probe, loss, eos_ids, *optimization
     )
     run.states = _static_states(run)
     return run
@@ -205,7 +189,7 @@ def _static_states(run: _Run) -> StaticStates | None:
     d = run.spec.distill
     if run.teacher is None or d.teacher_cache_mb <= 0 or d.loss_chunk_size <= 0:
         return None
-    rows, prompts = _row_plan(run)
+    rows, prompts = run.data.static_rows(run.session.rank, run.session.world_size)
     needed = estimated_mb(rows, unwrap(run.teacher).config.hidden_size)
     if needed > d.teacher_cache_mb:
         log.info("teacher states need %.0f MB > distill.teacher_cache_mb: computed every step", needed)
@@ -237,16 +221,11 @@ def _teacher_and_probe(
     """The target where it is needed: every rank online (teacher logits), rank 0 for the probe."""
     if paradigm == "offline" and session.rank != 0:
         return None, None
-    target = spec.models.target
+    target, e = spec.models.target, spec.eval
     teacher = load_model(inputs.target_path, target.dtype, target.trust_remote_code, session.device)
     teacher.requires_grad_(False)
-    probe = None
-    if session.rank == 0:
-        e = spec.eval
-        eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-        probe = AcceptanceProbe(
-            teacher, inputs.probe_prompts, e.temperatures, e.max_new_tokens, eos, pad, e.seed
-        )
+    settings = (e.temperatures, e.max_new_tokens, tokenizer.eos_token_id, tokenizer.pad_token_id, e.seed)
+    probe = AcceptanceProbe(teacher, inputs.probe_prompts, *settings) if session.rank == 0 else None
     return (teacher if paradigm == "online" else None), probe
 
 
@@ -284,37 +263,10 @@ def _with_student_samples(
     return replaced
 
 
-def _planned_rows(run: _Run, step: int, micro: int) -> tuple[list[TrainRow], list[int], list[int]]:
-    """Global micro-batch `micro` of `step` (online: with its fixed-data rows' ground truth in place),
-    this rank's indices into it, and which of those get a student sample (the same choice on every rank
-    count)."""
-    d, session = run.spec.distill, run.session
-    rows = run.data.micro_batch(step, micro)
-    local = list(rank_slice(len(rows), session.rank, session.world_size))
-    if run.paradigm != "online":
-        return rows, local, []
-    sources = row_sources(len(rows), d.sources.fixed, d.sources.student, d.seed, step, micro)
-    rows = with_ground_truth(rows, sources.fixed & set(local))
-    return rows, local, sorted(sources.student & set(local))
-
-
-def _row_plan(run: _Run) -> tuple[list[TrainRow], set[tuple[int, ...]]]:
-    """Every row of this rank's whole run whose response is not a student sample (with repeats), and the
-    prompts of all of this rank's rows."""
-    static: list[TrainRow] = []
-    prompts: set[tuple[int, ...]] = set()
-    for step in range(1, run.spec.distill.steps + 1):
-        for micro in range(run.spec.distill.grad_accum):
-            rows, local, chosen = _planned_rows(run, step, micro)
-            static.extend(rows[i] for i in local if i not in chosen)
-            prompts.update(rows[i].prompt_ids for i in local)
-    return static, prompts
-
-
 def _local_rows(run: _Run, step: int, micro: int) -> list[TrainRow]:
     """This rank's slice of global micro-batch `micro` of `step`; online, the on-policy rows replace their
     responses with student samples."""
-    rows, local, chosen = _planned_rows(run, step, micro)
+    rows, local, chosen = run.data.planned(step, micro, run.session.rank, run.session.world_size)
     rows = _with_student_samples(run, rows, chosen, step, micro)
     return [rows[i] for i in local]
 
@@ -354,8 +306,10 @@ def _train_step(run: _Run, step: int, window: _Window) -> None:
 
 
 def _curve(run: _Run, step: int, window: _Window) -> CurvePoint:
-    """One curve point: the window's loss and throughput, and (rank 0) the probe's acceptance."""
-    acceptance, per_prompt = run.probe(unwrap(run.student)) if run.probe is not None else ({}, {})
+    """One curve point: the window's loss and throughput, and (rank 0, where due) the probe's acceptance."""
+    d = run.spec.distill
+    due = run.probe is not None and probe_due(step, d.steps, d.report_every)
+    acceptance, per_prompt = run.probe(unwrap(run.student)) if due and run.probe else ({}, {})
     if not window.steps:
         return CurvePoint(step, acceptance=acceptance, per_prompt=per_prompt)
     return CurvePoint(

@@ -29,8 +29,10 @@ QUICK = {
     "mlflow_lineage.py": r"^sqlite: old +[\d.]+ s, new +[\d.]+ s",
     # without TRL (the CI lane: `pip install -e '.[peers]'` is opt-in) it prints how to install it and exits 0
     "peers.py": r"^(teacher engine / model\.generate tokens/s: [\d.]+ at|skipped: TRL is not installed)",
+    "probe.py": r"^the probe's share of the draft: [\d.]+ of its wall time",
     "scale.py": r"^kd step peak memory chunked / unchunked: [\d.]+$",
     "specdec.py": r"^τ=1.0: ours / HF = [\d.]+ +ours / limit = ",
+    "stages.py": r"^distillation steps at [\d.]+ \(offline\) and [\d.]+ \(online\) of the fp32 matmul peak",
     "teacher_pass.py": r"^ +states \+ prompt caches: +[\d.]+ CPU s",
     "teacher_pool.py": r"^2 replicas / 1 replica \(1 thread each\): [\d.]+x",
     "train_overhead.py": r"^ +ray_train: +[\d.]+ s wall",

@@ -9,6 +9,7 @@ from specray.distill.convergence import (
     convergence,
     convergence_metrics,
     mean_acceptance,
+    probe_due,
     slope_per_100,
 )
 from specray.distill.curves import CurvePoint
@@ -69,3 +70,20 @@ def test_too_few_points_in_the_window_gives_no_verdict() -> None:
     assert convergence(curves) is None
     assert convergence_metrics(curves) == {}
     assert convergence([]) is None
+
+
+def test_the_probe_runs_at_every_report_of_the_window_and_at_doubling_steps_before() -> None:
+    probed = [step for step in range(0, 401, 10) if probe_due(step, 400, 10)]
+    assert probed == [0, 10, 20, 40, 80, 160, *range(300, 401, 10)]
+    assert probe_due(397, 397, 10)  # the last step, reported whatever report_every
+    online = [step for step in range(0, 601, 10) if probe_due(step, 600, 10)]
+    assert online == [0, 10, 20, 40, 80, 160, 320, *range(450, 601, 10)]
+
+
+@pytest.mark.parametrize(("steps", "every"), [(400, 10), (600, 10), (100, 7), (40, 1), (8, 1)])
+def test_the_thinned_curve_gives_the_verdict_of_the_full_one(steps: int, every: int) -> None:
+    """What `probe_due` leaves out lies outside the convergence window: the slope is the same."""
+    reports = sorted({*range(0, steps + 1, every), steps})
+    full = [_point(step, 0.4 + 0.3 * (1 - 0.99**step), 0.5) for step in reports]
+    thinned = [p if probe_due(p.step, steps, every) else CurvePoint(p.step, loss=1.0) for p in full]
+    assert convergence(thinned) == convergence(full) is not None

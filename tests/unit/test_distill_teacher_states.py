@@ -10,7 +10,7 @@ import torch
 
 from specray.distill.data import TrainRow, collate
 from specray.distill.inputs import prepare_inputs
-from specray.distill.loop import _row_plan, _setup, train_draft
+from specray.distill.loop import _setup, train_draft
 from specray.distill.losses import ResponseLoss
 from specray.distill.session import LocalSession
 from specray.distill.teacher_states import (
@@ -78,7 +78,7 @@ def test_static_rows_are_exactly_the_non_student_rows(micro_zoo, tmp_path) -> No
     run = _setup(
         one_draft(spec, "online", {1.0: 1.0}, tmp_path / "draft"), inputs, LocalSession(tmp_path, None)
     )
-    rows, prompts = _row_plan(run)
+    rows, prompts = run.data.static_rows()
     assert len(rows) == spec.distill.steps * 2
     assert run.states is not None and set(run.states.states) == set(rows)
     every_row = [run.data.micro_batch(step, 0) for step in range(1, spec.distill.steps + 1)]
@@ -157,7 +157,7 @@ def test_kept_states_and_prompt_caches_share_the_budget(micro_zoo, tmp_path, cap
         one_draft(spec, "online", {1.0: 1.0}, tmp_path / "draft"), inputs, LocalSession(tmp_path / "a", None)
     )
     assert run.states is not None and run.states.prompts is not None
-    rows, _ = _row_plan(run)
+    rows, _ = run.data.static_rows()
     states_mb = estimated_mb(rows, run.teacher.config.hidden_size)
     tight = micro_spec(
         micro_zoo, "distill.onpolicy_fraction=0.5", f"distill.teacher_cache_mb={states_mb * 1.01}"

@@ -164,6 +164,23 @@ def test_left_pad_puts_every_prompt_against_the_right_edge() -> None:
     assert mask.tolist() == [[1, 1, 1], [0, 0, 1]]
 
 
+def test_copies_of_a_prompt_sample_as_the_prompt_listed_that_often(engine, prompts) -> None:
+    """`copies` runs each prompt once and shares its cache: the same tokens and logits as listing it."""
+    prompt_ids = engine.tokenizer([text for _, text in prompts])["input_ids"]
+    taus = [0.0, 0.7, 1.5] * len(prompt_ids)
+
+    def generators() -> list[torch.Generator]:
+        return [torch.Generator().manual_seed(row) for row in range(len(taus))]
+
+    listed = [p for p in prompt_ids for _ in range(3)]
+    expected = sample_batch(engine.model, listed, taus, generators(), MAX_NEW, set(), 0, keep_logits=True)
+    copied = sample_batch(engine.model, prompt_ids, taus, generators(), MAX_NEW, set(), 0, True, copies=3)
+    assert [s.token_ids for s in copied] == [s.token_ids for s in expected]
+    assert len({tuple(s.token_ids) for s in copied[:3]}) > 1  # the copies draw at their own τ
+    for got, want in zip(copied, expected, strict=True):
+        assert torch.allclose(got.logits, want.logits, atol=1e-4)
+
+
 def test_sample_batch_checks_lengths(engine) -> None:
     with pytest.raises(ValueError, match="same length"):
         sample_batch(engine.model, [[1, 2]], [0.0, 1.0], [torch.Generator()], 3, set(), 0)
