@@ -33,6 +33,7 @@ from transformers.utils import logging as hf_logging
 from specray.distill import probe as probe_module
 from specray.distill.curves import CurvePoint
 from specray.distill.loop import train_draft
+from specray.draft import one_draft
 from specray.specdec.analytic import AnalyticEstimator, ratio_ci95, sample_continuations
 
 
@@ -130,7 +131,7 @@ def main() -> None:
     recorder = Recorder()
     with tempfile.TemporaryDirectory() as root:
         started = time.perf_counter()
-        curves = train_draft(spec, args.paradigm, {args.tau_kd: 1.0}, Path(root) / "draft").curves
+        curves = train_draft(one_draft(spec, args.paradigm, {args.tau_kd: 1.0}, Path(root) / "draft")).curves
         wall = time.perf_counter() - started
     worst = side_by_side(curves, recorder.old)
     s, probed = recorder.seconds, len(recorder.old)

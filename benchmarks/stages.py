@@ -100,8 +100,12 @@ def distillation(spec: SweepSpec, paradigm: str, steps: int, root: Path) -> tupl
     """`steps` optimizer steps of the train loop; (seconds of the steps alone, FLOPs of the steps)."""
     import specray.distill.loop as loop
     from specray.distill.inputs import prepare_inputs
+    from specray.draft import one_draft
 
-    inputs = prepare_inputs(spec, paradigm, {TAU: 1.0})
+    def draft(name: str):
+        return one_draft(spec, paradigm, {TAU: 1.0}, root / name)
+
+    inputs = prepare_inputs(draft(paradigm))
     flops = [0.0]
     step = loop._train_step
 
@@ -110,10 +114,10 @@ def distillation(spec: SweepSpec, paradigm: str, steps: int, root: Path) -> tupl
 
     loop._train_step = counting_step  # the counting run: untimed
     try:
-        loop.train_draft(spec, paradigm, {TAU: 1.0}, root / f"{paradigm}-counted", inputs=inputs)
+        loop.train_draft(draft(f"{paradigm}-counted"), inputs=inputs)
     finally:
         loop._train_step = step
-    curves = loop.train_draft(spec, paradigm, {TAU: 1.0}, root / paradigm, inputs=inputs).curves
+    curves = loop.train_draft(draft(paradigm), inputs=inputs).curves
     last = curves[-1]
     assert last.seconds_per_step is not None and last.step == steps
     return last.seconds_per_step * steps, flops[0]
@@ -137,10 +141,11 @@ def _test_prompts(spec: SweepSpec, tokenizer, count: int) -> list[list[int]]:
 def probe(spec: SweepSpec) -> dict[str, tuple[float, float]]:
     import specray.distill.probe as probe_module
     from specray.distill.inputs import prepare_inputs
+    from specray.draft import one_draft
 
     target, draft, tokenizer, _ = _models(spec)
     e = spec.eval
-    prompts = prepare_inputs(spec, "offline", {TAU: 1.0}).probe_prompts
+    prompts = prepare_inputs(one_draft(spec, "offline", {TAU: 1.0}, Path("unused"))).probe_prompts
     settings = (e.temperatures, e.max_new_tokens, tokenizer.eos_token_id, tokenizer.pad_token_id, e.seed)
 
     def build() -> probe_module.AcceptanceProbe:
