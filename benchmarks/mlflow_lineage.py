@@ -36,6 +36,7 @@ from quick import tiny_or_quick
 
 from specray.models.zoo import build_zoo
 from specray.sweep.plan import plan_sweep
+from specray.sweep.tracked import sweep_data
 from specray.tracking.client import Tracker, describe_sweep
 from specray.tracking.lineage import draft_model, draft_note
 
@@ -72,9 +73,9 @@ def mlflow_server(folder: Path, port: int = 5399) -> Iterator[str]:
         server.wait(timeout=60)
 
 
-def one_sweep(uri: str, experiment: str, spec, plans, baseline, way: str) -> float:
+def one_sweep(uri: str, experiment: str, sweep, plans, baseline, way: str) -> float:
     """Seconds to log one sweep's drafts `way` (old or new) into fresh runs."""
-    tracker = Tracker(uri, experiment)
+    tracker, spec = Tracker(uri, experiment), sweep.spec
     parent, _ = tracker.parent_run(spec)
     runs = {p.name: tracker.child_run(parent, p.name, p.key, p.tags, draft_note(spec, p)) for p in plans}
     runs[baseline.name] = tracker.child_run(parent, baseline.name, baseline.key, baseline.tags)
@@ -84,7 +85,8 @@ def one_sweep(uri: str, experiment: str, spec, plans, baseline, way: str) -> flo
             if "draft" not in tracker.artifact_paths(runs[plan.name]):
                 tracker.log_artifacts(runs[plan.name], plan.folder, "draft")
     else:
-        data = describe_sweep(tracker, parent, spec, len(plans))
+        data = sweep_data(sweep)
+        describe_sweep(tracker, parent, spec, data, len(plans))
         for plan in plans:
             tracker.log_datasets(runs[plan.name], data.for_draft(plan.mixture))
             tracker.log_draft_model(runs[plan.name], draft_model(plan))
@@ -92,11 +94,11 @@ def one_sweep(uri: str, experiment: str, spec, plans, baseline, way: str) -> flo
     return time.perf_counter() - started
 
 
-def measure(uri: str, spec, plans, baseline, repeats: int) -> dict[str, list[float]]:
+def measure(uri: str, sweep, plans, baseline, repeats: int) -> dict[str, list[float]]:
     seconds: dict[str, list[float]] = {"old": [], "new": []}
     for repeat in range(repeats):
         for way in ("old", "new") if repeat % 2 == 0 else ("new", "old"):
-            elapsed = one_sweep(uri, f"bench-{way}-{repeat}", spec, plans, baseline, way)
+            elapsed = one_sweep(uri, f"bench-{way}-{repeat}", sweep, plans, baseline, way)
             seconds[way].append(elapsed)
             print(f"  pass {repeat + 1} {way}: {elapsed:6.2f} s", flush=True)
     return seconds
@@ -137,7 +139,7 @@ def main() -> None:
         for store in args.stores:
             print(f"{store}:", flush=True)
             with sqlite_store(root) if store == "sqlite" else mlflow_server(root) as uri:
-                results[store] = measure(uri, spec, plans, baseline, args.repeats)
+                results[store] = measure(uri, sweep, plans, baseline, args.repeats)
         print()
         for store, seconds in results.items():
             report(store, seconds, len(plans) + 1)

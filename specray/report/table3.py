@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from specray.metrics import SPEEDUP
 from specray.report.composition import CONTENDERS, Composition, composition_gains
 from specray.report.distillspec_prompts import spearman
 from specray.report.paired import Verdict
@@ -74,7 +75,7 @@ def table3_frame(table: pd.DataFrame) -> pd.DataFrame:
             "test set": r["test_set"],
             "τ_dec": f"{r['tau_dec']:g}",
             "best single τ_kd": r["single tau_kd"],
-            "speedup": f"{r['single speedup_model']:.3f}",
+            SPEEDUP: f"{r['single speedup_model']:.3f}",
             "manual recipe": r["manual recipe"],
             "manual speedup": f"{r['manual speedup_model']:.3f}",
             "tuned speedup": f"{r['tuned speedup_model']:.3f}",

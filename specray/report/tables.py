@@ -1,5 +1,5 @@
 """The paper's tables as frames: Table 2 (out-of-range τ_dec, every τ_kd), and reading a finished `specray
-tune`'s results (Table 3, `report/composition.py`) from its folder."""
+tune`'s results (Table 3, `report/table3.py`) from its folder."""
 
 from __future__ import annotations
 

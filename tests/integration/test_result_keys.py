@@ -57,7 +57,7 @@ def _held_by(lock: Path, process: subprocess.Popen) -> bool:
 
 def _plan(stdout: str) -> dict[str, str]:
     """The plan's lines by stage: `{"drafts": "4 reused, 0 to compute", ...}`."""
-    lines = stdout.split("plan for sweep smoke", 1)[1].splitlines()[1:5]
+    lines = stdout.split("what will be computed, and why):", 1)[1].splitlines()[1:5]
     return {line[2:17].strip(): line[17:].strip() for line in lines}  # "  <stage:15> <counts>"
 
 

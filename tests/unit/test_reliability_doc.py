@@ -20,6 +20,8 @@ def test_every_test_the_document_names_exists() -> None:
     named: list[tuple[str, str]] = []
     for cell in re.findall(r"`([^`]*::[^`]*)`", DOC):
         path, name = cell.split("::", 1)
+        if path and not path.endswith(".py"):  # a process title such as `ray::TeacherActor`
+            continue
         if path:  # "`::other_test`" continues the file of the previous reference
             current = path
         named.append((current, name.split("[", 1)[0]))

@@ -13,7 +13,7 @@ import specray.sweep.tune.driver as driver
 from specray.config import load_spec
 from specray.draft import representative, split_replicate
 from specray.errors import SpecError
-from specray.report.composition import RANK_COLUMNS, rank_agreement
+from specray.report.table3 import RANK_COLUMNS, rank_agreement
 from specray.specdec.records import CellRecord
 from specray.sweep.plan import plan_sweep
 from specray.sweep.tune.baselines import Contenders, table3
@@ -159,8 +159,8 @@ def test_export_refuses_a_tune_run_without_retrained_drafts(tmp_path) -> None:
 
 
 def test_every_row_of_table3_gets_its_own_interval_over_training_and_prompts() -> None:
-    from specray.report.composition import gain_intervals, table3_frame
-    from specray.report.verdicts import Composition
+    from specray.report.composition import Composition
+    from specray.report.table3 import gain_intervals, table3_frame
     from tests.unit.test_verdicts import DIFFICULTY, cell
 
     # the tuned recipe gains 10% at τ_dec 0.8 and 20% at 1.0 on average over its 3 replicates, which

@@ -6,7 +6,7 @@ best single τ_kd and the manual recipe per objective τ_dec (both chosen on val
 — is trained again at the full budget, `tune.replicates` times (replicate r with distill.seed + r), and
 measured on the test sets: Table 3. Every other single τ_kd of the grid is trained once at the full budget
 too and, with the rest, measured on validation: the recipes whose search-budget and full-budget objectives
-the rank agreement compares (`report.composition`).
+the rank agreement compares (`report.table3`).
 
 These are ordinary drafts of their recipes (`Tune.draft`): a full-budget single τ_kd whose settings agree
 with a finished `specray run` is that sweep's draft and is reused, not trained (at the default budget,
