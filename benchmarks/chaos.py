@@ -58,6 +58,8 @@ LONG = (
     "teacher.temperatures=[0.0,0.2,0.4,0.6,0.8,1.0]",
     "distill.replicates=2",
     "data.train_size=96",
+    "data.in_domain_test_size=48",  # an eval stage long enough for its faults to land in it
+    "data.out_of_domain_test_size=48",
     "teacher.batch_size=8",
 )
 QUICK = (
@@ -82,12 +84,12 @@ QUICK = (
 )
 COUNTS = {
     "quick": {"teacher": 1, "train": 1, "eval": 1, "node": 1, "driver": 1, "ray": 1},
-    "long": {"teacher": 5, "train": 6, "eval": 6, "node": 6, "driver": 6, "ray": 4},
+    "long": {"teacher": 5, "train": 6, "eval": 7, "node": 6, "driver": 6, "ray": 4},
 }
 REJOIN_S = {"quick": 5.0, "long": 30.0}  # a lost node's replacement joins this long after (an autoscaler)
 MAX_DELAY_S = {
     "quick": {"start": 6.0, "teacher": 2.0, "distill": 6.0, "eval": 4.0, "report": 2.0},
-    "long": {"start": 10.0, "teacher": 4.0, "distill": 15.0, "eval": 10.0, "report": 3.0},
+    "long": {"start": 10.0, "teacher": 4.0, "distill": 15.0, "eval": 6.0, "report": 3.0},
 }
 
 
