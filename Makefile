@@ -15,11 +15,14 @@ setup-test:
 demo: setup
 	$(BIN)/specray run sweeps/tiny.yaml
 
+# The unit tests run on one pytest-xdist worker per core; the integration tests one at a time (each starts
+# its own Ray, MLflow or CLI processes and uses every core).
 test: setup-test lint docs
-	$(BIN)/pytest -q --durations=30
+	$(BIN)/pytest -q -m "not integration" -n auto --durations=15
+	$(BIN)/pytest -q -m integration --durations=30
 
 unit: setup-test
-	$(BIN)/pytest -q -m "not integration"
+	$(BIN)/pytest -q -m "not integration" -n auto
 
 integration: setup-test
 	$(BIN)/pytest -q -m integration

@@ -18,7 +18,7 @@ trials early). Each trial trains its own draft (replicate 0's seed), as in `spec
 
 Figures, per search:
 - regret = 1 − S(Tune's pick) / S(best recipe), with its 95% interval over training replicates and
-  validation prompts (`report.replicated.replicated_interval`, two levels); the best recipe is re-chosen in
+  validation prompts (`bootstrap.replicated_interval`, two levels); the best recipe is re-chosen in
   every resample, so the interval includes the doubt about which recipe is best;
 - trials to 1%: the first n such that the recipe Tune would pick had it stopped after n trials (the best
   objective among them) has S within 1% of the best S; "never" when none of the `--trials` does.
@@ -42,9 +42,8 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from specray.report.replicated import ReplicatedInterval, replicated_interval  # noqa: E402
-
 from benchmarks.quick import quick_spec  # noqa: E402
+from specray.bootstrap import ReplicatedInterval, replicated_interval  # noqa: E402
 from specray.cluster.runtime import ray_session  # noqa: E402
 from specray.config import SweepSpec, load_spec  # noqa: E402
 from specray.report.paired import PromptCells, prompt_cells  # noqa: E402

@@ -15,7 +15,9 @@ if TYPE_CHECKING:  # the GPU suite (tests/gpu/) runs where pydantic is absent: t
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("SPECRAY_SHARED_DATA", REPO.parent / "shared" / "data"))
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# Under pytest-xdist (`make test` runs the unit tests on one worker per core) each worker keeps to one
+# thread: two workers of two threads each on two cores spend their time waiting for each other.
+torch.set_num_threads(1 if "PYTEST_XDIST_WORKER" in os.environ else min(2, os.cpu_count() or 1))
 
 
 @pytest.fixture(scope="session", autouse=True)
