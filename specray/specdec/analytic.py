@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
+from specray import metrics as m
 from specray.ops import (
     draft_stop_after_rejection,
     expected_block_counts,
@@ -373,8 +374,8 @@ def _mean_entropy(betas: Betas, lengths: Tensor) -> list[float]:
 
 def _speedups(costs: StepCosts, server: dict, gamma: int) -> dict:
     """speedup_model with its interval at every batch size of `costs` (from the exact expected counts)."""
-    e, d, length = (server[k] for k in ("block_efficiency_sampled", "drafted_per_step", "tokens_per_decode"))
-    e_ci = server["block_efficiency_sampled_ci95"]
+    e, d, length = (server[k] for k in (m.BLOCK_EFFICIENCY_SAMPLED, m.DRAFTED_PER_STEP, m.TOKENS_PER_DECODE))
+    e_ci = server[m.BLOCK_EFFICIENCY_SAMPLED_CI95]
     e_ci = e_ci if math.isfinite(e_ci) else 0.0  # one sequence: no interval for E, the costs' still holds
     by_batch, by_batch_ci = {}, {}
     for b in costs.batch_sizes:
@@ -384,11 +385,11 @@ def _speedups(costs: StepCosts, server: dict, gamma: int) -> dict:
         )
     first = str(costs.batch_sizes[0])
     return {
-        "speedup_model": by_batch[first],
-        "speedup_model_ci95": by_batch_ci[first],
-        "speedup_model_by_batch": by_batch,
-        "speedup_model_by_batch_ci95": by_batch_ci,
-        "cost_terms": asdict(costs.terms(gamma, costs.batch_sizes[0])),
+        m.SPEEDUP_MODEL: by_batch[first],
+        m.SPEEDUP_MODEL_CI95: by_batch_ci[first],
+        m.SPEEDUP_MODEL_BY_BATCH: by_batch,
+        m.SPEEDUP_MODEL_BY_BATCH_CI95: by_batch_ci,
+        m.COST_TERMS: asdict(costs.terms(gamma, costs.batch_sizes[0])),
     }
 
 
@@ -406,30 +407,30 @@ def _server_metrics(counts: BlockCounts, lengths: Tensor, reached: Tensor, gamma
     steps, drafted, accepted = (float(x.sum()) for x in (counts.steps, counts.drafted, counts.accepted))
     if not steps:
         return dict.fromkeys(
-            ("block_efficiency_sampled", "block_efficiency_sampled_ci95", "mean_acceptance_length"),
+            (m.BLOCK_EFFICIENCY_SAMPLED, m.BLOCK_EFFICIENCY_SAMPLED_CI95, m.MEAN_ACCEPTANCE_LENGTH),
             math.nan,
         ) | {
-            "drafted_per_step": math.nan,
-            "tokens_per_decode": math.nan,
-            "mean_acceptance_length_ci95": math.nan,
-            "draft_acceptance": math.nan,
-            "draft_acceptance_ci95": math.nan,
-            "draft_acceptance_hf": math.nan,
-            "mean_acceptance_length_hf": math.nan,
-            "acceptance_per_position": [math.nan] * gamma,
+            m.DRAFTED_PER_STEP: math.nan,
+            m.TOKENS_PER_DECODE: math.nan,
+            m.MEAN_ACCEPTANCE_LENGTH_CI95: math.nan,
+            m.DRAFT_ACCEPTANCE: math.nan,
+            m.DRAFT_ACCEPTANCE_CI95: math.nan,
+            m.DRAFT_ACCEPTANCE_HF: math.nan,
+            m.MEAN_ACCEPTANCE_LENGTH_HF: math.nan,
+            m.ACCEPTANCE_PER_POSITION: [math.nan] * gamma,
         }
     return {
-        "block_efficiency_sampled": float(lengths.sum()) / steps,
-        "block_efficiency_sampled_ci95": ratio_ci95(lengths.double(), counts.steps),
-        "drafted_per_step": drafted / steps,
-        "tokens_per_decode": float(lengths.double().mean()),
-        "mean_acceptance_length": 1.0 + accepted / steps,
-        "mean_acceptance_length_ci95": ratio_ci95(counts.accepted, counts.steps),
-        "mean_acceptance_length_hf": 1.0 + (accepted - float(counts.eos_steps.sum())) / steps,
-        "draft_acceptance": accepted / drafted if drafted else math.nan,
-        "draft_acceptance_ci95": ratio_ci95(counts.accepted, counts.drafted),
-        "draft_acceptance_hf": (accepted - float(counts.eos_steps.sum())) / drafted if drafted else math.nan,
-        "acceptance_per_position": (counts.accepted_at.sum(dim=0) / steps).tolist(),
+        m.BLOCK_EFFICIENCY_SAMPLED: float(lengths.sum()) / steps,
+        m.BLOCK_EFFICIENCY_SAMPLED_CI95: ratio_ci95(lengths.double(), counts.steps),
+        m.DRAFTED_PER_STEP: drafted / steps,
+        m.TOKENS_PER_DECODE: float(lengths.double().mean()),
+        m.MEAN_ACCEPTANCE_LENGTH: 1.0 + accepted / steps,
+        m.MEAN_ACCEPTANCE_LENGTH_CI95: ratio_ci95(counts.accepted, counts.steps),
+        m.MEAN_ACCEPTANCE_LENGTH_HF: 1.0 + (accepted - float(counts.eos_steps.sum())) / steps,
+        m.DRAFT_ACCEPTANCE: accepted / drafted if drafted else math.nan,
+        m.DRAFT_ACCEPTANCE_CI95: ratio_ci95(counts.accepted, counts.drafted),
+        m.DRAFT_ACCEPTANCE_HF: (accepted - float(counts.eos_steps.sum())) / drafted if drafted else math.nan,
+        m.ACCEPTANCE_PER_POSITION: (counts.accepted_at.sum(dim=0) / steps).tolist(),
     }
 
 

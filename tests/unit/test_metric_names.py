@@ -16,12 +16,7 @@ from tests.conftest import REPO
 
 # Modules still spelling metric names, owned by work in progress elsewhere; the list only shrinks (the test
 # fails on an entry that no longer holds a metric-name literal).
-PENDING: frozenset[str] = frozenset(
-    {
-        "specray/specdec/analytic.py",
-        "specray/sweep/tune/baselines.py",  # Table 3, being rebuilt with replicates (issue 46)
-    }
-)
+PENDING: frozenset[str] = frozenset()
 
 
 def metric_names() -> frozenset[str]:
