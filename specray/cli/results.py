@@ -254,7 +254,7 @@ def render(results: Mapping[str, Any]) -> str:
         *[f"| {label} | {text} |" for label, text in _figure_rows(results["figures"])],
     ]
     for title, rows in results.get("tables", {}).items():
-        lines += ["", f"**{title}**", "", *_markdown_table(rows)]
+        lines += ["", f"**{title}**", "", *(_markdown_table(rows) if rows else ["none"])]
     return "\n".join([*lines, "<!-- /results -->"])
 
 
