@@ -23,7 +23,7 @@ import pandas as pd
 
 from specray.metrics import BLOCK_EFFICIENCY_SAMPLED, SPEEDUP, SPEEDUP_MODEL
 from specray.names import BASELINE
-from specray.report.figures import plt, save_figure
+from specray.report.figures import colour_scale, plt, save_figure
 from specray.report.paired import (
     PromptCells,
     Verdict,
@@ -120,17 +120,21 @@ def _figure(rows: pd.DataFrame, base: pd.DataFrame, metric: str, title: str) -> 
         table = table.reindex(index=algorithms, columns=divergences)
         reference = base[np.isclose(base.tau_dec, tau) & (base.gamma == gamma)][metric]
         ax = axes[i][j]
-        ax.imshow(table.to_numpy(dtype=float), aspect="auto", cmap="viridis")  # all-nan panel: blank
+        values = table.to_numpy(dtype=float)
+        scale = (
+            colour_scale(values, centred=metric in (SPEEDUP, SPEEDUP_MODEL))
+            if np.isfinite(values).any()
+            else None
+        )
+        if scale is not None:  # an all-nan panel stays blank
+            ax.imshow(values, aspect="auto", cmap=scale.cmap, norm=scale.norm)
         ax.set_xticks(range(len(divergences)), divergences)
         ax.set_yticks(range(len(algorithms)), algorithms if j == 0 else [""] * len(algorithms))
         none = f"; none {reference.mean():.2f}" if not reference.empty else ""
         ax.set_title(f"τ_dec {tau:g}, γ {gamma}{none}", fontsize=8)
-        values = table.to_numpy(dtype=float)
-        middle = np.nanmean([np.nanmin(values), np.nanmax(values)]) if np.isfinite(values).any() else 0.0
         for (r, c), value in np.ndenumerate(values):
-            if np.isfinite(value):  # dark text on the bright end of viridis, light text on the dark end
-                color = "black" if value > middle else "white"
-                ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=7, color=color)
+            if scale is not None and np.isfinite(value):
+                ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=7, color=scale.text(value))
     fig.suptitle(title)
     return fig
 

@@ -21,6 +21,7 @@ import pandas as pd  # noqa: E402
 from specray.metrics import SPEEDUP, SPEEDUP_MODEL
 from specray.names import BASELINE
 from specray.report.best import best_gamma, best_rows  # noqa: E402
+from specray.report.figures import colour_scale  # noqa: E402
 
 MEASURED, MODELLED = "measured", "modelled"
 UNITS_NOTE = (
@@ -61,15 +62,14 @@ def _panel(ax: plt.Axes, rows: pd.DataFrame, paradigm: str) -> None:
     values = _grid(rows, paradigm, "shown")
     marks = _grid(rows.assign(measured=(rows.source == MEASURED).astype(float)), paradigm, "measured")
     marks = marks.reindex(index=values.index, columns=values.columns).fillna(0.0)
-    image = ax.imshow(values.values, aspect="auto", cmap="viridis")
-    middle = np.nanmean([np.nanmin(values.values), np.nanmax(values.values)])
+    scale = colour_scale(values.values, centred=True)  # every panel is a speedup: break-even at 1.0
+    image = ax.imshow(values.values, aspect="auto", cmap=scale.cmap, norm=scale.norm)
     for (i, j), value in np.ndenumerate(values.values):
         if not np.isfinite(value):
             continue
         measured = marks.values[i, j] > 0
-        color = "black" if value > middle else "white"  # readable on both ends of viridis
         label = f"{value:.2f}{'m' if measured else ''}"
-        ax.text(j, i, label, ha="center", va="center", fontsize=7, color=color)
+        ax.text(j, i, label, ha="center", va="center", fontsize=7, color=scale.text(value))
         if measured:
             ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.5))
     ax.set_xticks(range(values.shape[1]), [f"{t:g}" for t in values.columns])
