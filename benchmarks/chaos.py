@@ -44,7 +44,7 @@ from benchmarks.chaos_audit import Tree, audit  # noqa: E402
 from benchmarks.chaos_cluster import Cluster  # noqa: E402
 from benchmarks.chaos_schedule import Fault, draw_schedule  # noqa: E402
 from benchmarks.chaos_supervisor import NAME, Chaos  # noqa: E402
-from benchmarks.quick import MICRO_ZOO  # noqa: E402
+from benchmarks.quick import QUICK_OVERRIDES  # noqa: E402
 
 SPECRAY = str(Path(sys.executable).parent / "specray")
 SWEEP = REPO / "sweeps" / "smoke.yaml"
@@ -62,25 +62,12 @@ LONG = (
     "data.out_of_domain_test_size=48",
     "teacher.batch_size=8",
 )
-QUICK = (
-    f"models.zoo={json.dumps(MICRO_ZOO)}",
-    "data.train={kind: synthetic, size: 200, seed: 7}",
-    "data.out_of_domain={kind: synthetic, families: [word_problem], size: 40, seed: 8}",
-    "data.train_size=32",
-    "data.validation_size=8",
-    "data.in_domain_test_size=8",
-    "data.out_of_domain_test_size=8",
+QUICK = (  # benchmarks/quick.py's micro sweep (its τ lists are the smoke sweep's own), a few steps
+    *QUICK_OVERRIDES,
     "teacher.batch_size=4",
-    "teacher.max_new_tokens=12",
     "distill.steps=4",
     "distill.checkpoint_every=2",
     "distill.report_every=2",
-    "distill.batch_size=4",
-    "distill.max_new_tokens=8",
-    "distill.warmup_steps=1",
-    "eval.max_new_tokens=8",
-    "eval.empirical_prompts=2",
-    "eval.repeats=1",
 )
 COUNTS = {
     "quick": {"teacher": 1, "train": 1, "eval": 1, "node": 1, "driver": 1, "ray": 1},
