@@ -20,7 +20,8 @@ MLflow store and SPECRAY_CACHE):
 It prints the schedule, each fault as it strikes (kind, time, target), the resumes, the audit's findings
 and a summary line, writes `chaos.json` in its folder, and exits 1 when the audit finds a problem or a run
 failed without a fault that explains it. `--source DIR` runs the driver and the cluster from another copy
-of the repository (a planted bug: tests/integration/test_chaos.py).
+of the repository (a planted bug: tests/integration/test_chaos.py); `--only KINDS` and `--phase PHASE` keep
+some of the schedule's faults and move them into one phase (that test's single driver kill mid-distillation).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,7 +43,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.chaos_audit import Tree, audit  # noqa: E402
 from benchmarks.chaos_cluster import Cluster  # noqa: E402
-from benchmarks.chaos_schedule import Fault, draw_schedule  # noqa: E402
+from benchmarks.chaos_schedule import PHASES, Fault, draw_schedule  # noqa: E402
 from benchmarks.chaos_supervisor import NAME, Chaos  # noqa: E402
 from benchmarks.quick import QUICK_OVERRIDES  # noqa: E402
 
@@ -161,6 +162,12 @@ def main() -> int:
     parser.add_argument(
         "--only", default="", help="strike only these kinds of the schedule (comma-separated)"
     )
+    parser.add_argument(
+        "--phase",
+        choices=PHASES,
+        default=None,
+        help="move every fault of the schedule into this phase (with --only: one fault, placed by a test)",
+    )
     parser.add_argument("--timeout", type=float, default=None, help="seconds before the chaos run is hung")
     parser.add_argument(
         "--record", type=Path, default=None, help="write a results file (docs/results/chaos.json)"
@@ -171,6 +178,8 @@ def main() -> int:
     schedule = draw_schedule(args.seed, COUNTS[mode], MAX_DELAY_S[mode])
     if args.only:
         schedule = [fault for fault in schedule if fault.kind in args.only.split(",")]
+    if args.phase:
+        schedule = [replace(fault, phase=args.phase) for fault in schedule]
     print(f"schedule (seed {args.seed}, {mode}): {len(schedule)} faults")
     for i, fault in enumerate(schedule, 1):
         print(f"  {i:2d}. {fault.line()}")

@@ -124,20 +124,11 @@ def test_a_changed_setting_recomputes_exactly_what_it_changes(
     # the step costs are re-timed: a verification pass over γ + 1 = 7 tokens is another pass
     assert "step costs      0 reused, 1 to compute (eval.gamma [3] → [6])" in stdout
 
-    # divergence fkl -> tvd: the online drafts are retrained, the offline ones reused
-    third = run("distill.divergence=tvd")
-    plan = _plan(third.stdout)
-    assert _counts(plan["drafts"]) == (2, 2) and "distill.divergence fkl → tvd" in plan["drafts"]
-    after = finished_drafts(tmp_path)
-    for name in trained:
-        assert (after[name] == trained[name]) == name.startswith("offline"), name
-    # online cells recomputed (their draft changed), the rest reused
-    online_cells = 2 * CELLS_PER_DRAFT
-    assert _counts(plan["cells"]) == (CELLS - online_cells, online_cells)
-    assert "the draft changed" in plan["cells"]
-
-    # a holder killed with SIGKILL takes its lock with it; then damaged files: a draft's weights cut short
-    # after it was published, a cell record cut mid-write -- each recomputed, with its reason
+    # a holder killed with SIGKILL takes its lock with it (killed as soon as it holds the folder: before
+    # any work); then damaged files: a draft's weights cut short after it was published, a cell record cut
+    # mid-write. One run then changes the divergence and meets the damage (a run costs about a minute):
+    # fkl -> tvd retrains the online drafts, the damaged offline draft is retrained and the cut cell
+    # recomputed, each with its reason; the other offline draft and its cells are reused
     killed = _start(smoke_command(tmp_path, uri, "distill.divergence=tvd"), tmp_path)
     wait_until(lambda: _held_by(lock, killed), "the next run to hold its output folder")
     if killed.poll() is None:
@@ -147,18 +138,27 @@ def test_a_changed_setting_recomputes_exactly_what_it_changes(
     weights = damaged / "model.safetensors"
     half = weights.stat().st_size // 2
     weights.write_bytes(weights.read_bytes()[:half])
-    # a cell of the current settings: one of the offline draft that no change so far retrained
+    # a cell of the current settings: one of the offline draft that no change retrains
     cell = next(
         p
         for p in sorted(cells.glob("*.json"))
         if (record := json.loads(p.read_text()))["gamma"] == 3 and record["draft"] == "offline/tau_kd=1"
     )
     cell.write_text(cell.read_text()[:40])
-    fourth = run("distill.divergence=tvd")  # the dead holder's lock went with it
-    assert "is in use by" not in fourth.stderr
-    plan = _plan(fourth.stdout)
-    assert plan["drafts"] == "3 reused, 1 to compute (retrain (weights differ from finished.json))", plan
-    assert plan["cells"].endswith("1 to compute (unreadable (truncated or corrupt))"), plan
+    third = run("distill.divergence=tvd")  # the dead holder's lock went with it
+    assert "is in use by" not in third.stderr
+    plan = _plan(third.stdout)
+    assert _counts(plan["drafts"]) == (1, 3), plan
+    assert "distill.divergence fkl → tvd ×2" in plan["drafts"], plan
+    assert "retrain (weights differ from finished.json)" in plan["drafts"], plan
+    after = finished_drafts(tmp_path)
+    for name in trained:  # the online drafts and the damaged one retrained, the other offline one reused
+        assert (after[name] == trained[name]) == (name == "offline__tau_kd=1"), name
+    # online cells recomputed (their draft changed) and the cut one; the rest reused (the retrained
+    # offline draft has its key: its cells stand)
+    online_cells = 2 * CELLS_PER_DRAFT
+    assert _counts(plan["cells"]) == (CELLS - online_cells - 1, online_cells + 1), plan
+    assert "the draft changed" in plan["cells"] and "unreadable (truncated or corrupt)" in plan["cells"], plan
     aside = list(damaged.parent.glob("offline__tau_kd=0.damaged-*"))
     assert len(aside) == 1 and (aside[0] / "model.safetensors").stat().st_size == half
     after = finished_drafts(tmp_path)
@@ -169,8 +169,8 @@ def test_a_changed_setting_recomputes_exactly_what_it_changes(
         assert _counts(plan[stage])[1] == 0, (stage, plan[stage])
 
     # two training replicates: replicate 0 is the draft just made (reused under its key), replicate 1 new
-    fifth = run("distill.divergence=tvd", "distill.replicates=2")
-    plan = _plan(fifth.stdout)
+    fourth = run("distill.divergence=tvd", "distill.replicates=2")
+    plan = _plan(fourth.stdout)
     assert plan["drafts"] == "4 reused, 4 to compute (new ×4)"
     assert _counts(plan["cells"]) == (CELLS, 4 * CELLS_PER_DRAFT)
     replicated = finished_drafts(tmp_path)
@@ -194,8 +194,8 @@ def test_a_changed_setting_recomputes_exactly_what_it_changes(
     # DistillSpec's grid, two divergences × two data sources at τ_kd 1: four online drafts, each its own
     # key; the (divergence, source) pairs evaluated before under another name reuse their cells
     grid = ("teacher.temperatures=[1.0]", "distill.divergence=[fkl, tvd]")
-    sixth = run(*grid, "distill.data_sources=[tempspec_teacher, gkd]")
-    plan = _plan(sixth.stdout)
+    fifth = run(*grid, "distill.data_sources=[tempspec_teacher, gkd]")
+    plan = _plan(fifth.stdout)
     assert plan["drafts"] == "1 reused, 4 to compute (new ×4)"
     assert _counts(plan["cells"]) == (4 * CELLS_PER_DRAFT, 2 * CELLS_PER_DRAFT)
     names = [f"online/tau_kd=1/{d}/{s}" for d in ("fkl", "tvd") for s in ("tempspec_teacher", "gkd")]

@@ -1,39 +1,38 @@
 """`specray tune` on the micro zoo: real Ray Tune, real MLflow. A search end to end (no teacher during the
-search, trials and baselines in MLflow, the winner registered, Table 3), and a killed search resumed."""
+search, trials and baselines in MLflow, the winner registered, Table 3), and a killed search resumed — one
+search, which both tests read: it is killed mid-search, then stopped by its driver mid-way through the full
+budget, then resumed to the end."""
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-import specray.sweep.tune.driver as driver
-import specray.sweep.tune.run as tune_module
-import specray.sweep.tune.search_stage as search_stage
-import specray.teacher.shards as teacher_shards
-from specray.config import load_spec
 from specray.distill.checkpoints import FINISHED_FILE
-from specray.files import cache_dir
 from specray.names import TUNE_DRAFTS
 from specray.report.composition import composition_gains
 from specray.report.tables import load_composition
 from specray.serving.command import run_export
+from specray.sweep.tune.run import TuneOutcome
 from specray.sweep.tune.trial import DRAFT_DIR, TRIAL_RESULT
 from specray.tracking.names import BEST, PARENT, ROLE, TRIAL_ID
 from tests.conftest import REPO
-from tests.unit.test_distill_loop import make_shards, micro_spec
 from tests.waiting import CLI_TIMEOUT_S, wait_until
 
 pytestmark = pytest.mark.integration
 SPECRAY = str(Path(sys.executable).parent / "specray")
 SMOKE = REPO / "sweeps" / "smoke.yaml"
+WATCHED = Path(__file__).parent / "watched_tune.py"  # the CLI with its driver watched
 
 
 def micro_overrides(micro_zoo, tmp_path: Path, *extra: str) -> list[str]:
@@ -65,11 +64,6 @@ def micro_overrides(micro_zoo, tmp_path: Path, *extra: str) -> list[str]:
     ]
 
 
-def shard_files() -> dict[str, tuple[int, int]]:
-    root = cache_dir() / "shards"
-    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
-
-
 def runs_by_role(uri: str, experiment: str) -> dict[str, list]:
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
@@ -79,64 +73,129 @@ def runs_by_role(uri: str, experiment: str) -> dict[str, list]:
     return grouped
 
 
-class Interrupted(Exception):
-    """The driver stopped part-way through the full budget."""
-
-
 def finished_markers(folder: Path) -> dict[str, int]:
     """Every published draft under `folder` -> its completion marker's mtime."""
     return {str(p.parent): p.stat().st_mtime_ns for p in folder.rglob(FINISHED_FILE)}
 
 
-def test_a_search_reads_cached_shards_logs_every_trial_and_registers_the_winner(
-    micro_zoo, tmp_path, monkeypatch
-) -> None:
+def finished_trials(tmp_path: Path) -> dict[str, tuple[int, int]]:
+    """Trials that measured their objective -> (mtime of that record, mtime of the draft's marker)."""
+    found = {}
+    for record in (tmp_path / "smoke" / "tune" / "trials").glob(f"*/{TRIAL_RESULT}"):
+        marker = record.parent / DRAFT_DIR / FINISHED_FILE
+        found[record.parent.name] = (record.stat().st_mtime_ns, marker.stat().st_mtime_ns)
+    return found
+
+
+def saved_as_terminated(tmp_path: Path, trial_ids: set[str]) -> bool:
+    """Tune's own experiment state on disk records these trials as finished."""
+    states = sorted((tmp_path / "smoke" / "tune" / "search").glob("experiment_state-*.json"))
+    try:
+        trial_data = json.loads(states[-1].read_text())["trial_data"] if states else []
+    except (json.JSONDecodeError, OSError):  # caught while Tune replaces the file
+        return False
+    status = {state["trial_id"]: state["status"] for state in (json.loads(t) for t, _ in trial_data)}
+    return all(status.get(trial_id) == "TERMINATED" for trial_id in trial_ids)
+
+
+# ---------------------------------------------------------------- one search, stopped twice, finished
+
+
+@dataclass(frozen=True)
+class ResumedSearch:
+    """One search through the real CLI (`watched_tune.py`), stopped twice: killed with SIGKILL once a trial
+    had finished and been saved; resumed with `--resume` and stopped by the driver itself after two
+    full-budget drafts; resumed to the end. Both tests below read it: a search costs minutes."""
+
+    root: Path  # the output_dir, with the MLflow store root/mlflow.db
+    overrides: list[str]
+    events: list[dict]  # what the driver did, in all three runs
+    killed: dict[str, tuple[int, int]]  # finished_trials once killed
+    interrupted: dict[str, int]  # finished_markers once the driver stopped
+    resumed: subprocess.CompletedProcess
+    outcome: TuneOutcome
+
+    @property
+    def out(self) -> Path:
+        return self.root / "smoke" / "tune"
+
+    def command(self, *flags: str) -> list[str]:
+        return [SPECRAY, "tune", str(SMOKE), *self.overrides, *flags]
+
+
+@pytest.fixture(scope="module")
+def resumed_search(micro_zoo, tmp_path_factory) -> ResumedSearch:
+    root = tmp_path_factory.mktemp("tune")
     # teacher.seed=3: no shards yet, so the driver must generate them — before the search, never during it
-    spec = load_spec(
-        SMOKE,
-        micro_overrides(
-            micro_zoo, tmp_path, "teacher.seed=3", "tune.max_concurrent_trials=2", "tune.replicates=2"
-        ),
+    extra = ("teacher.seed=3", "tune.max_concurrent_trials=2", "tune.replicates=2")
+    overrides = micro_overrides(micro_zoo, root, *extra)
+    log, pickled = root / "events.jsonl", root / "outcome.pkl"
+    env = os.environ | {
+        "TUNE_GLOBAL_CHECKPOINT_S": "1",  # Tune saves its state every second
+        "WATCH_LOG": str(log),
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    watched = [sys.executable, str(WATCHED), "tune", str(SMOKE), *overrides]
+
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    process = subprocess.Popen(watched, cwd=root, env=env, start_new_session=True, **quiet)
+
+    def one_trial_done_and_saved() -> bool:
+        done = finished_trials(root)
+        return bool(done) and saved_as_terminated(root, set(done))
+
+    wait_until(lambda: process.poll() is not None or one_trial_done_and_saved(), "a finished, saved trial")
+    assert process.poll() is None, "the search ended before it could be interrupted"
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    killed = finished_trials(root)
+
+    # the driver dies after two full-budget drafts
+    stopped = subprocess.run(
+        [*watched, "--resume"],
+        cwd=root,
+        env=env | {"WATCH_INTERRUPT_FINAL": "1"},
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
     )
-    searching, generated, snapshots = [False], [], {}
-    real_generate, real_search = teacher_shards.generate_shards, search_stage.search
-    real_distil = driver.Tune.distil
+    assert stopped.returncode != 0 and "Interrupted" in stopped.stderr, stopped.stderr[-3000:]
+    interrupted = finished_markers(root / "smoke" / "tune")
 
-    def guarded_generate(*args, **kwargs):
-        assert not searching[0], "the teacher was asked for shards during the search"
-        generated.append(list(args[2]))
-        return real_generate(*args, **kwargs)
+    resumed = subprocess.run(
+        [*watched, "--resume"],
+        cwd=root,
+        env=env | {"WATCH_OUTCOME": str(pickled)},
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    outcome = pickle.loads(pickled.read_bytes())
+    return ResumedSearch(root, overrides, events, killed, interrupted, resumed, outcome)
 
-    def watched_search(*args, **kwargs):
-        searching[0], snapshots["before"] = True, shard_files()
-        try:
-            return real_search(*args, **kwargs)
-        finally:
-            searching[0], snapshots["after"] = False, shard_files()
 
-    def interrupted_distil(self, drafts, role, stage):  # the driver dies after two full-budget drafts
-        if role == "final":
-            real_distil(self, drafts[:2], role, stage)
-            raise Interrupted
-        return real_distil(self, drafts, role, stage)
-
-    monkeypatch.setattr(teacher_shards, "generate_shards", guarded_generate)
-    monkeypatch.setattr(search_stage, "search", watched_search)
-    monkeypatch.setattr(driver.Tune, "distil", interrupted_distil)
-    with pytest.raises(Interrupted):
-        tune_module.run_tune(spec, show_progress=False)
-    out = tmp_path / "smoke" / "tune"
-    before = finished_markers(out)
-    assert len(finished_markers(out / "final")) == 2 and finished_markers(out / "trials")
-
-    monkeypatch.setattr(driver.Tune, "distil", real_distil)
-    outcome = tune_module.run_tune(spec, resume=True, show_progress=False)
+def test_a_search_reads_cached_shards_logs_every_trial_and_registers_the_winner(
+    resumed_search, tmp_path
+) -> None:
+    out, outcome = resumed_search.out, resumed_search.outcome
+    before = resumed_search.interrupted
+    under = {
+        where: [f for f in before if Path(f).is_relative_to(out / where)] for where in ("final", "trials")
+    }
+    assert len(under["final"]) == 2 and under["trials"]  # where the driver stopped
     after = finished_markers(out)
     assert {folder: after[folder] for folder in before} == before  # nothing finished was trained again
     assert len(after) > len(before) and outcome.resumed
 
-    assert generated[0] == [0.0, 1.0]  # in the driver, before the search (the resumed run finds them cached)
-    assert snapshots["before"] == snapshots["after"]  # no trial wrote (or rewrote) a shard
+    generated = [e for e in resumed_search.events if e["event"] == "generate"]
+    # in the driver, before the search (the resumed runs find them cached)
+    assert generated[0]["taus"] == [0.0, 1.0]
+    assert not any(e["searching"] for e in generated), "the teacher was asked for shards during the search"
+    snapshots = [e["shards"] for e in resumed_search.events if e["event"].startswith("search_")]
+    assert any(e["event"] == "search_end" for e in resumed_search.events)
+    assert all(s == snapshots[0] for s in snapshots)  # no trial, killed or not, wrote (or rewrote) a shard
     assert len(outcome.trials) == 3 and {t.status for t in outcome.trials} <= {
         "completed",
         "stopped_early",
@@ -144,7 +203,7 @@ def test_a_search_reads_cached_shards_logs_every_trial_and_registers_the_winner(
     winner = outcome.winner
     assert winner.objective == max(t.objective for t in outcome.trials if t.objective is not None)
 
-    uri = spec.tracking.uri
+    uri = f"sqlite:///{resumed_search.root / 'mlflow.db'}"
     roles = runs_by_role(uri, "smoke")
     (parent,) = roles["tune"]
     assert parent.info.status == "FINISHED" and parent.data.tags["best_trial"] == winner.trial_id
@@ -215,78 +274,27 @@ def test_a_search_reads_cached_shards_logs_every_trial_and_registers_the_winner(
     assert exported.registered  # the MLflow source registers the served drafts
 
 
-# ---------------------------------------------------------------- resume after the driver is killed
-
-
-def tune_command(micro_zoo, tmp_path: Path, *flags: str) -> list[str]:
-    overrides = micro_overrides(micro_zoo, tmp_path, "tune.max_concurrent_trials=1")
-    return [SPECRAY, "tune", str(SMOKE), *overrides, *flags]
-
-
-def finished_trials(tmp_path: Path) -> dict[str, tuple[int, int]]:
-    """Trials that measured their objective -> (mtime of that record, mtime of the draft's marker)."""
-    found = {}
-    for record in (tmp_path / "smoke" / "tune" / "trials").glob(f"*/{TRIAL_RESULT}"):
-        marker = record.parent / DRAFT_DIR / FINISHED_FILE
-        found[record.parent.name] = (record.stat().st_mtime_ns, marker.stat().st_mtime_ns)
-    return found
-
-
-def saved_as_terminated(tmp_path: Path, trial_ids: set[str]) -> bool:
-    """Tune's own experiment state on disk records these trials as finished."""
-    states = sorted((tmp_path / "smoke" / "tune" / "search").glob("experiment_state-*.json"))
-    try:
-        trial_data = json.loads(states[-1].read_text())["trial_data"] if states else []
-    except (json.JSONDecodeError, OSError):  # caught while Tune replaces the file
-        return False
-    status = {state["trial_id"]: state["status"] for state in (json.loads(t) for t, _ in trial_data)}
-    return all(status.get(trial_id) == "TERMINATED" for trial_id in trial_ids)
-
-
-def test_a_killed_search_resumes_without_rerunning_finished_trials(micro_zoo, tmp_path) -> None:
-    make_shards(micro_spec(micro_zoo))
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    env = os.environ | {"TUNE_GLOBAL_CHECKPOINT_S": "1"}  # Tune saves its state every second
-    process = subprocess.Popen(
-        tune_command(micro_zoo, tmp_path), cwd=tmp_path, env=env, start_new_session=True, **quiet
-    )
-
-    def one_trial_done_and_saved() -> bool:
-        done = finished_trials(tmp_path)
-        return bool(done) and saved_as_terminated(tmp_path, set(done))
-
-    wait_until(lambda: process.poll() is not None or one_trial_done_and_saved(), "a finished, saved trial")
-    assert process.poll() is None, "the search ended before it could be interrupted"
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-    before = finished_trials(tmp_path)
+def test_a_killed_search_resumes_without_rerunning_finished_trials(resumed_search) -> None:
+    before, resumed = resumed_search.killed, resumed_search.resumed
     assert 1 <= len(before) < 3
-
-    resumed = subprocess.run(
-        tune_command(micro_zoo, tmp_path, "--resume"),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-    )
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "(resumed)" in resumed.stdout and "| in_domain | 1 |" in resumed.stdout
-    after = finished_trials(tmp_path)
-    for trial_id, mtimes in before.items():  # neither retrained nor re-evaluated
+    after = finished_trials(resumed_search.root)
+    for trial_id, mtimes in before.items():  # neither retrained nor re-evaluated, by either resume
         assert after[trial_id] == mtimes, trial_id
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = f"sqlite:///{resumed_search.root / 'mlflow.db'}"
     roles = runs_by_role(uri, "smoke")
     assert len(roles["tune"]) == 1 and roles["tune"][0].info.status == "FINISHED"
     trial_ids = [r.data.tags[TRIAL_ID] for r in roles["trial"]]
     assert len(trial_ids) == len(set(trial_ids)) == 3  # num_samples in all, each once
     assert set(before) <= set(trial_ids)
-    rows = (tmp_path / "smoke" / "tune" / "report" / "trials.csv").read_text().strip().splitlines()
+    report = resumed_search.out / "report"
+    rows = (report / "trials.csv").read_text().strip().splitlines()
     assert len(rows) == 1 + 3
-    costs = json.loads((tmp_path / "smoke" / "tune" / "report" / "step_costs.json").read_text())
+    costs = json.loads((report / "step_costs.json").read_text())
     assert costs["draft"]["1"]["seconds"] > 0  # measured once (saved under its key: kept for --resume)
 
-    again = subprocess.run(tune_command(micro_zoo, tmp_path), cwd=tmp_path, capture_output=True, text=True)
+    again = subprocess.run(resumed_search.command(), cwd=resumed_search.root, capture_output=True, text=True)
     assert again.returncode == 2 and "already holds a search: add --resume" in again.stderr
 
 
