@@ -111,19 +111,7 @@ def test_a_run_that_dies_leaves_no_finished_draft_and_a_later_call_resumes_it(
     assert [c.step for c in result.curves] == [0, 1, 2, 3, 4] and not work_dir(output).exists()
 
 
-@pytest.mark.parametrize(
-    ("checkpoint_every", "resumed_from"),
-    [(2, [2]), (4, [])],  # the online draft's own step-2 checkpoint; or only the offline draft's last one
-)
-def test_several_drafts_in_one_run_each_resume_only_from_their_own_checkpoint(
-    micro_zoo, local_ray, tmp_path, monkeypatch, checkpoint_every, resumed_from
-) -> None:
-    """One Train run distils an offline draft (2 steps), the same draft again into another folder (same
-    key: it resumes from the first one's last checkpoint and publishes it as it is, as after a restart
-    between a draft's last checkpoint and its publication), then an online one (4 steps); rank 0 dies
-    after the online draft's step 3. The restarted run skips the published drafts and resumes the online
-    one from its own latest checkpoint — never from an offline draft's, the run's latest when the online
-    draft has none yet — and the online draft ends exactly as when distilled alone."""
+def several_drafts_spec(micro_zoo, checkpoint_every: int):
     spec = micro_spec(
         micro_zoo,
         "distill.steps=2",
@@ -133,7 +121,33 @@ def test_several_drafts_in_one_run_each_resume_only_from_their_own_checkpoint(
         "distill.onpolicy_fraction=0.5",
     )
     make_shards(spec)
-    alone = distill(one_draft(spec, "online", MIXTURE, tmp_path / "alone"))  # before the fault is armed
+    return spec
+
+
+@pytest.fixture(scope="module")
+def online_alone(micro_zoo, local_ray, tmp_path_factory):
+    """The online draft of the several-drafts test, distilled alone and uninterrupted: the reference both
+    of its cases end at. One run serves both: their specs differ only in `distill.checkpoint_every`, which
+    reaches no key (keys.py: saving a checkpoint changes no weight), so the draft alone is the same."""
+    spec = several_drafts_spec(micro_zoo, 2)
+    return distill(one_draft(spec, "online", MIXTURE, tmp_path_factory.mktemp("alone") / "alone"))
+
+
+@pytest.mark.parametrize(
+    ("checkpoint_every", "resumed_from"),
+    [(2, [2]), (4, [])],  # the online draft's own step-2 checkpoint; or only the offline draft's last one
+)
+def test_several_drafts_in_one_run_each_resume_only_from_their_own_checkpoint(
+    micro_zoo, online_alone, tmp_path, monkeypatch, checkpoint_every, resumed_from
+) -> None:
+    """One Train run distils an offline draft (2 steps), the same draft again into another folder (same
+    key: it resumes from the first one's last checkpoint and publishes it as it is, as after a restart
+    between a draft's last checkpoint and its publication), then an online one (4 steps); rank 0 dies
+    after the online draft's step 3. The restarted run skips the published drafts and resumes the online
+    one from its own latest checkpoint — never from an offline draft's, the run's latest when the online
+    draft has none yet — and the online draft ends exactly as when distilled alone."""
+    spec = several_drafts_spec(micro_zoo, checkpoint_every)
+    alone = online_alone  # distilled before any fault is armed
     arm_train_fault(monkeypatch, tmp_path)
     jobs = [
         one_draft(spec, "offline", {1.0: 1.0}, tmp_path / "offline"),

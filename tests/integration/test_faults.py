@@ -29,6 +29,7 @@ from specray.keys import train_shard_keys
 from tests.servers import QUIET, free_port, mlflow_server
 from tests.sweeps import (
     ALL_DRAFTS,
+    COARSE_TIMING,
     SMOKE,
     assert_cells_once,
     assert_tracked_once,
@@ -81,7 +82,7 @@ def _one_error_and_resume_hint(result: subprocess.CompletedProcess, *needles: st
 
 def test_killed_teacher_eval_and_train_processes_do_not_stop_the_sweep(tmp_path: Path) -> None:
     faults = tmp_path / "faults"
-    overrides = ["teacher.seed=101"]  # shards of their own: the teacher really generates in this test
+    overrides = ["teacher.seed=101", COARSE_TIMING]  # shards of their own: the teacher really generates
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {
         FAULTS_ENV: "teacher.batch=2,eval.cell=3,train.step=4",
@@ -151,7 +152,7 @@ def test_read_only_output_dir_is_refused_before_any_work(tmp_path: Path) -> None
 def test_output_dir_turning_read_only_mid_run_stops_cleanly_and_resumes(tmp_path: Path) -> None:
     out, uri = tmp_path / "out", f"sqlite:///{tmp_path / 'mlflow.db'}"
     out.mkdir()
-    command = smoke_command(out, uri, *OFFLINE)
+    command = smoke_command(out, uri, *OFFLINE, COARSE_TIMING)
     marker = f"{out}/smoke/drafts/*/{FINISHED_FILE}"
     if os.geteuid() == 0:
         _read_only_wrapper(out)  # skips without user namespaces
@@ -201,7 +202,7 @@ def test_unreachable_tracking_server_is_refused_before_any_work(tmp_path: Path) 
 def test_tracking_server_dying_mid_run_stops_cleanly_and_resumes_once_it_is_back(tmp_path: Path) -> None:
     server = mlflow_server(tmp_path / "server")
     out = tmp_path / "out"
-    command = smoke_command(out, server.url, *OFFLINE)
+    command = smoke_command(out, server.url, *OFFLINE, COARSE_TIMING)
     # MLflow's client retries a refused connection for minutes by default (riding out short outages);
     # here the outage is permanent, so fail on the first failed request
     fail_fast = {**QUIET, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}

@@ -26,6 +26,7 @@ from mlflow.tracking import MlflowClient
 from specray.tracking.names import PARENT, ROLE
 from tests.conftest import REPO
 from tests.servers import free_ports, listening_addresses
+from tests.sweeps import COARSE_TIMING
 from tests.waiting import CLI_TIMEOUT_S, wait_until
 
 pytestmark = pytest.mark.integration
@@ -153,7 +154,7 @@ def test_submitted_smoke_sweep_succeeds_streams_its_logs_and_tracks_to_mlflow(
 ) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     job_id = f"specray-smoke-test-{os.getpid()}"
-    args = ["sweeps/smoke.yaml", f"tracking.uri={uri}", f"output_dir={tmp_path / 'out'}"]
+    args = ["sweeps/smoke.yaml", f"tracking.uri={uri}", f"output_dir={tmp_path / 'out'}", COARSE_TIMING]
     submitted = _specray(
         ray_head, "submit", *args, "--submission-id", job_id, timeout=CLI_TIMEOUT_S, HF_TOKEN=FAKE_TOKEN
     )

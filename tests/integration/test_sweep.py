@@ -14,6 +14,7 @@ from mlflow.tracking import MlflowClient
 from specray.tracking.names import PARENT, ROLE
 from tests.sweeps import (
     ALL_DRAFTS,
+    COARSE_TIMING,
     SPECRAY,
     assert_cells_once,
     assert_tracked_once,
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.integration
 def _command(tmp_path: Path) -> list[str]:
     # two distillations at a time, as on a 2-core machine: on a bigger one all four would run side by side
     # and could all finish before the kill lands (ray settings are not part of the sweep's identity)
-    return smoke_command(tmp_path, f"sqlite:///{tmp_path / 'mlflow.db'}", "ray.num_cpus=2")
+    return smoke_command(tmp_path, f"sqlite:///{tmp_path / 'mlflow.db'}", "ray.num_cpus=2", COARSE_TIMING)
 
 
 def _kill_after_first_draft(tmp_path: Path) -> dict[str, float]:

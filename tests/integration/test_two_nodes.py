@@ -38,14 +38,27 @@ from specray.config import load_spec
 from specray.data.shards import PARTS_DIR, read_shard, shard_dir
 from specray.keys import train_shard_keys
 from tests.servers import free_ports
-from tests.sweeps import SMOKE, assert_cells_once, assert_tracked_once, finished_drafts, smoke_command
+from tests.sweeps import (
+    COARSE_TIMING,
+    SMOKE,
+    assert_cells_once,
+    assert_tracked_once,
+    finished_drafts,
+    smoke_command,
+)
 
 pytestmark = pytest.mark.integration
 RAY = str(Path(sys.executable).parent / "ray")
 OFFLINE_DRAFTS = ["non-distill", "offline/tau_kd=0", "offline/tau_kd=1"]
 # teacher shards of their own (the teacher really generates here), two replicas and small batches (a
-# teacher stage of 64 batches), offline drafts only
-OVERRIDES = ("teacher.seed=202", "teacher.replicas=2", "teacher.batch_size=2", "distill.paradigms=[offline]")
+# teacher stage of 64 batches), offline drafts only, step costs timed coarsely (no node is lost then)
+OVERRIDES = (
+    "teacher.seed=202",
+    "teacher.replicas=2",
+    "teacher.batch_size=2",
+    "distill.paradigms=[offline]",
+    COARSE_TIMING,
+)
 HEAD_PORTS = ("port", "dashboard-port", "ray-client-server-port")
 NODE_PORTS = (
     "node-manager-port",
