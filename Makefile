@@ -15,19 +15,18 @@ setup-test:
 demo: setup
 	$(BIN)/specray run sweeps/tiny.yaml
 
-# The unit tests run on one pytest-xdist worker per core. The integration tests run two modules at a time
-# (`--dist loadfile`: a module's tests, and its module fixtures, stay on one worker): most of an integration
-# test's wall time is spent waiting on processes it started (Ray, MLflow, the CLI), so two side by side
-# keep both cores busy. Each test starts its own Ray, servers and ports and never stops another's.
+# The unit tests run on one pytest-xdist worker per core. The integration tests run one at a time: each
+# starts its own Ray, MLflow or CLI processes, which keep both cores busy (two at a time, measured, took
+# longer: the two modules' processes crowd the same two cores and each worker builds its own zoo and sweep).
 test: setup-test lint docs
 	$(BIN)/pytest -q -m "not integration" -n auto --durations=15
-	$(BIN)/pytest -q -m integration -n 2 --dist loadfile --durations=30
+	$(BIN)/pytest -q -m integration --durations=30
 
 unit: setup-test
 	$(BIN)/pytest -q -m "not integration" -n auto
 
 integration: setup-test
-	$(BIN)/pytest -q -m integration -n 2 --dist loadfile
+	$(BIN)/pytest -q -m integration
 
 # The vLLM API lane: specray's vLLM settings built by the real vLLM wheel in its own virtualenv (CPU only;
 # not part of `make test`). Needs the package index the first time.

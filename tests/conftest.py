@@ -59,31 +59,6 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
-# ---------------------------------------------------------------- longest first
-# `make test` runs the integration modules two at a time, each module on one worker, in collection order:
-# the slowest modules go first, so that the last ones to start are short and neither worker idles at the
-# end while the other runs a long module (the slowest modules of the last CI run, by the table below).
-SLOWEST_FIRST = (
-    "test_tune.py",
-    "test_chaos.py",
-    "test_faults.py",
-    "test_result_keys.py",
-    "test_distill_ray.py",
-    "test_benchmarks_quick.py",
-    "test_two_nodes.py",
-    "test_submit.py",
-    "test_garden.py",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
-        name = item.path.name
-        return SLOWEST_FIRST.index(name) if name in SLOWEST_FIRST else len(SLOWEST_FIRST)
-
-    items.sort(key=rank)  # stable: a module's tests keep their order
-
-
 # ---------------------------------------------------------------- where the suite's time goes
 # CI shows only the tail of its log, and pytest's own `--durations` list comes before the failures and
 # warnings: this short per-module table is printed last, so the tail always says which modules to make

@@ -59,9 +59,9 @@ def _files_containing(folder: Path, needle: bytes) -> list[Path]:
 
 
 def _ray_session_logs(since: float) -> list[Path]:
-    """The logs of every local Ray session started after `since`: the run's own, and those of tests running
-    beside it (`make test` runs integration modules two at a time), so a check over all of them is at least
-    as strict as one over the run's own."""
+    """The logs of every local Ray session started after `since`: the run's own and any other begun
+    meanwhile (`session_latest` names only the newest), so the check is at least as strict as one over the
+    run's own."""
     sessions = [p for p in Path("/tmp/ray").glob("session_2*") if p.is_dir() and p.stat().st_mtime >= since]
     return [p / "logs" for p in sessions if (p / "logs").is_dir()]
 
