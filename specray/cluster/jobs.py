@@ -17,7 +17,7 @@ from typing import Any
 
 import aiohttp
 import ray.exceptions
-from ray.job_submission import JobDetails, JobStatus, JobSubmissionClient
+from ray.job_submission import JobDetails, JobErrorType, JobStatus, JobSubmissionClient
 
 from specray.cluster.submit import JobRequest, redact_uri_credentials
 from specray.errors import SpecError
@@ -83,27 +83,68 @@ def _call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 PROBE_ENTRYPOINT = "specray --help > /dev/null"
 PROBE_TIMEOUT_S = 180.0
+PROBE_ATTEMPTS = 3
+PROBE_RETRY_S = 2.0
 RAY_SAYS = ("Running entrypoint for job", "Job entrypoint command failed")  # Ray's lines, not the shell's
+# A job that failed before its entrypoint ran (Ray could not set up its runtime env or start its supervisor
+# actor, e.g. a head that has just started and is busy) says nothing about the cluster's specray: the probe
+# runs again. Any other failure (the entrypoint's own, or none given) is the shell's answer.
+NOT_THE_ENTRYPOINT = frozenset(
+    kind.value  # JobDetails.error_type holds the value
+    for kind in (
+        JobErrorType.RUNTIME_ENV_SETUP_FAILURE,
+        JobErrorType.JOB_SUPERVISOR_ACTOR_START_TIMEOUT,
+        JobErrorType.JOB_SUPERVISOR_ACTOR_START_FAILURE,
+        JobErrorType.JOB_SUPERVISOR_ACTOR_UNKNOWN_FAILURE,
+        JobErrorType.JOB_SUPERVISOR_ACTOR_DIED,
+    )
+)
+
+
+def failed_before_entrypoint(info: JobDetails) -> bool:
+    """Whether a failed job never ran its entrypoint: Ray's job machinery failed, not the command."""
+    return info.status == JobStatus.FAILED and info.error_type in NOT_THE_ENTRYPOINT
 
 
 def check_runs_specray(client: JobSubmissionClient, address: str, env_vars: dict[str, str]) -> None:
     """Refuse, before anything is uploaded, a cluster whose job environment cannot run `specray`: a probe
     job (no working dir, no resources) runs the CLI the way the real job will, through the job's shell on
-    the PATH the cluster's Ray was started with. A probe that does not end in time is let through."""
-    probe = _call(
-        "checking that the cluster can run specray",
-        client.submit_job,
-        entrypoint=PROBE_ENTRYPOINT,
-        runtime_env={"env_vars": env_vars} if env_vars else None,
-        entrypoint_num_cpus=0,
-        metadata={"specray.probe": "can this cluster's job environment run specray"},
-    )
-    info = wait(client, probe, poll_s=0.5, timeout_s=PROBE_TIMEOUT_S)
-    if info.status == JobStatus.SUCCEEDED:
-        return
-    if not info.status.is_terminal():
-        log.warning("the probe job %s has not ended after %.0f s; submitting anyway", probe, PROBE_TIMEOUT_S)
-        return
+    the PATH the cluster's Ray was started with. A probe that does not end in time is let through; one that
+    Ray failed to start (`failed_before_entrypoint`) is tried again, up to PROBE_ATTEMPTS times."""
+    for attempt in range(1, PROBE_ATTEMPTS + 1):
+        probe = _call(
+            "checking that the cluster can run specray",
+            client.submit_job,
+            entrypoint=PROBE_ENTRYPOINT,
+            runtime_env={"env_vars": env_vars} if env_vars else None,
+            entrypoint_num_cpus=0,
+            metadata={"specray.probe": "can this cluster's job environment run specray"},
+        )
+        info = wait(client, probe, poll_s=0.5, timeout_s=PROBE_TIMEOUT_S)
+        if info.status == JobStatus.SUCCEEDED:
+            return
+        if not info.status.is_terminal():
+            log.warning(
+                "the probe job %s has not ended after %.0f s; submitting anyway", probe, PROBE_TIMEOUT_S
+            )
+            return
+        if not failed_before_entrypoint(info):
+            break
+        if attempt == PROBE_ATTEMPTS:
+            first = (info.message or str(info.error_type)).strip().splitlines()[-1]
+            raise ClusterError(
+                f"the cluster at {address} could not start a job ({info.error_type}) in {PROBE_ATTEMPTS} "
+                f"tries, the last: {first!r}. Check its Ray (`ray status`, the head's logs under "
+                "/tmp/ray/session_latest/logs) and submit again"
+            )
+        log.warning(
+            "the probe job %s failed before it ran (%s); trying again (%d of %d)",
+            probe,
+            info.error_type,
+            attempt + 1,
+            PROBE_ATTEMPTS,
+        )
+        time.sleep(PROBE_RETRY_S)
     # the job's own output: its logs, or the tail of them Ray puts in the failure message
     output = f"{logs(client, probe)}\n{info.message or ''}".splitlines()
     said = (

@@ -28,14 +28,16 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from specray.config import SweepSpec, dump_spec
 from specray.distill.curves import CurvePoint, curves_from_json, curves_to_json
 from specray.files import write_atomic
+
+if TYPE_CHECKING:  # transformers' model code loads where a model does, not where a type is named
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 TRAINER_STATE, CURVES_FILE, SPEC_FILE, FINISHED_FILE = (
     "trainer_state.pt",

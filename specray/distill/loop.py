@@ -37,9 +37,9 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from specray.config import SweepSpec
 from specray.devices import Resources, autocast
@@ -65,6 +65,9 @@ from specray.models.loading import load_model, load_tokenizer
 from specray.ops.lr_schedule import warmup_cosine
 from specray.sampling import eos_token_ids, sample_batch
 from specray.seeds import derive_seed
+
+if TYPE_CHECKING:  # transformers' model code loads where a model does, not where a type is named
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["DistillInputs", "DistillResult", "prepare_inputs", "run_training", "train_draft"]
 

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
-from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from specray.data.templates import encode_prompts
 from specray.distill.curves import PromptSums
@@ -37,6 +36,8 @@ from specray.sampling import Sample, left_pad, sample_batch
 from specray.seeds import prompt_seed
 
 if TYPE_CHECKING:  # the probe itself runs without the config (the GPU test suite has no pydantic)
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
     from specray.config import DataSpec
     from specray.data.examples import Example
 
@@ -144,6 +145,8 @@ class AcceptanceProbe:
             rows = batch.prompt.to(device)
             logits = first[rows][:, None]  # [rows, 1, vocab]
             if batch.input_ids.shape[1]:
+                from transformers import DynamicCache
+
                 past = DynamicCache(
                     [(keys[rows], values[rows]) for keys, values in layers], config=draft.config
                 )

@@ -28,14 +28,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
-from transformers import DynamicCache, PreTrainedModel
 
 from specray.devices import autocast
 from specray.distill.data import TrainRow, collate
 from specray.distill.losses import IGNORE_INDEX, final_hidden_states
+
+if TYPE_CHECKING:  # transformers' model code loads where a model does, not where a type is named
+    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +150,8 @@ def cached_response_states(
             input_ids[i, : forward_lens[i]] = torch.tensor(row.response_ids[:-1], dtype=torch.long)
             mask[i, width - prompt_lens[i] : width + forward_lens[i]] = 1
         positions = torch.tensor(prompt_lens)[:, None] + torch.arange(span)[None, :]  # [batch, span]
+        from transformers import DynamicCache
+
         with torch.no_grad(), autocast(device):
             out = teacher(
                 input_ids=input_ids.to(device),

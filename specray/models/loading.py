@@ -10,18 +10,14 @@ from typing import TYPE_CHECKING, cast
 
 import torch
 from safetensors import SafetensorError
-from transformers import (
-    AutoConfig,
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-)
+from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
 from specray.errors import ModelError
 
+# transformers' model code (AutoModelForCausalLM, PreTrainedModel: seconds of imports) loads in `load_model`:
+# a driver that only plans, tokenizes and reports never pays for it.
 if TYPE_CHECKING:  # loading a model needs no config (and no pydantic): the GPU test suite loads models bare
-    from transformers import GenerationMixin
+    from transformers import GenerationMixin, PreTrainedModel
 
     from specray.config import ModelRef, ModelsSpec, ZooSpec
 
@@ -106,6 +102,8 @@ def load_model(
     path: str, dtype: str = "auto", trust_remote_code: bool = False, device: str | torch.device = "cpu"
 ) -> CausalLM:
     """A causal LM in eval mode; `path` is a local HF model dir or a hub name."""
+    from transformers import AutoModelForCausalLM
+
     _require_dir(path)
     _require_safetensors(path)
     try:

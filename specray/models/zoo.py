@@ -24,9 +24,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaConfig, PreTrainedTokenizerFast
 from transformers.utils import logging as hf_logging
 
 from specray.config import TinyLlamaSpec, ZooSpec
@@ -40,6 +41,9 @@ from specray.locks import producing
 from specray.ops.lr_schedule import warmup_cosine
 from specray.progress import bar, live_display
 from specray.seeds import derive_seed
+
+if TYPE_CHECKING:  # the model class loads where a model is built: naming a zoo (its keys) needs none
+    from transformers import LlamaForCausalLM
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +194,8 @@ def llama_config(
 
 
 def build_model(shape: TinyLlamaSpec, tokenizer: PreTrainedTokenizerFast, seq_len: int) -> LlamaForCausalLM:
+    from transformers import LlamaForCausalLM
+
     return LlamaForCausalLM(llama_config(shape, len(tokenizer), seq_len, tokenizer))
 
 
@@ -296,6 +302,8 @@ def sample_responses(
     model_dir: Path, prompts: list[str], tau: float, max_new_tokens: int = 48, seed: int = 0
 ) -> list[str]:
     """Decode one response per prompt from a zoo model (τ = 0 greedy), for a quick look at its outputs."""
+    from transformers import LlamaForCausalLM
+
     tokenizer = PreTrainedTokenizerFast.from_pretrained(model_dir)
     model = LlamaForCausalLM.from_pretrained(model_dir).eval()
     torch.manual_seed(seed)

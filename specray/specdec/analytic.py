@@ -18,11 +18,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch import Tensor
-from transformers import PreTrainedModel
 
 from specray import metrics as m
 from specray.ops import (
@@ -40,6 +39,9 @@ from specray.ops.blocks import BlockCounts
 from specray.sampling import sample_batch
 from specray.seeds import prompt_seed
 from specray.specdec.records import AnalyticResult, StepCosts
+
+if TYPE_CHECKING:  # transformers' model code loads where a model does, not where a type is named
+    from transformers import PreTrainedModel
 
 
 @dataclass(frozen=True)

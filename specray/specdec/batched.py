@@ -22,15 +22,24 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
-from transformers import DynamicCache, PreTrainedModel
 
 from specray.ops import sample, verify_block, verify_greedy, warp
 from specray.specdec.decoder import Decoded, StepClock, finish, pick
 
+if TYPE_CHECKING:  # transformers' model code loads where a model does, not where a type is named
+    from transformers import DynamicCache, PreTrainedModel
+
 PAD_ID = 0  # what a masked slot feeds; its value never matters
+
+
+def _dynamic_cache() -> DynamicCache:
+    from transformers import DynamicCache
+
+    return DynamicCache()
 
 
 @dataclass
@@ -38,7 +47,7 @@ class _Cache:
     """One model's KV cache over the live rows and the validity of each of its slots [rows, slots]."""
 
     model: PreTrainedModel
-    cache: DynamicCache = field(default_factory=DynamicCache)
+    cache: DynamicCache = field(default_factory=_dynamic_cache)
     valid: Tensor = field(default_factory=lambda: torch.zeros(0, 0, dtype=torch.long))
 
     def feed(self, rows: Sequence[list[int]]) -> Tensor:

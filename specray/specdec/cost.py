@@ -16,14 +16,17 @@ import math
 import statistics
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from scipy.stats import t as student_t
-from transformers import PreTrainedModel
 
 from specray.specdec.batched import batched_autoregressive_decode, batched_speculative_decode
 from specray.specdec.decoder import DecodeStats, autoregressive_decode, speculative_decode
 from specray.specdec.records import StepCosts, Timing
+
+if TYPE_CHECKING:  # transformers' model code loads where a model does, not where a type is named
+    from transformers import PreTrainedModel
 
 STEPS = 16  # verification steps per timed decode: long enough that the clocks' own cost is nothing
 MIN_ROUNDS = 5

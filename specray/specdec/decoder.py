@@ -17,11 +17,10 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor
-from transformers import DynamicCache, PreTrainedModel
 
 from specray.ops import (
     acceptance_rate_from_counts,
@@ -33,6 +32,9 @@ from specray.ops import (
     warp,
 )
 from specray.ops.lenience import verify_block_lenient
+
+if TYPE_CHECKING:  # transformers' model code loads where a model does, not where a type is named
+    from transformers import DynamicCache, PreTrainedModel
 
 
 @dataclass
@@ -123,6 +125,8 @@ def forward_cached(
 
 def prefill_cache(model: PreTrainedModel, prompt: list[int], device: torch.device) -> DynamicCache:
     """Cache every prompt token but the last, which the first step feeds."""
+    from transformers import DynamicCache
+
     cache = DynamicCache()
     if len(prompt) > 1:
         forward_cached(model, prompt[:-1], cache, device)

@@ -13,9 +13,9 @@ are kept (`outputs`) so their task quality can be scored (`specray/quality.py`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import PreTrainedModel
 
 from specray.metrics import (
     PER_PROMPT_ACCEPTED,
@@ -31,6 +31,9 @@ from specray.specdec.analytic import ratio_ci95
 from specray.specdec.batched import batched_autoregressive_decode, batched_speculative_decode
 from specray.specdec.decoder import DecodeStats, autoregressive_decode, speculative_decode
 from specray.specdec.records import EmpiricalResult
+
+if TYPE_CHECKING:  # transformers' model code loads where a model does, not where a type is named
+    from transformers import PreTrainedModel
 
 
 @dataclass

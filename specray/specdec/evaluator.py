@@ -18,9 +18,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import PreTrainedModel
 
 from specray.data.examples import Example
 from specray.files import cache_dir, write_json
@@ -48,6 +48,9 @@ from specray.specdec.cost import measure_step_costs
 from specray.specdec.empirical import EmpiricalResult, decode_alone, run_empirical
 from specray.specdec.lossy import lossy_betas
 from specray.specdec.records import CellRecord, EvalJob, EvalSettings, StepCosts
+
+if TYPE_CHECKING:  # transformers' model code loads where a model does, not where a type is named
+    from transformers import PreTrainedModel
 
 __all__ = ["CellRecord", "EvalJob", "EvalSettings", "Evaluator", "continuations_file"]
 

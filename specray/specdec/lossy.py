@@ -24,14 +24,17 @@ pass across drafts; memory is O(batch) models' caches plus [n, T] floats.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import PreTrainedModel
 
 from specray.ops import draft_stop_after_rejection, lenient_target, lenient_token_acceptance, sample, warp
 from specray.sampling import decode_lockstep
 from specray.seeds import prompt_seed
 from specray.specdec.analytic import Betas
+
+if TYPE_CHECKING:  # transformers' model code loads where a model does, not where a type is named
+    from transformers import PreTrainedModel
 
 
 @dataclass

@@ -41,3 +41,17 @@ def test_the_gpu_suite_imports_no_ray_mlflow_or_pydantic() -> None:
     assert len(modules) >= 4 and result.stdout.strip() == "", (
         f"the GPU suite imported: {result.stdout.strip()}"
     )
+
+
+def test_the_driver_imports_no_model_code() -> None:
+    """The sweep's driver plans, tokenizes, starts the stages and writes the report; the models load in Ray's
+    actors and Train workers. transformers' model code (PreTrainedModel and the modules it pulls in: torch's
+    compiler, quantizers, loss functions) costs seconds of imports per process, so a `specray run` must not
+    import it — nor a Train controller, which loads the distillation module to read the run's settings."""
+    script = (
+        "import sys\n"
+        "import specray.cli.sweep, specray.sweep.run, specray.sweep.stages, specray.distill.ray_train\n"
+        "print('transformers.modeling_utils' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False", "a driver module imports transformers' model code at the top"

@@ -15,7 +15,7 @@ from ray.job_submission import JobDetails
 from typer.testing import CliRunner
 
 from specray.cli import app
-from specray.cluster.jobs import describe
+from specray.cluster.jobs import describe, failed_before_entrypoint
 from specray.cluster.submit import (
     WORKING_DIR_EXCLUDES,
     JobRequest,
@@ -236,3 +236,22 @@ def test_cli_reports_an_unreachable_cluster_in_one_line() -> None:
     assert result.exit_code == 2, result.output
     assert f"error: cannot reach the Ray Jobs API at {address}" in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("status", "error_type", "retried"),
+    [
+        ("FAILED", "RUNTIME_ENV_SETUP_FAILURE", True),  # Ray could not set the job up: the probe says nothing
+        ("FAILED", "JOB_SUPERVISOR_ACTOR_START_TIMEOUT", True),
+        ("FAILED", "JOB_SUPERVISOR_ACTOR_DIED", True),
+        ("FAILED", "JOB_ENTRYPOINT_COMMAND_ERROR", False),  # the shell ran it: `specray: not found`
+        ("FAILED", None, False),  # an older Ray gives no error type: the shell's answer, as before
+        ("SUCCEEDED", None, False),
+        ("STOPPED", None, False),
+    ],
+)
+def test_a_probe_that_ray_failed_to_start_is_tried_again(
+    status: str, error_type: str | None, retried: bool
+) -> None:
+    info = JobDetails(type="SUBMISSION", entrypoint="specray --help", status=status, error_type=error_type)
+    assert failed_before_entrypoint(info) == retried
