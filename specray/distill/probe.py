@@ -129,6 +129,8 @@ class AcceptanceProbe:
     def _draft_logits(self, draft: PreTrainedModel) -> Tensor:
         """The draft's logits at every response position, in the pass's order: [positions, vocab]. Its
         prompts run once (left-padded, one batch); each batch of responses runs over their caches."""
+        from transformers import DynamicCache
+
         device, side = next(draft.parameters()).device, self.target
         prompt_mask = side.prompt_mask.to(device)
         out = draft(
@@ -145,8 +147,6 @@ class AcceptanceProbe:
             rows = batch.prompt.to(device)
             logits = first[rows][:, None]  # [rows, 1, vocab]
             if batch.input_ids.shape[1]:
-                from transformers import DynamicCache
-
                 past = DynamicCache(
                     [(keys[rows], values[rows]) for keys, values in layers], config=draft.config
                 )

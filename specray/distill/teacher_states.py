@@ -130,6 +130,8 @@ def cached_response_states(
     only. The kept prompt caches are left-padded to the longest ([batch, kv_heads, prompt, head_dim] per
     layer), the responses but their last token right-padded after them; positions count each row's own
     prompt, and the mask hides both paddings, so each row sees exactly its unpadded sequence."""
+    from transformers import DynamicCache
+
     device = next(teacher.parameters()).device
     prompt_lens = [len(row.prompt_ids) for row in rows]
     forward_lens = [max(len(row.response_ids) - 1, 0) for row in rows]  # the last token predicts nothing
@@ -150,8 +152,6 @@ def cached_response_states(
             input_ids[i, : forward_lens[i]] = torch.tensor(row.response_ids[:-1], dtype=torch.long)
             mask[i, width - prompt_lens[i] : width + forward_lens[i]] = 1
         positions = torch.tensor(prompt_lens)[:, None] + torch.arange(span)[None, :]  # [batch, span]
-        from transformers import DynamicCache
-
         with torch.no_grad(), autocast(device):
             out = teacher(
                 input_ids=input_ids.to(device),
