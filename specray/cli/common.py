@@ -56,9 +56,11 @@ def stage_spec(sweep: Path, overrides: list[str] | None, command: str) -> SweepS
     refused, since its stages run only together under `specray run`."""
     from specray.config import load_spec
     from specray.garden.plan import require_sweep
+    from specray.named_files import check_named_files
 
     spec = load_spec(sweep, overrides or [])
     require_sweep(spec, command)
+    check_named_files(spec)  # a mistyped path, at once and by its field
     return spec
 
 

@@ -9,6 +9,7 @@ import typer
 from specray.cli.common import OverridesArg, SweepArg, app, resumable, set_threads, stage_spec, user_errors
 from specray.cli.results import record_run
 from specray.config import load_spec
+from specray.named_files import check_named_files
 
 
 @app.command()
@@ -25,6 +26,7 @@ def run(
     it reuses and what it will compute and why."""
     with user_errors():
         spec = load_spec(sweep, overrides or [])  # a bad spec is refused before the heavy imports below
+        check_named_files(spec)  # so is a mistyped data path or model folder, by its field
         from specray.sweep.plan import plan_sweep, sweep_dir
         from specray.sweep.run import run_sweep
         from specray.sweep.survey import survey

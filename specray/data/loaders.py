@@ -24,13 +24,13 @@ import pyarrow
 
 from specray.data.examples import Example
 from specray.errors import DataError
+from specray.named_files import looks_like_local_data, missing_file_message
 
 logger = logging.getLogger(__name__)
 
 KINDS = ("alpaca", "gsm8k", "self_instruct", "parquet", "jsonl")
 # Fields a column mapping may rename; "family" is optional and lets an exported corpus keep its families.
 MAPPABLE_FIELDS = ("id", "instruction", "input", "output", "family")
-_LOCAL_SUFFIXES = (".json", ".jsonl", ".parquet")
 # What `datasets` / pyarrow raise for an unreadable file: parse errors arrive wrapped in
 # DatasetGenerationError, UTF-8 and JSON errors as ValueError, a blank file as StopIteration.
 _READ_ERRORS = (
@@ -50,7 +50,7 @@ def load_alpaca(source: str, split: str = "train", columns: Mapping[str, str] | 
     missing or null. Ids come from an `id` column when present, else `"{stem}:{row_index}"`.
     `columns` optionally maps Alpaca field names to the source's column names.
     """
-    if _is_local(source):
+    if looks_like_local_data(source):
         return _alpaca_examples(source, _read_local(source, "json"), Path(source).stem, columns)
     return _alpaca_examples(source, _read_hub(source, split), source.rsplit("/", 1)[-1], columns)
 
@@ -216,18 +216,11 @@ def _is_text(value: Any) -> bool:
     return isinstance(value, str) and bool(value.strip())
 
 
-def _is_local(source: str) -> bool:
-    """A local file when it exists or looks like a path, so a mistyped path is not sent to the hub."""
-    path = Path(source).expanduser()
-    looks_like_path = source.startswith(("/", ".", "~")) or source.count("/") > 1
-    return path.exists() or looks_like_path or path.suffix.lower() in _LOCAL_SUFFIXES
-
-
 def _read_local(source: str, builder: str) -> datasets.Dataset:
     """Read one local file with the `datasets` "json" or "parquet" builder, in memory."""
     path = Path(source).expanduser()
-    if not path.is_file():
-        raise DataError(f"{source}: file not found" if not path.exists() else f"{source}: not a file")
+    if (problem := missing_file_message(source)) is not None:
+        raise DataError(problem)
     if path.stat().st_size == 0:
         raise DataError(f"{source}: the file is empty (0 rows read)")
     if builder == "json":

@@ -25,6 +25,7 @@ from typing import Any
 from specray.config.vocabulary import WORKLOADS, resolve_categories
 from specray.data.examples import Example
 from specray.errors import DataError
+from specray.named_files import missing_file_message
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,8 @@ def load_questions(path: str | Path, categories: Iterable[str] | None = None) ->
     groups such as `mt_bench`). A bad line is an error naming the file, the line and the field."""
     path = Path(path).expanduser()
     wanted = resolve_categories(categories, f"{path}: categories")
-    if not path.is_file():
-        raise DataError(f"{path}: file not found" if not path.exists() else f"{path}: not a file")
+    if (problem := missing_file_message(path)) is not None:
+        raise DataError(problem)
     questions: list[Question] = []
     seen: set[int] = set()
     with path.open(encoding="utf-8") as handle:

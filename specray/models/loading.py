@@ -13,6 +13,7 @@ from safetensors import SafetensorError
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
 from specray.errors import ModelError
+from specray.named_files import looks_like_local_model
 
 # transformers' model code (AutoModelForCausalLM, PreTrainedModel: seconds of imports) loads in `load_model`:
 # a driver that only plans, tokenizes and reports never pays for it.
@@ -52,13 +53,8 @@ def model_path(ref: ModelRef, zoo: ZooSpec | None = None) -> str:
     return ref.name_or_path
 
 
-def _looks_local(path: str) -> bool:
-    """A path (absolute, ./ or ../, or existing) is never sent to the hub: a typo must fail as 'not found'."""
-    return Path(path).is_absolute() or path.startswith(".") or Path(path).exists()
-
-
 def _require_dir(path: str) -> None:
-    if _looks_local(path) and not Path(path).is_dir():
+    if looks_like_local_model(path) and not Path(path).is_dir():
         raise ModelError(f"{path}: model directory not found")
 
 
@@ -84,7 +80,7 @@ def check_model_dir(path: str) -> None:
     """What `load_model` needs from a local dir, checked without loading weights: the dir, a readable
     config.json and safetensors weights. Hub names are left to `load_model`."""
     _require_dir(path)
-    if not _looks_local(path):
+    if not looks_like_local_model(path):
         return
     try:
         AutoConfig.from_pretrained(path)
@@ -94,7 +90,7 @@ def check_model_dir(path: str) -> None:
 
 
 def _require_safetensors(path: str) -> None:
-    if _looks_local(path) and not any(Path(path).glob("*.safetensors")):
+    if looks_like_local_model(path) and not any(Path(path).glob("*.safetensors")):
         raise ModelError(f"{path}: no *.safetensors weights (specray loads safetensors only)")
 
 

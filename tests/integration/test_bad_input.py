@@ -118,7 +118,7 @@ CASES = {
     "gamma-zero": Case(_run("eval.gamma=0"), lambda t: ["eval.gamma", "greater than or equal to 1"]),
     "missing-data-file": Case(
         _run("data.train={kind: alpaca, path: /nonexistent/train.json}"),
-        lambda t: ["/nonexistent/train.json"],
+        lambda t: ["data.train.path: /nonexistent/train.json: file not found"],
     ),
     "empty-dataset": Case(_data_file("empty.json", b"[]"), lambda t: [str(t / "empty.json"), "0 rows"]),
     "all-rows-invalid": Case(
@@ -141,10 +141,11 @@ CASES = {
             "data.test_sets={bench: {source: {kind: spec_bench, path: /nonexistent/question.jsonl}}}",
             "eval.test_sets=[in_domain, bench]",
         ),
-        lambda t: ["/nonexistent/question.jsonl", "not found"],
+        lambda t: ["data.test_sets.bench.source.path: /nonexistent/question.jsonl: file not found"],
     ),
     "missing-model-dir": Case(
-        _models(lambda t, z: str(t / "no-such-model")), lambda t: [str(t / "no-such-model"), "not found"]
+        _models(lambda t, z: str(t / "no-such-model")),
+        lambda t: [f"models.target.name_or_path: {t / 'no-such-model'}: model directory not found"],
     ),
     "corrupt-model-dir": Case(_models(_corrupt_model), lambda t: [str(t / "corrupt-model"), "config"]),
     "pickle-only-weights": Case(
