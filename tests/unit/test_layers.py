@@ -44,7 +44,7 @@ LAYERS: Layers = (
             "specray.progress",
         ),
     ),
-    ("spec", ("specray.config",)),
+    ("spec", ("specray.config", "specray.named_files")),
     ("data, models", ("specray.data", "specray.models", "specray.quality")),
     (
         "keys, draft, sampling, cluster",
