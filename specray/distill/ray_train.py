@@ -201,8 +201,7 @@ class _TrainJob:
 
 @dataclass(frozen=True)
 class _TrainRun:
-    """What every worker of the run gets (Ray Train's `train_loop_config` holds a reference to it under
-    RUN_CONFIG)."""
+    """What every worker of the run gets (Ray Train's `train_loop_config` holds it under RUN_CONFIG)."""
 
     jobs: list[_TrainJob]
     work: str  # the run's work folder
@@ -219,7 +218,7 @@ def _train_worker(config: dict[str, Any]) -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # a bar per model load, from every worker, floods the driver's console
-    run: _TrainRun = ray.get(config[RUN_CONFIG])
+    run: _TrainRun = config[RUN_CONFIG]
     for job in run.jobs:
         if not is_finished(job.draft.folder, job.draft.key):
             _train_job(job, run)
@@ -435,10 +434,7 @@ def _run_trainer(
     )
     trainer = ray.train.torch.TorchTrainer(
         _train_worker,
-        # A reference, not the run itself: Train's controller deserializes train_loop_config too, and the
-        # run's classes would make it import specray's training stack (torch, transformers' model code:
-        # seconds of CPU and ~0.4 GB per controller) that only the workers use.
-        train_loop_config={RUN_CONFIG: ray.put(replace(config, curves=queue))},
+        train_loop_config={RUN_CONFIG: replace(config, curves=queue)},
         scaling_config=_scaling(spec.distill),
         run_config=run_config,
     )
