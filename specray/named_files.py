@@ -41,6 +41,13 @@ def missing_file_message(source: str | Path) -> str | None:
     return f"{source}: file not found" if not path.exists() else f"{source}: not a file"
 
 
+def missing_model_message(path: str) -> str | None:
+    """Why `path` names no local model folder, or None when it is one or a hub name."""
+    if looks_like_local_model(path) and not Path(path).is_dir():
+        return f"{path}: model directory not found"
+    return None
+
+
 def check_named_files(spec: SweepSpec) -> None:
     """Raise DataError / ModelError, naming the field, for the first local data file or model folder the
     spec names that is not there. Hub names are left to the loaders."""
@@ -61,6 +68,5 @@ def check_named_files(spec: SweepSpec) -> None:
     refs = [("models.target", models.target), ("models.draft", models.draft)]
     refs += [(f"models.garden[{i}]", ref) for i, ref in enumerate(models.garden)]
     for field, ref in refs:
-        path = ref.name_or_path
-        if path is not None and looks_like_local_model(path) and not Path(path).is_dir():
-            raise ModelError(f"{field}.name_or_path: {path}: model directory not found")
+        if ref.name_or_path is not None and (problem := missing_model_message(ref.name_or_path)):
+            raise ModelError(f"{field}.name_or_path: {problem}")

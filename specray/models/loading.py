@@ -13,7 +13,7 @@ from safetensors import SafetensorError
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
 from specray.errors import ModelError
-from specray.named_files import looks_like_local_model
+from specray.named_files import looks_like_local_model, missing_model_message
 
 # transformers' model code (AutoModelForCausalLM, PreTrainedModel: seconds of imports) loads in `load_model`:
 # a driver that only plans, tokenizes and reports never pays for it.
@@ -54,8 +54,8 @@ def model_path(ref: ModelRef, zoo: ZooSpec | None = None) -> str:
 
 
 def _require_dir(path: str) -> None:
-    if looks_like_local_model(path) and not Path(path).is_dir():
-        raise ModelError(f"{path}: model directory not found")
+    if (problem := missing_model_message(path)) is not None:
+        raise ModelError(problem)
 
 
 def load_tokenizer(path: str, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:

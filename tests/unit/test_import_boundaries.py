@@ -6,21 +6,31 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 FORBIDDEN = ("ray", "mlflow", "vllm", "transformers")
 GPU_FORBIDDEN = ("ray", "mlflow", "pydantic", "pyarrow", "rich", "specray.config")
 
 
-def test_ops_imports_no_heavy_frameworks() -> None:
+@pytest.mark.parametrize(
+    ("module", "forbidden"),
+    [
+        ("specray.ops", FORBIDDEN),
+        # checked before any heavy import (specray/named_files.py): it must not be one
+        ("specray.named_files", ("torch", "transformers", "datasets", "ray", "mlflow")),
+    ],
+)
+def test_light_modules_import_no_heavy_frameworks(module: str, forbidden: tuple[str, ...]) -> None:
     # a fresh interpreter, so modules imported by other tests in this process cannot mask a leak
     script = (
-        "import sys, specray.ops\n"
-        f"leaked = [m for m in {FORBIDDEN!r} if m in sys.modules]\n"
+        f"import sys, {module}\n"
+        f"leaked = [m for m in {forbidden!r} if m in sys.modules]\n"
         "print(','.join(leaked))\n"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == "", f"specray.ops imported: {result.stdout.strip()}"
+    assert result.stdout.strip() == "", f"{module} imported: {result.stdout.strip()}"
 
 
 def test_the_gpu_suite_imports_no_ray_mlflow_or_pydantic() -> None:

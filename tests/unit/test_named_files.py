@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -62,12 +60,3 @@ def test_a_missing_model_folder_is_refused_by_its_field(tmp_path: Path) -> None:
         check_named_files(_spec(f"models.draft={{name_or_path: {missing}}}"))
     assert str(refused.value) == f"models.draft.name_or_path: {missing}: model directory not found"
     check_named_files(_spec(f"models.draft={{name_or_path: {tmp_path}}}"))  # a folder: the loader reads it
-
-
-def test_the_check_imports_nothing_heavy() -> None:
-    script = (
-        "import sys, specray.named_files\n"
-        "print([m for m in ('torch', 'transformers', 'datasets') if m in sys.modules])"
-    )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == "[]"
