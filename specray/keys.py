@@ -147,6 +147,7 @@ FIELDS: dict[str, Direct | Via] = {
     # N workers train on exactly the rows of one worker (tests/integration/test_distill_ray.py)
     "distill.workers": NONE,
     "distill.num_cpus_per_worker": NONE,
+    "distill.runs": NONE,  # how the drafts are scheduled, not what any of them is
     "distill.num_gpus_per_worker": _via("train device (bf16 autocast on CUDA)", "draft"),
     "distill.checkpoint_every": NONE,
     "distill.report_every": _direct("curves"),

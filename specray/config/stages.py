@@ -185,6 +185,13 @@ class DistillSpec(Frozen):
     workers: int = Field(default=1, ge=1)
     num_cpus_per_worker: float = Field(default=1.0, ge=0)
     num_gpus_per_worker: float = Field(default=0.0, ge=0)
+    runs: int | None = Field(
+        default=None,
+        ge=1,
+        description="at most this many Ray Train runs side by side, each distilling its share of the drafts "
+        "one after another; None = as many as the cluster fits and the work is worth (a run's start costs "
+        "about as much as a few hundred steps of a tiny draft)",
+    )
     checkpoint_every: int = Field(default=100, ge=1)
     report_every: int = Field(default=25, ge=1)
     mixtures: list[Mixture] = Field(default=[], description="extra composition recipes to distill")

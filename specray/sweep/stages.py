@@ -56,6 +56,12 @@ log = logging.getLogger(__name__)
 # an online step's cost in offline steps: it also samples from the student and runs the teacher
 # (benchmarks/README.md has the tiny sweep's timings and the command that measures them)
 ONLINE_STEP_COST = 2.0
+# A Ray Train run's start (its controller, placement group and helper actors, a worker process importing
+# torch) costs about 10 s wall and 12 CPU s on a 2-core machine (benchmarks/README.md): another run side by
+# side is started only for a share of at least this many offline steps (a tiny-zoo draft's step takes
+# ~0.03 s, a real draft's far more). The smoke sweep's four 8-step drafts in one run instead of two:
+# 12% less wall, a third less CPU, 1 GiB less peak memory.
+RUN_START_STEPS = 200
 
 DraftDone = Callable[[Draft, list[CurvePoint], bool], None]  # (draft, its curves, reused)
 RecordsDone = Callable[[list[CellRecord], bool], None]  # (records, found saved)
@@ -119,8 +125,9 @@ class Stages:
 
     def distil(self, drafts: Sequence[Draft], on_done: DraftDone, stage: str = "distill") -> None:
         """Distil every draft not published under its key; `on_done(draft, curves, reused)` once per draft,
-        on this thread, as each is found finished or published. Drafts go to as many Train runs side by
-        side as the cluster fits, each run distilling its share one after another (`split_runs`)."""
+        on this thread, as each is found finished or published. Drafts go to Train runs side by side
+        (`train_runs`: as many as the cluster fits and the work is worth), each run distilling its share one
+        after another (`split_runs`)."""
         from specray.distill.checkpoints import is_finished
         from specray.distill.ray_train import distill_drafts
 
@@ -147,11 +154,8 @@ class Stages:
             def note(name: str, curve: CurvePoint) -> None:
                 display.note_curve(name, curve, todo[name].train_spec)
 
-            lanes = [
-                lane
-                for lane in split_runs(drafts, concurrent_runs(spec))
-                if any(d.name in todo for d in lane)
-            ]
+            runs = split_runs(drafts, train_runs(spec, drafts))
+            lanes = [lane for lane in runs if any(d.name in todo for d in lane)]
             with ThreadPoolExecutor(max_workers=max(1, len(lanes))) as executor:
                 pending: set[Future] = {
                     executor.submit(distill_drafts, spec, lane, self.plan.splits, note, published.put)
@@ -304,6 +308,22 @@ def remove_stale_work(drafts: Sequence[Draft]) -> None:
                 shutil.rmtree(work, ignore_errors=True)
 
 
+def train_runs(spec: SweepSpec, drafts: Sequence[Draft]) -> int:
+    """How many Train runs share the drafts: `distill.runs` if set, else one per RUN_START_STEPS of their
+    work (at least one); never more than fit side by side (`concurrent_runs`). A function of all the
+    stage's drafts, finished or not, so that a re-run finds the same runs (`split_runs`)."""
+    fit = concurrent_runs(spec)
+    if spec.distill.runs is not None:
+        return min(spec.distill.runs, fit)
+    return max(1, min(fit, int(sum(map(_cost, drafts)) // RUN_START_STEPS)))
+
+
+def _cost(draft: Draft) -> float:
+    """A draft's training cost in offline steps."""
+    steps = draft.train_spec.distill.steps
+    return steps * (ONLINE_STEP_COST if draft.paradigm == "online" else 1.0)
+
+
 def concurrent_runs(spec: SweepSpec) -> int:
     """How many distillations fit side by side on the cluster (Ray still decides where each goes)."""
     d = spec.distill
@@ -322,15 +342,10 @@ def split_runs(drafts: Sequence[Draft], runs: int) -> list[list[Draft]]:
     offline ones (it also samples from the student and runs the teacher). The same drafts and run count
     always give the same runs, which is what lets a re-run after the driver died find each run's folder
     and resume it (`ray_train.distill_drafts`); drafts that are finished are skipped inside their run."""
-
-    def cost(draft: Draft) -> float:
-        steps = draft.train_spec.distill.steps
-        return steps * (ONLINE_STEP_COST if draft.paradigm == "online" else 1.0)
-
     lanes: list[list[Draft]] = [[] for _ in range(max(1, min(runs, len(drafts))))]
     loads = [0.0] * len(lanes)
-    for draft in sorted(drafts, key=lambda d: (-cost(d), d.name)):
+    for draft in sorted(drafts, key=lambda d: (-_cost(d), d.name)):
         lightest = loads.index(min(loads))
         lanes[lightest].append(draft)
-        loads[lightest] += cost(draft)
+        loads[lightest] += _cost(draft)
     return [lane for lane in lanes if lane]

@@ -27,8 +27,8 @@ pytestmark = pytest.mark.integration
 
 
 def _command(tmp_path: Path) -> list[str]:
-    # two distillations at a time, as on a 2-core machine: on a bigger one all four would run side by side
-    # and could all finish before the kill lands (ray settings are not part of the sweep's identity)
+    # the smoke sweep's short drafts train one after another in one Train run; Ray on 2 CPUs, as on a
+    # 2-core machine, whatever this one has (ray settings are not part of the sweep's identity)
     return smoke_command(tmp_path, f"sqlite:///{tmp_path / 'mlflow.db'}", "ray.num_cpus=2", COARSE_TIMING)
 
 

@@ -51,12 +51,14 @@ pytestmark = pytest.mark.integration
 RAY = str(Path(sys.executable).parent / "ray")
 OFFLINE_DRAFTS = ["non-distill", "offline/tau_kd=0", "offline/tau_kd=1"]
 # teacher shards of their own (the teacher really generates here), two replicas and small batches (a
-# teacher stage of 64 batches), offline drafts only, step costs timed coarsely (no node is lost then)
+# teacher stage of 64 batches), offline drafts only in two Train runs (the sweep would give drafts this
+# short one run), step costs timed coarsely (no node is lost then)
 OVERRIDES = (
     "teacher.seed=202",
     "teacher.replicas=2",
     "teacher.batch_size=2",
     "distill.paradigms=[offline]",
+    "distill.runs=2",
     COARSE_TIMING,
 )
 HEAD_PORTS = ("port", "dashboard-port", "ray-client-server-port")
