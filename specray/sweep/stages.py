@@ -59,8 +59,8 @@ ONLINE_STEP_COST = 2.0
 # A Ray Train run's start (its controller, placement group and helper actors, a worker process importing
 # torch) costs about 10 s wall and 12 CPU s on a 2-core machine (benchmarks/README.md): another run side by
 # side is started only for a share of at least this many offline steps (a tiny-zoo draft's step takes
-# ~0.03 s, a real draft's far more). The smoke sweep's four 8-step drafts in one run instead of two:
-# 12% less wall, a third less CPU, 1 GiB less peak memory.
+# ~0.03 s, a real draft's far more). benchmarks/README.md measures the smoke sweep's four 8-step drafts in
+# one run against two.
 RUN_START_STEPS = 200
 
 DraftDone = Callable[[Draft, list[CurvePoint], bool], None]  # (draft, its curves, reused)
