@@ -2,8 +2,8 @@
 that imports Ray.
 
 One Train run distils one draft (`distill`) or several one after another (`distill_drafts`: the sweep runs
-one per slot, so Ray Train's start — controller, placement group, worker processes importing torch and
-transformers — is paid once per slot rather than once per draft).
+a few, `sweep.stages.train_runs`, so Ray Train's start — controller, placement group, worker processes
+importing torch and transformers — is paid once per run rather than once per draft).
 
 Driver side: validate every request and read the shards before Ray starts (`prepare_inputs`: a bad τ_kd or
 a missing shard is one clear error, never a retried worker failure); pass the rows and resolved model paths

@@ -4,7 +4,8 @@
     models      build (or reuse) the zoo models the plan names
     generate    the teacher shards of each teacher sample (`ShardPlan`), cached by shard key
     distil      the plan's drafts with Ray Train: one scheduler shares them out among as many Train runs
-                as the cluster fits, longest first; a draft published under its key is reused
+                as the cluster fits and the work is worth, longest first; a draft published under its key
+                is reused
     time_steps  the step costs T_t(B, k), T_d(B): the spec's fixed c, or reused under the plan's key, or
                 timed once on an eval actor and saved
     evaluate    cells: a record saved under its key is reused, the others are evaluated by the eval pool
