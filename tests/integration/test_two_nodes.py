@@ -51,8 +51,8 @@ pytestmark = pytest.mark.integration
 RAY = str(Path(sys.executable).parent / "ray")
 OFFLINE_DRAFTS = ["non-distill", "offline/tau_kd=0", "offline/tau_kd=1"]
 # teacher shards of their own (the teacher really generates here), two replicas and small batches (a
-# teacher stage of 64 batches), offline drafts only in two Train runs (the sweep would give drafts this
-# short one run), step costs timed coarsely (no node is lost then)
+# teacher stage of 64 batches), offline drafts only in two Train runs (one per node: what the cluster's
+# 2 CPUs fit, asked for explicitly), step costs timed coarsely (no node is lost then)
 OVERRIDES = (
     "teacher.seed=202",
     "teacher.replicas=2",
