@@ -3,9 +3,8 @@
 
     models      build (or reuse) the zoo models the plan names
     generate    the teacher shards of each teacher sample (`ShardPlan`), cached by shard key
-    distil      the plan's drafts with Ray Train: one scheduler shares them out among as many Train runs
-                as the cluster fits and the work is worth, longest first; a draft published under its key
-                is reused
+    distil      the plan's drafts with Ray Train: one scheduler shares them out among Train runs side by
+                side (`train_runs`), longest first; a draft published under its key is reused
     time_steps  the step costs T_t(B, k), T_d(B): the spec's fixed c, or reused under the plan's key, or
                 timed once on an eval actor and saved
     evaluate    cells: a record saved under its key is reused, the others are evaluated by the eval pool
@@ -127,8 +126,7 @@ class Stages:
     def distil(self, drafts: Sequence[Draft], on_done: DraftDone, stage: str = "distill") -> None:
         """Distil every draft not published under its key; `on_done(draft, curves, reused)` once per draft,
         on this thread, as each is found finished or published. Drafts go to Train runs side by side
-        (`train_runs`: as many as the cluster fits and the work is worth), each run distilling its share one
-        after another (`split_runs`)."""
+        (`train_runs`), each run distilling its share one after another (`split_runs`)."""
         from specray.distill.checkpoints import is_finished
         from specray.distill.ray_train import distill_drafts
 
@@ -315,10 +313,9 @@ def train_runs(spec: SweepSpec, drafts: Sequence[Draft]) -> int:
     least one, at most what fits). A function of all the stage's drafts, finished or not, so that a re-run
     finds the same runs (`split_runs`).
 
-    Why not on a cluster too: there a node can be lost mid-run, and with every draft in one run the chaos
-    test (tests/integration/test_chaos.py) failed 2 of 4 times after a node loss mid-distillation (the
-    driver got ActorUnavailableError instead of Train restarting its worker group; an open bug, also seen
-    with two runs, less often), against 2 of 2 passes with a run per CPU."""
+    Why not on a cluster too: there a node can be lost mid-run, and a node lost mid-distillation sometimes
+    ends the driver with ActorUnavailableError instead of a worker-group restart (an open bug, seen by
+    tests/integration/test_chaos.py), more often with every draft in one run."""
     fit = concurrent_runs(spec)
     if spec.distill.runs is not None:
         return min(spec.distill.runs, fit)
