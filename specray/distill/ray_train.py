@@ -38,7 +38,9 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import os
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -84,6 +86,7 @@ log = logging.getLogger(__name__)
 
 MAX_FAILURES = 3  # worker-group restarts before the run fails (a deterministic bug must not loop forever)
 RUN_NAME = "ray_train"
+SCRATCH_DIR = "specray-scratch"  # under the system temp: one folder per worker process (`scratch_folder`)
 
 
 class RaySession:
@@ -105,7 +108,7 @@ class RaySession:
         context = ray.train.get_context()
         self.rank, self.world_size = context.get_world_rank(), context.get_world_size()
         self.device = worker_device(resources or Resources(1.0))
-        self.scratch_dir = None  # system temp; the checkpoint is copied to storage by `report`
+        self.scratch_dir = scratch_folder()  # the checkpoint is copied to storage by `report`
         self.faults, self.work, self.curves = faults or Faults(), work, curves
         self.key, self.draft = key, draft
         self.kept: Path | None = None
@@ -168,6 +171,29 @@ class RaySession:
             if _registered(snapshot, metrics):
                 return
             time.sleep(0.2)
+
+
+def scratch_folder(root: Path | None = None) -> Path:
+    """This worker process's folder for checkpoints on their way to storage: under the system temp
+    (`root`), one per process id. A worker killed mid-run leaves its checkpoint there and nothing of its
+    own removes it; the next worker on the node removes the folders of processes that are gone."""
+    root = (root or Path(tempfile.gettempdir())) / SCRATCH_DIR
+    for folder in root.glob("*"):
+        if folder.name.isdigit() and not _alive(int(folder.name)):
+            shutil.rmtree(folder, ignore_errors=True)
+    own = root / str(os.getpid())
+    own.mkdir(parents=True, exist_ok=True)
+    return own
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _registered(snapshot: Path, metrics: Mapping[str, Any] | None = None) -> bool:
