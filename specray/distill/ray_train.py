@@ -84,7 +84,7 @@ __all__ = ["RaySession", "distill", "distill_drafts", "is_finished"]
 
 log = logging.getLogger(__name__)
 
-MAX_FAILURES = 3  # worker-group restarts before the run fails (a deterministic bug must not loop forever)
+MAX_FAILURES = 3  # restarts of a run before it fails (a deterministic bug must not loop forever)
 RUN_NAME = "ray_train"
 SCRATCH_DIR = "specray-scratch"  # under the system temp: one folder per worker process (`scratch_folder`)
 
@@ -314,20 +314,28 @@ def _drain(queue: Queue, timeout: float) -> list[dict]:
 
 
 def _fit_streaming(
-    trainer: ray.train.torch.TorchTrainer,
+    trainer: Callable[[], ray.train.torch.TorchTrainer],
     queue: Queue,
     report: Callable[[str, CurvePoint], None] | None,
     published: Callable[[str], None] | None,
 ) -> ray.train.Result:
-    """`trainer.fit()` in a helper thread; each draft's curve points reach `report(draft, curve)`, and its
-    publication `published(draft)`, in this thread as they arrive."""
+    """`trainer().fit()` in a helper thread; each draft's curve points reach `report(draft, curve)`, and its
+    publication `published(draft)`, in this thread as they arrive. A run whose controller failed because
+    it lost a worker (`lost_in_controller`) is started again, from its latest checkpoint, at most
+    MAX_FAILURES times; its points that arrive twice are passed on once."""
     outcome: dict[str, Any] = {}
 
     def fit() -> None:
-        try:
-            outcome["result"] = trainer.fit()
-        except BaseException as error:  # handed to the caller's thread below
-            outcome["error"] = error
+        for attempt in range(MAX_FAILURES + 1):
+            try:
+                outcome["result"] = trainer().fit()
+                return
+            except BaseException as error:  # handed to the caller's thread below
+                if attempt < MAX_FAILURES and lost_in_controller(error):
+                    log.warning("Ray Train lost a worker while starting it (%s); restarting the run", error)
+                    continue
+                outcome["error"] = error
+                return
 
     thread = threading.Thread(target=fit, name="specray-distill-fit", daemon=True)
     thread.start()
@@ -349,6 +357,18 @@ def _fit_streaming(
     if "error" in outcome:
         raise _user_error(outcome["error"]) from outcome["error"]
     return outcome["result"]
+
+
+def lost_in_controller(error: BaseException) -> bool:
+    """Whether a run failed because its controller lost a worker actor (its node died) in a call Train V2
+    does not turn into a worker-group restart — starting the group (`run_train_fn`), clearing it after a
+    failure — rather than because of anything the run does: another start, like a re-run of the driver,
+    resumes it. Why here and not in Ray: Train 2.x wraps these calls' `RayActorError` in a `ControllerError`,
+    which its failure policy never retries."""
+    from ray.exceptions import RayActorError
+    from ray.train import ControllerError
+
+    return isinstance(error, ControllerError) and isinstance(error.controller_failure, RayActorError)
 
 
 def _call_back(callback: Callable[..., None], *args: Any) -> None:
@@ -458,12 +478,15 @@ def _run_trainer(
         checkpoint_config=CheckpointConfig(num_to_keep=1),
         logging_config=LoggingConfig(log_level="WARNING"),  # not a line per report on the console
     )
-    trainer = ray.train.torch.TorchTrainer(
-        _train_worker,
-        train_loop_config={RUN_CONFIG: replace(config, curves=queue)},
-        scaling_config=_scaling(spec.distill),
-        run_config=run_config,
-    )
+
+    def trainer() -> ray.train.torch.TorchTrainer:  # the same name and storage: a restart resumes the run
+        return ray.train.torch.TorchTrainer(
+            _train_worker,
+            train_loop_config={RUN_CONFIG: replace(config, curves=queue)},
+            scaling_config=_scaling(spec.distill),
+            run_config=run_config,
+        )
+
     try:
         return _fit_streaming(trainer, queue, report, published)
     finally:

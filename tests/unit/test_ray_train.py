@@ -8,7 +8,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specray.distill.ray_train import SCRATCH_DIR, _registered, scratch_folder
+import pytest
+from ray.exceptions import ActorDiedError, ActorUnavailableError
+from ray.train import ControllerError, WorkerGroupError
+from ray.util.queue import Empty
+
+from specray.distill.ray_train import (
+    MAX_FAILURES,
+    SCRATCH_DIR,
+    _fit_streaming,
+    _registered,
+    lost_in_controller,
+    scratch_folder,
+)
 
 
 def test_a_snapshot_read_mid_write_is_not_yet_registered(tmp_path: Path) -> None:
@@ -56,3 +68,63 @@ def test_a_worker_removes_the_scratch_checkpoints_of_dead_workers_and_keeps_live
     finally:
         live.kill()
         live.wait()
+
+
+LOST = ActorUnavailableError("The actor is temporarily unavailable: RpcError: Socket closed", b"\x01" * 16)
+
+
+def test_only_a_controller_that_lost_a_worker_counts_as_a_lost_worker() -> None:
+    """What ended a chaos run: Train's controller lost the worker while launching the train function, and
+    wrapped the actor error in a ControllerError (never retried by Train)."""
+    assert lost_in_controller(ControllerError(LOST))
+    assert lost_in_controller(ControllerError(ActorDiedError()))
+    assert not lost_in_controller(ControllerError(ValueError("a bad callback")))  # a bug: not retried
+    assert not lost_in_controller(WorkerGroupError("the train function raised", {0: ValueError("x")}))
+    assert not lost_in_controller(LOST)  # raised outside Train's controller: not Train's to restart
+
+
+class _NoItems:
+    """The curve queue with nothing on it (what `_drain` reads)."""
+
+    def get(self, timeout: float) -> dict:
+        raise Empty
+
+    def get_nowait(self) -> dict:
+        raise Empty
+
+
+@pytest.mark.parametrize("losses", [1, MAX_FAILURES])
+def test_a_run_whose_controller_lost_a_worker_starts_again(losses: int) -> None:
+    """A stand-in for TorchTrainer: Ray cannot lose a worker at that instant on demand (the chaos test,
+    tests/integration/test_chaos.py, meets it at random); a new trainer resumes the run from storage."""
+    started: list[int] = []
+
+    class Trainer:
+        def fit(self) -> str:
+            started.append(len(started))
+            if len(started) <= losses:
+                raise ControllerError(LOST)
+            return "result"
+
+    assert _fit_streaming(Trainer, _NoItems(), None, None) == "result"  # type: ignore[arg-type]
+    assert len(started) == losses + 1
+
+
+def test_a_run_that_keeps_losing_workers_or_fails_otherwise_stops() -> None:
+    started: list[int] = []
+
+    def trainer(error: BaseException):  # noqa: ANN202
+        class Trainer:
+            def fit(self) -> str:
+                started.append(1)
+                raise error
+
+        return Trainer
+
+    with pytest.raises(ControllerError):
+        _fit_streaming(trainer(ControllerError(LOST)), _NoItems(), None, None)  # type: ignore[arg-type]
+    assert len(started) == MAX_FAILURES + 1
+    started.clear()
+    with pytest.raises(ControllerError):
+        _fit_streaming(trainer(ControllerError(ValueError("bug"))), _NoItems(), None, None)  # type: ignore[arg-type]
+    assert len(started) == 1
