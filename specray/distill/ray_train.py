@@ -332,7 +332,8 @@ def _fit_streaming(
                 return
             except BaseException as error:  # handed to the caller's thread below
                 if attempt < MAX_FAILURES and lost_in_controller(error):
-                    log.warning("Ray Train lost a worker while starting it (%s); restarting the run", error)
+                    lost = type(error.controller_failure).__name__  # type: ignore[attr-defined]
+                    log.warning("Ray Train lost a worker while starting it (%s): starting the run anew", lost)
                     continue
                 outcome["error"] = error
                 return

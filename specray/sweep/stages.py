@@ -57,8 +57,8 @@ log = logging.getLogger(__name__)
 # (benchmarks/README.md has the tiny sweep's timings and the command that measures them)
 ONLINE_STEP_COST = 2.0
 # A Ray Train run's start (its controller, placement group and helper actors, a worker process importing
-# torch) costs about 10 s wall and 12 CPU s on a 2-core machine (benchmarks/README.md): on the local Ray
-# another run side by side is started only for a share of at least this many offline steps (a tiny-zoo
+# torch) costs about 10 s wall and 12 CPU s on a 2-core machine (benchmarks/README.md): another run side
+# by side is started only for a share of at least this many offline steps (a tiny-zoo
 # draft's step takes ~0.03 s, a real draft's far more). benchmarks/README.md measures the smoke sweep's four
 # 8-step drafts in one run against two.
 RUN_START_STEPS = 200
@@ -308,19 +308,12 @@ def remove_stale_work(drafts: Sequence[Draft]) -> None:
 
 
 def train_runs(spec: SweepSpec, drafts: Sequence[Draft]) -> int:
-    """How many Train runs share the drafts: `distill.runs` if set; on a cluster (`ray.address` set) as
-    many as fit side by side (`concurrent_runs`); on the local Ray one per RUN_START_STEPS of their work (at
-    least one, at most what fits). A function of all the stage's drafts, finished or not, so that a re-run
-    finds the same runs (`split_runs`).
-
-    Why not on a cluster too: there a node can be lost mid-run, and a node lost mid-distillation sometimes
-    ends the driver with ActorUnavailableError instead of a worker-group restart (an open bug, seen by
-    tests/integration/test_chaos.py), more often with every draft in one run."""
+    """How many Train runs share the drafts: `distill.runs` if set, else one per RUN_START_STEPS of their
+    work; at least one, at most as many as fit side by side (`concurrent_runs`). A function of all the
+    stage's drafts, finished or not, so that a re-run finds the same runs (`split_runs`)."""
     fit = concurrent_runs(spec)
     if spec.distill.runs is not None:
         return min(spec.distill.runs, fit)
-    if spec.ray.address is not None:
-        return fit
     return max(1, min(fit, int(sum(map(_cost, drafts)) // RUN_START_STEPS)))
 
 
