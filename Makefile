@@ -15,18 +15,20 @@ setup-test:
 demo: setup
 	$(BIN)/specray run sweeps/tiny.yaml
 
-# The unit tests run on one pytest-xdist worker per core. The integration tests run one at a time: each
-# starts its own Ray, MLflow or CLI processes, which keep both cores busy (two at a time, measured, took
-# longer: the two modules' processes crowd the same two cores and each worker builds its own zoo and sweep).
+# The unit tests run on one pytest-xdist worker per core. The integration tests run two modules at a time
+# (`--dist loadfile`: a module's tests and its shared sweep stay on one worker): one module alone keeps a
+# 2-core machine only ~60% busy (each sweep has single-process phases: the driver's start, its report,
+# Ray's and Train's start), two keep it ~95% busy (benchmarks/README.md, "The test suite on a fresh clone").
+# Not more than two: each test's Ray asks for 2 CPUs.
 test: setup-test lint docs
 	$(BIN)/pytest -q -m "not integration" -n auto --durations=15
-	$(BIN)/pytest -q -m integration --durations=30
+	$(BIN)/pytest -q -m integration -n 2 --dist loadfile --durations=30
 
 unit: setup-test
 	$(BIN)/pytest -q -m "not integration" -n auto
 
 integration: setup-test
-	$(BIN)/pytest -q -m integration
+	$(BIN)/pytest -q -m integration -n 2 --dist loadfile
 
 # The vLLM API lane: specray's vLLM settings built by the real vLLM wheel in its own virtualenv (CPU only;
 # not part of `make test`). Needs the package index the first time.
