@@ -57,10 +57,10 @@ log = logging.getLogger(__name__)
 # (benchmarks/README.md has the tiny sweep's timings and the command that measures them)
 ONLINE_STEP_COST = 2.0
 # A Ray Train run's start (its controller, placement group and helper actors, a worker process importing
-# torch) costs about 10 s wall and 12 CPU s on a 2-core machine (benchmarks/README.md): another run side
-# by side is started only for a share of at least this many offline steps (a tiny-zoo
-# draft's step takes ~0.03 s, a real draft's far more). benchmarks/README.md measures the smoke sweep's four
-# 8-step drafts in one run against two.
+# torch) costs about 10 s wall and 12 CPU s on a 2-core machine (benchmarks/README.md): another run side by
+# side is started only for a share of at least this many offline steps (a tiny-zoo draft's step takes
+# ~0.03 s, a real draft's far more). benchmarks/README.md measures the smoke sweep's four 8-step drafts in
+# one run against two.
 RUN_START_STEPS = 200
 
 DraftDone = Callable[[Draft, list[CurvePoint], bool], None]  # (draft, its curves, reused)
