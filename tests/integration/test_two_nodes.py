@@ -171,12 +171,16 @@ def _group_alive(pgid: int) -> bool:
         return False
 
 
-def _processes_of(temp_dir: Path) -> list[int]:
+def _processes_of(temp_dir: Path, token: str) -> list[int]:
+    """The processes of the cluster: its temp dir on their command line, or its auth token in their
+    environment (a Ray worker renames itself `ray::Class.method` and leads a process group of its own)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
             with contextlib.suppress(OSError):
-                if str(temp_dir).encode() in (entry / "cmdline").read_bytes():
+                named = str(temp_dir).encode() in (entry / "cmdline").read_bytes()
+                variables = (entry / "environ").read_bytes().split(b"\0")
+                if named or f"RAY_AUTH_TOKEN={token}".encode() in variables:
                     pids.append(int(entry.name))
     return pids
 
@@ -214,8 +218,11 @@ def local_cluster(head_cpus: int = 1) -> Iterator[LocalCluster]:
     finally:
         for node in reversed(cluster.nodes.values()):
             _stop(node)
-        leftovers = _processes_of(temp_dir)
-        for pid in leftovers:  # a process that left its group (none should)
+        # a node's workers lead process groups of their own and exit once they see their raylet gone
+        deadline = time.monotonic() + 30.0
+        while (leftovers := _processes_of(temp_dir, env["RAY_AUTH_TOKEN"])) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        for pid in leftovers:  # a process still there after that (none should be)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         shutil.rmtree(temp_dir, ignore_errors=True)
@@ -242,6 +249,7 @@ def test_a_two_node_sweep_survives_losing_its_worker_node_in_two_stages(
     first_parts = shard_dir(train_shard_keys(spec)[spec.teacher.temperatures[0]]) / PARTS_DIR
     with (tmp_path / "sweep.log").open("w") as log:
         sweep = subprocess.Popen(command, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env=cluster.env)
+    frozen: list[int] = []
     try:
         # 1. mid teacher stage: freeze the replica on worker_1 as soon as it is up (so the stage cannot end
         # before the node is lost, however fast it runs), wait until the head's replica has returned
@@ -261,6 +269,9 @@ def test_a_two_node_sweep_survives_losing_its_worker_node_in_two_stages(
     finally:
         if sweep.poll() is None:
             sweep.kill()
+        for pid in frozen[:1]:  # stopped, it never sees its raylet die and would outlive the cluster
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     assert returncode == 0, (tmp_path / "sweep.log").read_text()[-4000:]
 
     # placement: a teacher replica on each node at first; the lost one is dead for good (replaced, never
