@@ -16,9 +16,9 @@ demo: setup
 	$(BIN)/specray run sweeps/tiny.yaml
 
 # The unit tests run on one pytest-xdist worker per core. The integration tests run two modules at a time
-# (`--dist loadfile`: a module's tests and its shared sweep stay on one worker): one module alone keeps a
-# 2-core machine only ~60% busy (each sweep has single-process phases: the driver's start, its report,
-# Ray's and Train's start), two keep it ~95% busy (benchmarks/README.md, "The test suite on a fresh clone").
+# (`--dist loadfile`: a module's tests and its shared sweep stay on one worker): one module alone leaves a
+# 2-core machine partly idle (each sweep has single-process phases: the driver's start, its report, Ray's
+# and Train's start), two keep it busy (measured: benchmarks/README.md, "The test suite on a fresh clone").
 # Not more than two: each test's Ray asks for 2 CPUs.
 test: setup-test lint docs
 	$(BIN)/pytest -q -m "not integration" -n auto --durations=15
