@@ -189,8 +189,8 @@ class DistillSpec(Frozen):
         default=None,
         ge=1,
         description="at most this many Ray Train runs side by side, each distilling its share of the drafts "
-        "one after another; None = as many as fit (on the local Ray: only as many as the work is worth, a "
-        "run's start costing about as much as a few hundred steps of a tiny draft)",
+        "one after another; None = as many as fit and the work is worth (a run's start costs about as much "
+        "as a few hundred steps of a tiny draft)",
     )
     checkpoint_every: int = Field(default=100, ge=1)
     report_every: int = Field(default=25, ge=1)
