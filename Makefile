@@ -19,16 +19,17 @@ demo: setup
 # (`--dist loadfile`: a module's tests and its shared sweep stay on one worker): one module alone leaves a
 # 2-core machine partly idle (each sweep has single-process phases: the driver's start, its report, Ray's
 # and Train's start), two keep it busy (measured: benchmarks/README.md, "The test suite on a fresh clone").
-# Not more than two: each test's Ray asks for 2 CPUs.
+# Not more than two: each test's Ray asks for 2 CPUs. --no-loadscope-reorder keeps the modules in the order
+# tests/integration/conftest.py gives them (the longest first) instead of xdist's (by number of tests).
 test: setup-test lint docs
 	$(BIN)/pytest -q -m "not integration" -n auto --durations=15
-	$(BIN)/pytest -q -m integration -n 2 --dist loadfile --durations=30
+	$(BIN)/pytest -q -m integration -n 2 --dist loadfile --no-loadscope-reorder --durations=30
 
 unit: setup-test
 	$(BIN)/pytest -q -m "not integration" -n auto
 
 integration: setup-test
-	$(BIN)/pytest -q -m integration -n 2 --dist loadfile
+	$(BIN)/pytest -q -m integration -n 2 --dist loadfile --no-loadscope-reorder
 
 # The vLLM API lane: specray's vLLM settings built by the real vLLM wheel in its own virtualenv (CPU only;
 # not part of `make test`). Needs the package index the first time.

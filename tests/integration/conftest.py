@@ -1,6 +1,6 @@
 """What several integration modules start from: one finished smoke sweep, run once per session through the
 real CLI. A smoke sweep costs about a minute, so the tests that only read a finished one, or change it, take
-a copy of this one instead of running their own."""
+a copy of this one instead of running their own. And the order in which `make test` starts the modules."""
 
 from __future__ import annotations
 
@@ -15,6 +15,36 @@ import pytest
 from specray.config import dump_spec, load_spec
 from specray.sweep.plan import SPEC_FILE
 from tests.sweeps import run_cli, smoke_command
+
+# The modules in the order `make test` starts them on its two pytest-xdist workers (`--dist loadfile
+# --no-loadscope-reorder`), the longest first, so that both workers run out of work at about the same time.
+# xdist hands a worker its next module while the worker still has two tests to go, so a worker may hold a
+# module or two that the other, done first, could have run: cheap when the last modules are short, minutes
+# when one of them is long, as in xdist's own order (by number of tests: the one-test modules last, among
+# them test_result_keys.py at 3 minutes). The seconds are a fresh clone's CI, two modules at a time
+# (benchmarks/README.md, "The test suite on a fresh clone"); a module not named runs after these.
+LONGEST_FIRST = (
+    "test_faults.py",  # 346 s
+    "test_chaos.py",  # 344
+    "test_benchmarks_quick.py",  # 334
+    "test_distill_ray.py",  # 288
+    "test_tune.py",  # 230
+    "test_result_keys.py",  # 188
+    "test_submit.py",  # 150
+    "test_export.py",  # 145
+    "test_mlflow_ui.py",  # 118
+    "test_garden.py",  # 115
+    "test_plan_once.py",  # 113
+    "test_teacher_pool.py",  # 111
+    "test_sweep.py",  # 103
+    "test_eval_pool.py",  # 97
+    "test_two_nodes.py",  # 87
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: position for position, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a module keeps its order
 
 
 @dataclass(frozen=True)
