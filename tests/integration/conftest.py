@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from specray.config import dump_spec, load_spec
+from specray.files import cache_dir
 from specray.sweep.plan import SPEC_FILE
 from tests.sweeps import run_cli, smoke_command
 
@@ -75,9 +77,36 @@ class FinishedSweep:
 
 
 @pytest.fixture(scope="session")
-def finished_smoke(tmp_path_factory: pytest.TempPathFactory) -> FinishedSweep:
-    root = tmp_path_factory.mktemp("finished-smoke")
+def finished_smoke(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> FinishedSweep:
+    """Run once per `pytest` run, also under pytest-xdist, where a session fixture runs once per worker:
+    the workers share one sweep in the run's common temp folder, the first to need it running it while
+    holding a file lock (the recipe of xdist's docs); the tests only copy it (`copy_to`). The sweep keeps
+    its cache (the zoo, the teacher shards) in that folder, and each worker merges it into its own, as if
+    the worker had run the sweep: a copy re-run reuses them."""
+    if worker_id == "master":  # not under xdist: one process, one cache
+        return _run_smoke(tmp_path_factory.mktemp("finished-smoke"))
+    root = tmp_path_factory.getbasetemp().parent / "finished-smoke"
+    with FileLock(f"{root}.lock"):
+        if not (root / FINISHED_MARK).is_file():
+            shutil.rmtree(root, ignore_errors=True)  # what a worker that failed here left
+            root.mkdir()
+            _run_smoke(root, SPECRAY_CACHE=str(root / CACHE))
+            (root / FINISHED_MARK).touch()
+    # files the worker's cache has already (the same key: the same content) are left alone
+    shutil.copytree(root / CACHE, cache_dir(), dirs_exist_ok=True, copy_function=_copy_unless_there)
+    return FinishedSweep(root)
+
+
+FINISHED_MARK, CACHE = "finished-smoke.done", "cache"
+
+
+def _copy_unless_there(source: str, target: str) -> None:
+    if not Path(target).exists():
+        shutil.copy2(source, target)
+
+
+def _run_smoke(root: Path, **env: str) -> FinishedSweep:
     sweep = FinishedSweep(root)
-    result = run_cli(smoke_command(root, sweep.uri), root)
+    result = run_cli(smoke_command(root, sweep.uri), root, **env)
     assert result.returncode == 0, result.stderr[-3000:]
     return sweep
