@@ -134,10 +134,10 @@ def specray_job(spec: SweepSpec, paradigm: str, tau_kd: float, output: Path) -> 
 def trl_job(spec: SweepSpec, paradigm: str, tau_kd: float, output: Path) -> dict:
     from peers_trl import run_trl
 
-    from specray.models.loading import resolve_model_path
+    from specray.models.sources import resolve_model_path
 
-    draft = resolve_model_path(spec.models.draft, spec.models.zoo)
-    target = resolve_model_path(spec.models.target, spec.models.zoo)
+    draft = resolve_model_path(spec.models.draft, spec.models)
+    target = resolve_model_path(spec.models.target, spec.models)
     return run_trl(spec, paradigm, tau_kd, output, draft, target)
 
 

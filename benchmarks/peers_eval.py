@@ -27,7 +27,8 @@ from specray.data.templates import encode_prompts, format_prompt
 from specray.distill.data import TrainRow, collate
 from specray.distill.losses import distillation_divergence_sum, response_cross_entropy_sum
 from specray.distill.probe import AcceptanceProbe
-from specray.models.loading import load_model, load_tokenizer, resolve_model_path
+from specray.models.loading import load_model, load_tokenizer
+from specray.models.sources import resolve_model_path
 from specray.sampling import left_pad
 from specray.specdec.analytic import sample_continuations
 from specray.specdec.hf_compare import MisconfiguredComparison, expected_processors
@@ -77,7 +78,7 @@ def _generate_batches(
 
 def compare_generate(spec: SweepSpec, batch: int, prompts: int, tau: float, hf_first: bool) -> dict:
     """Tokens/s of the engine and of `generate` on the same requests (one warm-up batch each, untimed)."""
-    target = resolve_model_path(spec.models.target, spec.models.zoo)
+    target = resolve_model_path(spec.models.target, spec.models)
     engine = TransformersEngine(target, batch_size=batch)
     limit = spec.teacher.max_new_tokens
     examples = synthetic_corpus(prompts, seed=99)
@@ -144,12 +145,12 @@ def _quality(path: str, batches, teacher_logits, probe: AcceptanceProbe) -> dict
 def draft_quality(spec: SweepSpec, tau_kd: float, drafts: dict) -> dict:
     """CE and FKL on held-out teacher rows and analytic α at τ_dec 0 and 1, per draft and for the
     un-distilled one."""
-    target_path = resolve_model_path(spec.models.target, spec.models.zoo)
+    target_path = resolve_model_path(spec.models.target, spec.models)
     target = load_model(target_path, "float32")
     tokenizer = load_tokenizer(target_path)
     batches, teacher, probe = _held_out(spec, target, tokenizer, tau_kd)
     quality = {key: _quality(str(Path(path)), batches, teacher, probe) for key, path in drafts.items()}
     quality["undistilled"] = _quality(
-        resolve_model_path(spec.models.draft, spec.models.zoo), batches, teacher, probe
+        resolve_model_path(spec.models.draft, spec.models), batches, teacher, probe
     )
     return quality

@@ -83,11 +83,11 @@ def ensure_shards(spec: SweepSpec) -> None:
     """Every τ_kd shard of the spec's train split (reused when cached; sampled here otherwise)."""
     from specray.data.dataset import build_splits
     from specray.keys import train_shard_keys
-    from specray.models.loading import resolve_model_path
+    from specray.models.sources import resolve_model_path
     from specray.teacher.shards import generate_shards
 
     teacher = spec.teacher
-    pool = _InProcessPool(resolve_model_path(spec.models.target, spec.models.zoo), teacher.batch_size)
+    pool = _InProcessPool(resolve_model_path(spec.models.target, spec.models), teacher.batch_size)
     train = build_splits(spec.data)["train"]
     generate_shards(
         spec,

@@ -80,12 +80,12 @@ def timed(work: Callable[[], object]) -> float:
 
 def zoo_pretraining(spec: SweepSpec, steps: int) -> tuple[float, float]:
     """`steps` steps of the target's pre-training recipe from a fresh init; (seconds, FLOPs)."""
-    from specray.models.loading import resolve_model_path
+    from specray.models.sources import resolve_model_path
     from specray.models.zoo import build_model, corpus_texts, packed_tokens, pretrain, shape_of
 
     zoo = spec.models.zoo
     shape = shape_of(zoo, "target").model_copy(update={"train_steps": steps})
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(resolve_model_path(spec.models.target, zoo))
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(resolve_model_path(spec.models.target, spec.models))
     recipe = zoo.model_copy(update={"corpus_size": min(zoo.corpus_size, 2000)})  # shapes set the cost
     stream = packed_tokens(corpus_texts(recipe), tokenizer)
 
@@ -124,10 +124,11 @@ def distillation(spec: SweepSpec, paradigm: str, steps: int, root: Path) -> tupl
 
 
 def _models(spec: SweepSpec):
-    from specray.models.loading import load_model, load_tokenizer, resolve_model_path
+    from specray.models.loading import load_model, load_tokenizer
+    from specray.models.sources import resolve_model_path
 
-    target_path = resolve_model_path(spec.models.target, spec.models.zoo)
-    draft_path = resolve_model_path(spec.models.draft, spec.models.zoo)
+    target_path = resolve_model_path(spec.models.target, spec.models)
+    draft_path = resolve_model_path(spec.models.draft, spec.models)
     return load_model(target_path), load_model(draft_path), load_tokenizer(target_path), target_path
 
 

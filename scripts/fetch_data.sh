@@ -7,7 +7,10 @@
 # What it fetches, from where, and under which licence:
 #   gsm8k/test.jsonl           GSM8K's test set, 1,319 grade-school math problems (out-of-domain test set of
 #                              sweeps/paper_grid.yaml and the paper-scale sweeps that include it).
-#                              https://github.com/openai/grade-school-math — MIT licence.
+#   gsm8k/train.jsonl          GSM8K's 7,473 training problems (sweeps/smollm2.yaml: its KD prompts and its
+#                              in-domain test set). Both https://github.com/openai/grade-school-math — MIT licence.
+#   self_instruct/seed_tasks.jsonl  the 175 seed tasks of Self-Instruct (sweeps/smollm2.yaml's out-of-domain
+#                              test set). https://github.com/yizhongw/self-instruct — Apache-2.0.
 #   spec_bench/question.jsonl  Spec-Bench's 480 questions in 13 categories, MT-bench's 80 among them
 #                              (sweeps/mt_bench_tiny.yaml, `specray bench`). https://github.com/hemingkx/Spec-Bench
 #                              — Apache-2.0; its questions come from MT-bench, WMT14, CNN/Daily Mail, Natural
@@ -28,4 +31,6 @@ fetch() {  # fetch RELATIVE_PATH URL: into $dest, through a temporary name so a 
 }
 
 fetch gsm8k/test.jsonl https://raw.githubusercontent.com/openai/grade-school-math/master/grade_school_math/data/test.jsonl
+fetch gsm8k/train.jsonl https://raw.githubusercontent.com/openai/grade-school-math/master/grade_school_math/data/train.jsonl
+fetch self_instruct/seed_tasks.jsonl https://raw.githubusercontent.com/yizhongw/self-instruct/main/data/seed_tasks.jsonl
 fetch spec_bench/question.jsonl https://raw.githubusercontent.com/hemingkx/Spec-Bench/main/data/spec_bench/question.jsonl

@@ -26,12 +26,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from specray.devices import device_kind
+from specray.devices import device_kind, train_device_kind
+from specray.models.sources import model_id
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from specray.config import ModelRef, ModelsSpec, SweepSpec, TeacherSpec
+    from specray.config import ModelsSpec, SweepSpec, TeacherSpec
     from specray.data.examples import Example
     from specray.data.shards import ShardKey
 
@@ -85,10 +86,17 @@ FIELDS: dict[str, Direct | Via] = {
     "output_dir": NONE,
     "models.target.zoo": TARGET,
     "models.target.name_or_path": TARGET,
+    "models.target.gguf": TARGET,  # the target id names the file by its sha256
+    "models.target.cut": TARGET,  # refused by the spec (only a draft is made from the target)
+    "models.target.fresh": TARGET,
     "models.target.dtype": _direct("shard", "draft:online", "cell", "cost_ratio"),
     "models.target.trust_remote_code": NONE,
     "models.draft.zoo": STUDENT,
     "models.draft.name_or_path": STUDENT,
+    "models.draft.gguf": STUDENT,
+    # a derived draft's id holds its recipe and the target's id: a new target makes a new draft
+    "models.draft.cut": STUDENT,
+    "models.draft.fresh": STUDENT,
     "models.draft.dtype": NONE,  # training is fp32 master weights; drafts are evaluated in the target's dtype
     "models.draft.trust_remote_code": NONE,
     "models.zoo.": ZOO,
@@ -149,6 +157,7 @@ FIELDS: dict[str, Direct | Via] = {
     "distill.num_cpus_per_worker": NONE,
     "distill.runs": NONE,  # how the drafts are scheduled, not what any of them is
     "distill.num_gpus_per_worker": _via("train device (bf16 autocast on CUDA)", "draft"),
+    "distill.cpu_autocast": _via("train device (cpu+bf16)", "draft"),
     "distill.checkpoint_every": NONE,
     "distill.report_every": _direct("curves"),
     "distill.mixtures": _direct("grid"),
@@ -274,20 +283,6 @@ def _short(value: Any) -> str:
 # ---------------------------------------------------------------- derived inputs
 
 
-def model_id(ref: ModelRef, models: ModelsSpec) -> str:
-    """Stable name of a model: `zoo/<zoo key>/<entry>` (moving the cache keeps keys) or its HF name/path.
-    The zoo's target and draft are named by the zoo without its size ladder, a ladder entry by its own
-    recipe (`model_key`): adding or changing a ladder entry renames no other model."""
-    if ref.zoo is not None:
-        from specray.models.zoo import MODELS, model_key, zoo_key
-
-        if ref.zoo in MODELS:
-            return f"zoo/{zoo_key(models.zoo.model_copy(update={'ladder': {}}))}/{ref.zoo}"
-        return f"zoo/{model_key(models.zoo, ref.zoo)}/{ref.zoo}"
-    assert ref.name_or_path is not None  # guaranteed by ModelRef's validator
-    return ref.name_or_path
-
-
 def canonical_mixture(mixture: Mapping[float, float]) -> str:
     """`0.7:0.333333,0.9:0.666667`: normalised weights, so `{0.7: 1, 0.9: 2}` and `{0.7: 2, 0.9: 4}` agree."""
     total = sum(mixture.values())
@@ -314,7 +309,7 @@ def draft_key_inputs(
         "paradigm": paradigm,
         "mixture": canonical_mixture(mixture),
         "shards": {f"{float(t):g}": shard_digests[t] for t in sorted(mixture)},
-        "device": device_kind(spec.distill.num_gpus_per_worker),
+        "device": train_device_kind(spec.distill.num_gpus_per_worker, spec.distill.cpu_autocast),
     }
     return inputs
 

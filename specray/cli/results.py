@@ -121,11 +121,11 @@ _IMPORTED = time.time()
 
 def _model_sizes(spec: Any) -> dict[str, int]:
     """Parameters of the target and the draft, counted from their safetensors (nothing is loaded)."""
-    from specray.models.loading import resolve_model_path
+    from specray.models.sources import resolve_model_path
 
     sizes = {}
     for role in ("target", "draft"):
-        folder = Path(resolve_model_path(getattr(spec.models, role), spec.models.zoo))
+        folder = Path(resolve_model_path(getattr(spec.models, role), spec.models))
         if folder.is_dir():
             sizes[f"{role}_parameters"] = safetensors_parameters(folder)
     return sizes

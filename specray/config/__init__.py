@@ -26,7 +26,7 @@ from specray.config.base import (
 from specray.config.data import BUILT_IN_TEST_SETS, DataSpec, SourceKind, SourceSpec, Template, TestSetSpec
 from specray.config.evaluation import EvalSpec, LenienceSpec, TuneSpec, WorkloadSpec
 from specray.config.loading import dump_spec, format_validation_error, load_raw, load_spec, validate_part
-from specray.config.models import ModelRef, ModelsSpec, TinyLlamaSpec, ZooSpec
+from specray.config.models import CutSpec, FreshSpec, ModelRef, ModelsSpec, TinyLlamaSpec, ZooSpec
 from specray.config.stages import (
     VLLM_MAX_TEMPERATURE,
     VLLM_MIN_POSITIVE_TEMPERATURE,
@@ -41,12 +41,14 @@ from specray.errors import SpecError  # what every bad spec raises
 
 __all__ = [
     "BUILT_IN_TEST_SETS",
+    "CutSpec",
     "DType",
     "DataSpec",
     "DistillSpec",
     "Divergence",
     "Estimator",
     "EvalSpec",
+    "FreshSpec",
     "Frozen",
     "LenienceFunction",
     "LenienceSpec",

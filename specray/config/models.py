@@ -60,23 +60,69 @@ class ZooSpec(Frozen):
         return self
 
 
+class CutSpec(Frozen):
+    """A draft cut from the target: its embeddings, its first `layers` decoder layers, its final norm and
+    its LM head (tied where the target ties them), so it shares the target's tokenizer and starts from
+    the target's own representation of every token."""
+
+    layers: int = Field(ge=1, le=64, description="decoder layers kept, from the first")
+
+
+class FreshSpec(Frozen):
+    """A small fresh model with the target's vocabulary (and tokenizer), randomly initialised from `seed`.
+    Where `hidden_size` equals the target's, the embeddings (and the tied head) are the target's; other
+    weights start from the architecture's own initialisation."""
+
+    hidden_size: int = Field(ge=8)
+    num_layers: int = Field(ge=1)
+    num_heads: int = Field(ge=1)
+    intermediate_size: int = Field(ge=8)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> FreshSpec:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        return self
+
+
+SOURCES = ("zoo", "name_or_path", "gguf", "cut", "fresh")  # a ModelRef sets exactly one
+DERIVED = ("cut", "fresh")  # a draft made from the target: never a target
+
+
 class ModelRef(Frozen):
-    """One model: an entry of the tiny zoo (`zoo: target`, `draft` or a ladder name) or an HF hub name
-    or local path."""
+    """One model, from exactly one source: an entry of the tiny zoo (`zoo: target`, `draft` or a ladder
+    name), an HF hub name or local folder (`name_or_path`), a GGUF file (`gguf`: a path, or a named entry
+    such as `smollm2-135m-instruct` that `specray models fetch` brings), or — for a draft — a model made
+    from the target (`cut`: its first layers; `fresh`: a small new model with its vocabulary)."""
 
     zoo: str | None = None
     name_or_path: str | None = None
+    gguf: str | None = Field(
+        default=None, description="a GGUF file's path, or a named entry (`specray models list`)"
+    )
+    cut: CutSpec | None = Field(default=None, description="a draft cut from the target's first layers")
+    fresh: FreshSpec | None = Field(
+        default=None, description="a small fresh draft with the target's vocabulary"
+    )
     dtype: DType = "auto"
     trust_remote_code: bool = False
 
     @model_validator(mode="after")
     def _exactly_one_source(self) -> ModelRef:
-        if (self.zoo is None) == (self.name_or_path is None):
+        given = [name for name in SOURCES if getattr(self, name) is not None]
+        if len(given) != 1:
             raise ValueError(
-                "set exactly one of 'zoo' (target, draft or a models.zoo.ladder name) or 'name_or_path' "
-                "(HF name or path)"
+                "set exactly one of 'zoo' (target, draft or a models.zoo.ladder name), 'name_or_path' "
+                "(HF name or path), 'gguf' (a GGUF file or named entry), 'cut' or 'fresh' (a draft made "
+                f"from the target){f'; got {len(given)}: ' + ', '.join(given) if given else ''}"
             )
         return self
+
+    @property
+    def source(self) -> str:
+        """Which of SOURCES this reference uses."""
+        return next(name for name in SOURCES if getattr(self, name) is not None)
 
 
 class ModelsSpec(Frozen):
@@ -98,6 +144,12 @@ class ModelsSpec(Frozen):
             if ref.zoo is not None and ref.zoo not in allowed:
                 raise ValueError(
                     f"{field}.zoo: {ref.zoo!r} is not a model of the zoo; allowed: {', '.join(allowed)}"
+                )
+        for field, ref in [("target", self.target)] + named[2:]:
+            if ref.source in DERIVED:
+                raise ValueError(
+                    f"{field}.{ref.source}: only the draft can be made from the target; give the {field} "
+                    "as zoo, name_or_path or gguf"
                 )
         if self.garden:
             if len(self.garden) < 2:

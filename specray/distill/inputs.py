@@ -16,7 +16,8 @@ from specray.distill.data import TrainRow, rows_from_table
 from specray.distill.probe import probe_prompts
 from specray.draft import check_request
 from specray.errors import DataError, SpecError
-from specray.models.loading import check_same_vocabulary, load_tokenizer, resolve_model_path
+from specray.models.loading import check_same_vocabulary, load_tokenizer
+from specray.models.sources import resolve_model_path
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -50,8 +51,8 @@ def prepare_inputs(draft: Draft, splits: Mapping[str, Sequence[Example]] | None 
             f"no teacher shards yet for τ_kd {missing}; run `specray generate` on this sweep first"
         )
     tables = {tau: read_shard(draft.shards[tau]) for tau in weights}
-    draft_path = resolve_model_path(spec.models.draft, spec.models.zoo)
-    target_path = resolve_model_path(spec.models.target, spec.models.zoo)
+    draft_path = resolve_model_path(spec.models.draft, spec.models)
+    target_path = resolve_model_path(spec.models.target, spec.models)
     tokenizer = load_tokenizer(target_path, spec.models.target.trust_remote_code)
     draft_tokenizer = load_tokenizer(draft_path, spec.models.draft.trust_remote_code)
     check_same_vocabulary(tokenizer, draft_tokenizer, target_path, draft_path)

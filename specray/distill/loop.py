@@ -18,7 +18,8 @@ a mean over all its responses of each one's token mean: each rank backpropagates
 `its sum × world_size / global count` (tokens or responses: `ResponseLoss.units`), which DDP's gradient
 averaging turns into the gradient of the global mean. At a large vocabulary the loss is chunked over the
 LM heads (`distill.loss_chunk_size`, see `losses.py`). AdamW, linear warm-up then cosine decay to 10%
-(nanoGPT), gradient clipping, gradient accumulation, bf16 autocast on CUDA only.
+(nanoGPT), gradient clipping, gradient accumulation, bf16 autocast on CUDA (and on the CPU with
+`distill.cpu_autocast`: the teacher's passes too, so both sides of the loss are computed alike).
 
 Every `report_every` steps (and at step 0 and the last step) a curve point is reported: loss, tokens/s,
 learning rate and, where the convergence test needs it (`convergence.probe_due`: every report of the last
@@ -180,7 +181,8 @@ def _setup(draft: Draft, inputs: DistillInputs, session: Session) -> _Run:
     run = _Run(
         spec, paradigm, session, student, teacher, tokenizer, data, probe, loss, eos_ids, *optimization
     )
-    run.states = _static_states(run)
+    with autocast(session.device, d.cpu_autocast):  # the teacher's side as precise as in the loss
+        run.states = _static_states(run)
     return run
 
 
@@ -249,7 +251,7 @@ def _with_student_samples(
         torch.Generator(device=device).manual_seed(derive_seed(d.seed, "student", step, micro, i))
         for i in chosen
     ]
-    with autocast(device):
+    with autocast(device, run.spec.distill.cpu_autocast):
         samples = sample_batch(
             student,
             [rows[i].prompt_ids for i in chosen],
@@ -279,10 +281,12 @@ def _train_step(run: _Run, step: int, window: _Window) -> None:
     d, session, pad = run.spec.distill, run.session, run.tokenizer.pad_token_id
     micro_rows = [_local_rows(run, step, micro) for micro in range(d.grad_accum)]
     batches = [collate(rows, pad).to(session.device) for rows in micro_rows]
-    states = [
-        None if run.states is None or run.teacher is None else run.states.for_batch(run.teacher, rows, pad)
-        for rows in micro_rows
-    ]
+    static, teacher = run.states, run.teacher
+    with autocast(session.device, d.cpu_autocast):
+        states = [
+            None if static is None or teacher is None else static.for_batch(teacher, rows, pad)
+            for rows in micro_rows
+        ]
     local_counts = [sum(run.loss.units(b.labels) for b in batches), sum(b.tokens for b in batches)]
     loss_units, tokens = session.all_reduce(torch.tensor(local_counts, dtype=torch.float64)).tolist()
     scale = session.world_size / max(loss_units, 1.0)  # DDP averages gradients over ranks
@@ -291,7 +295,7 @@ def _train_step(run: _Run, step: int, window: _Window) -> None:
         last = i == len(batches) - 1
         no_sync = getattr(run.student, "no_sync", None)  # DDP: all-reduce gradients once, at the end
         with nullcontext() if last or no_sync is None else no_sync():
-            with autocast(session.device):
+            with autocast(session.device, d.cpu_autocast):
                 inputs = (batch.input_ids, batch.attention_mask, batch.labels, states[i])
                 loss = run.loss(run.student, run.teacher, *inputs)
             (loss * scale).backward()

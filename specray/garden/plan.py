@@ -18,6 +18,7 @@ from typing import Any
 from specray.config import ModelRef, SweepSpec
 from specray.errors import ModelError, SpecError
 from specray.models.loading import load_tokenizer
+from specray.models.sources import resolve_model_path
 from specray.models.zoo import llama_config, shape_of
 
 GARDEN_DIR = "garden"
@@ -39,7 +40,13 @@ def garden_models(spec: SweepSpec) -> list[GardenModel]:
 def model_label(ref: ModelRef) -> str:
     if ref.zoo is not None:
         return ref.zoo
-    assert ref.name_or_path is not None  # ModelRef's validator: exactly one of the two
+    if ref.gguf is not None:
+        return Path(ref.gguf).stem
+    if ref.cut is not None:
+        return f"cut{ref.cut.layers}"
+    if ref.fresh is not None:
+        return f"fresh{ref.fresh.num_layers}x{ref.fresh.hidden_size}"
+    assert ref.name_or_path is not None  # ModelRef's validator: exactly one source
     return Path(ref.name_or_path.rstrip("/")).name
 
 
@@ -86,7 +93,7 @@ def check_garden(spec: SweepSpec) -> None:
             f"{FIELD}: a garden distils with one divergence and one data source; "
             "give distill.divergence and distill.data_sources one value each"
         )
-    _check_tokenizers([*spec.models.garden, spec.models.draft])
+    _check_tokenizers(spec, [*spec.models.garden, spec.models.draft])
     _check_labels(spec)
     sizes = [parameter_count(spec, ref) for ref in spec.models.garden]
     if any(b <= a for a, b in zip(sizes, sizes[1:], strict=False)):
@@ -112,23 +119,24 @@ def _check_labels(spec: SweepSpec) -> None:
         )
 
 
-def _check_tokenizers(refs: list[ModelRef]) -> None:
-    """One vocabulary for all: zoo entries share the zoo's; models by name or path are compared."""
-    paths = [r for r in refs if r.name_or_path is not None]
-    if paths and len(paths) != len(refs):
+def _check_tokenizers(spec: SweepSpec, refs: list[ModelRef]) -> None:
+    """One vocabulary for all: zoo entries share the zoo's; other models (made first where specray makes
+    them: a GGUF file, a draft cut from the target) are compared."""
+    others = [r for r in refs if r.zoo is None]
+    if others and len(others) != len(refs):
         raise ModelError(
-            f"{FIELD}: zoo entries and models by name or path cannot share a tokenizer; give the garden and "
-            "models.draft all from the zoo or all by name or path"
+            f"{FIELD}: zoo entries and other models cannot share a tokenizer; give the garden and "
+            "models.draft all from the zoo or all otherwise (name or path, GGUF, cut or fresh)"
         )
-    if not paths:
+    if not others:
         return
-    first = str(paths[0].name_or_path)
-    vocabulary = load_tokenizer(first, paths[0].trust_remote_code).get_vocab()
-    for ref in paths[1:]:
-        other = load_tokenizer(str(ref.name_or_path), ref.trust_remote_code).get_vocab()
+    paths = [resolve_model_path(ref, spec.models) for ref in others]
+    vocabulary = load_tokenizer(paths[0], others[0].trust_remote_code).get_vocab()
+    for ref, path in zip(others[1:], paths[1:], strict=True):
+        other = load_tokenizer(path, ref.trust_remote_code).get_vocab()
         if other != vocabulary:
             raise ModelError(
-                f"{FIELD}: {ref.name_or_path} and {first} have different vocabularies ({len(other)} vs "
+                f"{FIELD}: {path} and {paths[0]} have different vocabularies ({len(other)} vs "
                 f"{len(vocabulary)} tokens); a garden's models and models.draft need one shared tokenizer"
             )
 
@@ -143,12 +151,11 @@ def parameter_count(spec: SweepSpec, ref: ModelRef) -> int:
         zoo = spec.models.zoo
         config = llama_config(shape_of(zoo, ref.zoo), zoo.vocab_size, zoo.seq_len)
     else:
+        path = resolve_model_path(ref, spec.models)
         try:
-            config = AutoConfig.from_pretrained(
-                str(ref.name_or_path), trust_remote_code=ref.trust_remote_code
-            )
+            config = AutoConfig.from_pretrained(path, trust_remote_code=ref.trust_remote_code)
         except (OSError, ValueError) as e:
-            raise ModelError(f"{FIELD}: {ref.name_or_path}: cannot read its configuration ({e})") from None
+            raise ModelError(f"{FIELD}: {path}: cannot read its configuration ({e})") from None
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, trust_remote_code=ref.trust_remote_code)
     return sum(p.numel() for p in model.parameters())

@@ -42,7 +42,7 @@ from specray.garden.plan import (
 from specray.keys import digest, model_id
 from specray.locks import output_folder
 from specray.metrics import LATENCY_MS_PER_TOKEN, QUALITY
-from specray.models.loading import resolve_model_path
+from specray.models.sources import resolve_model_path
 from specray.report.garden import figures, write_garden_report
 from specray.specdec.garden_points import MEASURE_FORMAT, GardenPoint, PointResult
 from specray.specdec.workers import measure_garden_points
@@ -174,8 +174,8 @@ def garden_points(
 ) -> list[GardenPoint]:
     """Every point of the plot (`specdec.garden_points.GardenPoint`); a point whose decodes another does
     (the teacher is its own distilled target) is listed once per curve but measured once."""
-    e, zoo = spec.eval, spec.models.zoo
-    path = lambda ref: resolve_model_path(ref, zoo)  # noqa: E731
+    e = spec.eval
+    path = lambda ref: resolve_model_path(ref, spec.models)  # noqa: E731
     raw_draft = path(spec.models.draft)
     teacher = models[-1]
     distilled = [(d.draft.name, d.ref) for d in targets] + [(teacher.label, teacher.ref)]
@@ -220,7 +220,7 @@ def garden_model_table(
     named += [(d.ref, f"distilled/{d.draft.key}") for d in distilled]
     ids, load = {}, {}
     for ref, identity in named:
-        folder = resolve_model_path(ref, spec.models.zoo)
+        folder = resolve_model_path(ref, spec.models)
         ids[folder] = identity
         load[folder] = {"dtype": ref.dtype, "trust_remote_code": ref.trust_remote_code}
     return GardenModels(ids, load)

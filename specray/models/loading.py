@@ -1,4 +1,5 @@
-"""Load models and tokenizers by zoo entry, HF hub name or local path — one code path for all three.
+"""Load models and tokenizers from a local folder or HF hub name — one code path for every source
+(`sources.py` turns a zoo entry, a GGUF file or a derived draft into a folder first).
 
 Weights load from safetensors only (no pickle), and `trust_remote_code` stays off unless the spec says so.
 """
@@ -20,37 +21,12 @@ from specray.named_files import looks_like_local_model, missing_model_message
 if TYPE_CHECKING:  # loading a model needs no config (and no pydantic): the GPU test suite loads models bare
     from transformers import GenerationMixin, PreTrainedModel
 
-    from specray.config import ModelRef, ModelsSpec, ZooSpec
-
     class CausalLM(PreTrainedModel, GenerationMixin):
         """What `load_model` returns, for type hints only: transformers' causal LMs inherit both, and
         `generate` comes from GenerationMixin, which PreTrainedModel alone lacks."""
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
-
-
-def resolve_model_path(ref: ModelRef, zoo: ZooSpec | None = None) -> str:
-    """The HF name or local dir for `ref`; a zoo entry builds (or reuses) the zoo first."""
-    if ref.zoo is not None:
-        from specray.config import ZooSpec
-        from specray.models.zoo import build_zoo
-
-        return str(build_zoo(zoo or ZooSpec()).model(ref.zoo))
-    assert ref.name_or_path is not None  # guaranteed by ModelRef's validator
-    return ref.name_or_path
-
-
-def model_path(ref: ModelRef, zoo: ZooSpec | None = None) -> str:
-    """Where `ref` is, without building anything: its HF name or path, or the folder the zoo builds (or has
-    built) the entry in (`resolve_model_path` returns the same once the zoo exists)."""
-    if ref.zoo is not None:
-        from specray.config import ZooSpec
-        from specray.models.zoo import zoo_dir
-
-        return str(zoo_dir(zoo or ZooSpec()) / ref.zoo)
-    assert ref.name_or_path is not None  # guaranteed by ModelRef's validator
-    return ref.name_or_path
 
 
 def _require_dir(path: str) -> None:
@@ -123,20 +99,6 @@ def check_same_vocabulary(
             f"({len(draft)} vs {len(target)} tokens, {only_target} target tokens missing from the draft); "
             "speculative decoding needs one shared tokenizer"
         )
-
-
-def load_pair(
-    spec: ModelsSpec, device: str | torch.device = "cpu"
-) -> tuple[PreTrainedModel, PreTrainedModel, PreTrainedTokenizerBase]:
-    """Target, draft and their shared tokenizer; refuses a pair with different vocabularies."""
-    paths = {name: resolve_model_path(getattr(spec, name), spec.zoo) for name in ("target", "draft")}
-    tokenizers = {name: load_tokenizer(p, getattr(spec, name).trust_remote_code) for name, p in paths.items()}
-    check_same_vocabulary(tokenizers["target"], tokenizers["draft"], paths["target"], paths["draft"])
-    target, draft = (
-        load_model(paths[name], getattr(spec, name).dtype, getattr(spec, name).trust_remote_code, device)
-        for name in ("target", "draft")
-    )
-    return target, draft, tokenizers["target"]
 
 
 def _first_line(error: Exception) -> str:

@@ -52,10 +52,10 @@ def target_info(results: SweepResults) -> dict[str, Any]:
     """The verifier: its name or path, architectures and vocabulary size (from its config)."""
     from transformers import AutoConfig
 
-    from specray.models.loading import resolve_model_path
+    from specray.models.sources import resolve_model_path
 
     spec = results.spec
-    path = resolve_model_path(spec.models.target, spec.models.zoo)
+    path = resolve_model_path(spec.models.target, spec.models)
     config = AutoConfig.from_pretrained(path, trust_remote_code=spec.models.target.trust_remote_code)
     return {
         "name_or_path": path,

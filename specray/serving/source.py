@@ -70,7 +70,7 @@ def read_sweep(source: str, tracking_uri: str | None = None, work: Path | None =
 def read_folder(folder: Path) -> SweepResults:
     """The current cells, c and drafts of the sweep whose output folder this is."""
     from specray.garden.plan import require_sweep
-    from specray.models.loading import resolve_model_path
+    from specray.models.sources import resolve_model_path
     from specray.sweep.plan import SPEC_FILE, plan_sweep
     from specray.sweep.survey import CELLS_DIR, read_cells, survey
 
@@ -89,14 +89,14 @@ def read_folder(folder: Path) -> SweepResults:
         raise SpecError(
             f"{folder}: {len(missing)} cells of the current settings are missing (e.g. {missing[0]})"
         )
-    resolve_model_path(spec.models.draft, spec.models.zoo)  # the un-distilled draft: the zoo's, if it is one
+    resolve_model_path(spec.models.draft, spec.models)  # the un-distilled draft: the zoo's, if it is one
     dirs = {draft.key: Path(draft.folder) for draft in plan.everything}
     return SweepResults(spec, [saved[job.key] for job in jobs], found.step_costs, dirs, str(folder))
 
 
 def read_run(run_id: str, tracking_uri: str, work: Path) -> SweepResults:
     """The sweep a finished MLflow parent run recorded; its drafts' weights are downloaded into `work`."""
-    from specray.models.loading import resolve_model_path
+    from specray.models.sources import resolve_model_path
     from specray.tracking.client import open_tracker
     from specray.tracking.fetch import fetch_sweep_records
 
@@ -114,7 +114,7 @@ def read_run(run_id: str, tracking_uri: str, work: Path) -> SweepResults:
 
     def fetch(key: str) -> Path:
         if key in baseline:  # the student itself: no child run holds it
-            return Path(resolve_model_path(spec.models.draft, spec.models.zoo))
+            return Path(resolve_model_path(spec.models.draft, spec.models))
         return tracker.download_draft(run_id, key, work / "drafts" / key)
 
     dirs = DraftDirs((c.draft_key for c in cells), fetch)

@@ -36,7 +36,7 @@ from specray.keys import (
     model_id,
     train_shard_keys,
 )
-from specray.models.loading import model_path
+from specray.models.sources import model_path
 from specray.names import BASELINE
 from specray.specdec.cells import plan_jobs
 from specray.specdec.records import EvalJob, StepCosts
@@ -165,7 +165,7 @@ def plan_sweep(spec: SweepSpec, validation: bool = False) -> SweepPlan:
                 for divergence, data_source in variants(spec, paradigm):
                     axes = (replicate, divergence, data_source)
                     drafts.append(plan_draft(spec, sample.keys, paradigm, mixture, *axes, root=root))
-    student = model_path(spec.models.draft, spec.models.zoo)
+    student = model_path(spec.models.draft, spec.models)
     baseline_inputs = draft_key_inputs(spec, None, {}, {})
     baseline = Draft(BASELINE, None, {}, Path(student), digest(baseline_inputs), baseline_inputs, spec)
     return SweepPlan(
@@ -176,7 +176,7 @@ def plan_sweep(spec: SweepSpec, validation: bool = False) -> SweepPlan:
         shards=shards,
         drafts=tuple(drafts),
         baseline=baseline,
-        target_path=model_path(spec.models.target, spec.models.zoo),
+        target_path=model_path(spec.models.target, spec.models),
         student_path=student,
         target_id=f"{model_id(spec.models.target, spec.models)}|{spec.models.target.dtype}",
         step_costs_inputs=cost_ratio_inputs(spec),

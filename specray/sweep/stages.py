@@ -35,7 +35,8 @@ from specray.distill.checkpoints import read_curves
 from specray.distill.curves import CurvePoint
 from specray.draft import Draft
 from specray.files import write_json
-from specray.models.loading import load_tokenizer, resolve_model_path
+from specray.models.loading import load_tokenizer
+from specray.models.sources import resolve_model_path
 from specray.specdec.categories import with_categories
 from specray.specdec.cells import eval_settings, passes
 from specray.specdec.records import CellRecord, EvalJob, StepCosts
@@ -91,7 +92,7 @@ class Stages:
         spec = self.plan.spec
         with self.display.stage("zoo", 1, "model"):
             for ref in (spec.models.target, spec.models.draft, *extra):
-                resolve_model_path(ref, spec.models.zoo)
+                resolve_model_path(ref, spec.models)
             self.display.advance()
 
     def generate(self, samples: Sequence[ShardPlan] | None = None, stage: str = "teacher shards") -> None:

@@ -190,14 +190,14 @@ def make_teacher_pool(
 @contextmanager
 def open_teacher_pool(spec: SweepSpec) -> Iterator[TeacherPool]:
     """Ray per the spec, the teacher model (building the zoo if needed), and a pool over it."""
-    from specray.models.loading import resolve_model_path
+    from specray.models.sources import resolve_model_path
 
     target = spec.models.target
     if spec.teacher.engine == "vllm" and spec.ray.address is None:  # fail before starting anything
         from specray.teacher.vllm_engine import require_vllm
 
         require_vllm()
-    model_path = resolve_model_path(target, spec.models.zoo)
+    model_path = resolve_model_path(target, spec.models)
     with ray_session(spec.ray):
         if spec.ray.address is None:  # a remote cluster may autoscale; a local one never grows
             check_local_fits(teacher_demand(spec.teacher))

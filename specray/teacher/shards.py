@@ -99,10 +99,11 @@ def _requests(
 
 def _chat_tokenizer(spec: SweepSpec) -> Any:
     """The teacher's tokenizer, which renders chat prompts (refused without a chat template)."""
-    from specray.models.loading import load_tokenizer, resolve_model_path
+    from specray.models.loading import load_tokenizer
+    from specray.models.sources import resolve_model_path
 
     target = spec.models.target
-    path = resolve_model_path(target, spec.models.zoo)
+    path = resolve_model_path(target, spec.models)
     tokenizer = load_tokenizer(path, target.trust_remote_code)
     require_chat_template(tokenizer, path)
     return tokenizer

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.integration
 BENCHMARKS = REPO / "benchmarks"
 # script -> a line its quick run must print (its last summary line, figures left out)
 QUICK = {
+    "bf16.py": r"^bf16 / fp32 speed: forward [\d.]+x, sampling [\d.]+x, training [\d.]+x",
     "batch.py": r"^modelled / measured: worst \|ratio - 1\| = [\d.]+ over \d+ points",
     "convergence.py": r"^wall [\d.]+ s, CPU [\d.]+ s",
     "distill.py": r"^online/offline cost ratio: [\d.]+x per trained token",

@@ -37,7 +37,8 @@ def fingerprint(spec, paradigm: str, mixture: dict) -> str:  # noqa: ANN001
 SMOKE = load_spec(REPO / "sweeps" / "smoke.yaml")
 # Fields whose change cannot be tried alone on the synthetic smoke spec: the loader options of a file
 # source (a synthetic source has no path, split, columns or categories), the model fields that are one
-# choice between a zoo entry and a name (their key input, the model id, is tested in test_model_ids), vLLM's
+# choice between sources (zoo, name, GGUF file, cut or fresh draft: their key input, the model id, is tested
+# in test_model_ids and the tests after it), vLLM's
 # tensor parallelism (it must equal teacher.num_gpus), and the named test sets and the workload, which need
 # a question file (tested below: `test_a_named_test_set_...`, `test_a_workload_...`).
 FILE_SOURCE_OPTIONS = {
@@ -45,7 +46,11 @@ FILE_SOURCE_OPTIONS = {
     for src in ("train", "out_of_domain")
     for name in ("kind", "path", "split", "columns", "categories")
 }
-MODEL_CHOICE = {f"models.{role}.{name}" for role in ("target", "draft") for name in ("zoo", "name_or_path")}
+MODEL_CHOICE = {
+    f"models.{role}.{name}"
+    for role in ("target", "draft")
+    for name in ("zoo", "name_or_path", "gguf", "cut", "fresh")
+}
 NEED_QUESTIONS = {"data.test_sets", "eval.workload"}
 # a garden needs a ladder of zoo targets ending in the target; tests/unit/test_garden.py checks their keys
 GARDEN = {"models.garden", "models.zoo.ladder"}
@@ -219,6 +224,52 @@ def test_model_ids_name_zoo_entries_by_recipe_and_others_by_name() -> None:
     assert model_id(named.models.target, named.models) == "org/model"
     assert model_id(SMOKE.models.target, SMOKE.models).startswith("zoo/")
     assert fingerprint(named, "online", {0.0: 1}) != fingerprint(SMOKE, "online", {0.0: 1})
+
+
+def _with_models(target: dict, draft: dict | None = None) -> SweepSpec:
+    raw = SMOKE.model_dump(mode="json")
+    raw["models"]["target"] = target
+    raw["models"]["draft"] = draft or raw["models"]["draft"]
+    return SweepSpec.model_validate(raw)
+
+
+def test_a_gguf_target_is_named_by_its_content_not_its_path(tmp_path: Path) -> None:
+    """Moving the file keeps every key; another file (one byte differs) changes the target's keys."""
+    first, moved, other = tmp_path / "a.gguf", tmp_path / "elsewhere" / "b.gguf", tmp_path / "c.gguf"
+    moved.parent.mkdir()
+    first.write_bytes(b"GGUF" + bytes(64))
+    moved.write_bytes(first.read_bytes())
+    other.write_bytes(b"GGUF" + bytes(63) + b"\x01")
+    specs = [_with_models({"gguf": str(path)}) for path in (first, moved, other)]
+    keys = [_keys(spec) for spec in specs]
+    assert keys[0] == keys[1]
+    changed = {kind for kind in keys[0] if keys[0][kind] != keys[2][kind]}
+    assert changed == {"shard", "offline", "online", "analytic", "empirical", "cost_ratio"}
+
+
+def test_a_derived_draft_is_named_by_its_recipe_and_its_target(tmp_path: Path) -> None:
+    target = tmp_path / "t.gguf"
+    target.write_bytes(b"GGUF" + bytes(64))
+    two, three = ({"cut": {"layers": n}} for n in (2, 3))
+    fresh = {"fresh": {"hidden_size": 64, "num_layers": 1, "num_heads": 2, "intermediate_size": 128}}
+    keys = [_keys(_with_models({"gguf": str(target)}, draft)) for draft in (two, three, fresh)]
+    student_only = {"offline", "online", "cost_ratio"}  # cells follow through the draft's key
+    for other in keys[1:]:
+        assert {kind for kind in keys[0] if keys[0][kind] != other[kind]} == student_only
+    from specray.keys import model_id
+
+    spec = _with_models({"gguf": str(target)}, two)
+    assert (
+        model_id(spec.models.draft, spec.models)
+        == f"cut(layers=2)/{model_id(spec.models.target, spec.models)}"
+    )
+
+
+def test_only_a_draft_is_made_from_the_target() -> None:
+    with pytest.raises(ValidationError, match="only the draft can be made from the target"):
+        _with_models({"cut": {"layers": 2}})
+    with pytest.raises(ValidationError, match="exactly one of"):
+        _with_models({"gguf": "x.gguf", "zoo": "target"})
 
 
 def test_a_mixture_key_does_not_depend_on_the_scale_of_its_weights() -> None:

@@ -9,7 +9,8 @@ import torch
 
 from specray.config import ModelRef, ModelsSpec, ZooSpec
 from specray.models import zoo as zoo_module
-from specray.models.loading import ModelError, check_same_vocabulary, load_model, load_pair, load_tokenizer
+from specray.models.loading import ModelError, check_same_vocabulary, load_model, load_tokenizer
+from specray.models.sources import load_pair
 from specray.models.zoo import build_model, build_zoo, packed_tokens, zoo_key
 from tests.conftest import micro_zoo_spec
 
