@@ -6,16 +6,31 @@ its teacher engine against transformers' `model.generate`. Prints the ratios and
     .venv/bin/python benchmarks/peers.py [--repeats 2] [--tau-kd 1.0]
     .venv/bin/python benchmarks/peers.py --quick   # a smoke check on a micro zoo (benchmarks/quick.py)
 
+On the real model pair (sweeps/smollm2.yaml: SmolLM2-135M-Instruct's GGUF file as the bf16 target, a 2-layer
+draft cut from it, chat-template prompts, training under bf16 autocast on the CPU), fewer steps:
+
+    .venv/bin/specray models fetch smollm2-135m-instruct
+    .venv/bin/specray generate sweeps/smollm2.yaml 'teacher.temperatures=[1.0]'
+    .venv/bin/python benchmarks/peers.py --sweep sweeps/smollm2.yaml --repeats 1 \
+        distill.steps=40 distill.online_steps=30
+
 Without TRL it prints one line saying how to install it and exits 0.
 
-Distillation: one finished draft per (paradigm, tool), each in a fresh process with one torch thread, at
-sweeps/tiny.yaml's step counts (online 600, offline 400), batch 16, λ = 0.5, 48 new tokens, FKL, τ_kd 1.0,
-lr 3e-3 with 20 warm-up steps and a cosine to 10%, AdamW, clipping at 1, checkpoints every 100 steps. specray
-runs `train_draft` (what a sweep runs per draft: setup, kept teacher states, the acceptance probe at the 8
-eval τ_dec at tiny.yaml's report cadence — every 10 steps where the convergence test reads the curve,
-`convergence.probe_due` —, checkpoints, publishing); TRL runs GKDTrainer (online) or SFTTrainer (offline)
-on the same rows in the same order, checked at run time (`peers_trl.py`). The tools alternate which goes
-first across repeats.
+Distillation: one finished draft per (paradigm, tool), each in a fresh process with one torch thread, at the
+sweep's settings (`--sweep`, default sweeps/tiny.yaml, then the key=value overrides; both tools get the same
+spec): its step counts (`distill.steps` offline, `distill.online_steps` online), `distill.batch_size`, λ
+(`distill.onpolicy_fraction`), `distill.max_new_tokens`, FKL, τ_kd (`--tau-kd`), `distill.lr` with
+`distill.warmup_steps` warm-up steps and a cosine to 10%, AdamW, clipping at `distill.max_grad_norm`,
+checkpoints every `distill.checkpoint_every` steps, the teacher in `models.target.dtype`, and bf16 autocast
+where `distill.cpu_autocast` is set (tiny.yaml: 600/400 steps, batch 16, lr 3e-3, 20 warm-up steps, fp32;
+smollm2.yaml: 120/200 steps, batch 8, lr 5e-4, 10 warm-up steps, bf16 target and autocast). specray runs
+`train_draft` (what a sweep runs per draft: setup, kept teacher states, the acceptance probe at the eval τ_dec
+at the sweep's report cadence, `distill.report_every`, where the convergence test reads the curve —
+`convergence.probe_due` —, checkpoints, publishing); TRL runs GKDTrainer (online) or SFTTrainer (offline) on
+the same rows (token ids: the shard's prompts, chat-template ones included) in the same order, with
+`bf16=True` where specray autocasts, checked at run time (`peers_trl.py`: settings, batches, and the dtype
+of a matmul's output under autocast). What cannot be matched is printed under "not matched". The tools
+alternate which goes first across repeats.
 Figures: s/step (the optimizer steps alone), s per finished draft (from reading the shard to the saved
 draft; imports excluded on both sides), trained tokens per step (non-padding tokens of the batches), and
 the quality of the finished drafts — CE and forward KL on held-out teacher rows (the in-domain test prompts,
@@ -24,10 +39,12 @@ The probe's share: the wall and CPU seconds spent building the probe and in its 
 draft's. GKD flips one coin per batch for on-policy data where specray mixes per row; its λ-weighted figures
 count its on-policy and fixed-data steps at weight λ and 1 − λ (what a per-row mix costs on average).
 
-Teacher data: the teacher pool's transformers engine (`TransformersEngine.generate`) against batched
-`model.generate` (do_sample, temperature τ, top_k 0, top_p 1; its logits processors checked), the same prompts
-in the same length-sorted batches, the same `max_new_tokens`; tokens/s counts response tokens up to and with
-the EOS, at batch 16 and 64. Both in one process, the same loaded model, order alternating across repeats.
+Teacher data: the teacher pool's transformers engine (`TransformersEngine.generate`, the target in
+`models.target.dtype`) against batched `model.generate` (do_sample, temperature τ, top_k 0, top_p 1; its
+logits processors checked), the same prompts (the train split's, in the sweep's template, encoded as the
+engine encodes them) in the same length-sorted batches, the same `teacher.max_new_tokens`; tokens/s counts
+response tokens up to and with the EOS, at batch `distill.batch_size` and `teacher.batch_size` (`--batches`).
+Both in one process, the same loaded model, order alternating across repeats.
 """
 
 from __future__ import annotations
@@ -43,9 +60,9 @@ import time
 from pathlib import Path
 
 import torch
-from quick import tiny_or_quick
+from quick import REPO, quick_spec
 
-from specray.config import SweepSpec
+from specray.config import SweepSpec, load_spec
 from specray.draft import one_draft
 
 TOOLS = ("specray", "trl")
@@ -64,6 +81,7 @@ COLUMNS = (
     "α τ_dec=1",
 )
 INSTALL = "skipped: TRL is not installed; `pip install -e '.[peers]'` to run benchmarks/peers.py"
+TINY = REPO / "sweeps" / "tiny.yaml"
 
 
 def _spec(args: argparse.Namespace) -> SweepSpec:
@@ -71,7 +89,23 @@ def _spec(args: argparse.Namespace) -> SweepSpec:
     if args.quick:
         overrides += ["distill.steps=4", "distill.online_steps=4", "distill.report_every=2"]
         overrides += ["distill.checkpoint_every=2"]
-    return tiny_or_quick(args.quick)(overrides + list(args.overrides))
+    if args.quick:  # the micro zoo: sweeps/tiny.yaml shrunk (`--sweep` is refused with --quick)
+        return quick_spec(overrides + list(args.overrides))
+    return load_spec(Path(args.sweep), overrides + list(args.overrides))
+
+
+def _describe(spec: SweepSpec) -> str:
+    """The settings both tools run at, as the spec gives them."""
+    d, m = spec.distill, spec.models
+    target = f"target {m.target.source} {getattr(m.target, m.target.source)} ({m.target.dtype})"
+    draft = f"draft {m.draft.source} {getattr(m.draft, m.draft.source)}"
+    precision = "bf16 autocast" if d.cpu_autocast else "fp32 (no autocast)"
+    return (
+        f"sweep {spec.name}: {target}, {draft}; {spec.data.template} template; steps {d.steps} offline, "
+        f"{d.online_steps} online; batch {d.batch_size}, lr {d.lr:g}, warm-up {d.warmup_steps}, λ "
+        f"{d.onpolicy_fraction:g}, {d.max_new_tokens} new tokens; training {precision}; probe every "
+        f"{d.report_every} steps at {len(spec.eval.temperatures)} τ_dec"
+    )
 
 
 # ---------------------------------------------------------------- one job per process
@@ -162,7 +196,8 @@ def run_job(args: argparse.Namespace) -> None:
 def spawn(args: argparse.Namespace, job: dict, folder: Path) -> dict:
     result = folder / f"result-{len(list(folder.iterdir()))}.json"
     command = [sys.executable, __file__, "--job", json.dumps(job), "--result", str(result)]
-    command += ["--tau-kd", str(args.tau_kd)] + (["--quick"] if args.quick else []) + list(args.overrides)
+    command += ["--tau-kd", str(args.tau_kd), "--sweep", args.sweep] + (["--quick"] if args.quick else [])
+    command += list(args.overrides)
     subprocess.run(command, check=True)
     return json.loads(result.read_text())
 
@@ -203,6 +238,7 @@ def measure_distillation(args, spec: SweepSpec, folder: Path) -> tuple[dict, dic
     runs: dict = {(p, t): [] for p in args.paradigms for t in TOOLS}
     drafts: dict = {}
     checks: list[str] = []
+    notes: list[str] = []
     for repeat in range(args.repeats):
         for paradigm in args.paradigms:
             for tool in TOOLS if repeat % 2 == 0 else TOOLS[::-1]:
@@ -215,8 +251,12 @@ def measure_distillation(args, spec: SweepSpec, folder: Path) -> tuple[dict, dic
                 print(f"repeat {repeat + 1} {paradigm:>7} {tool:>7}: {shown}", flush=True)
                 drafts.setdefault((paradigm, tool), result.get("draft", str(output)))
                 checks += [line for line in result.get("checks", []) if line not in checks]
+                notes += [line for line in result.get("notes", []) if line not in notes]
     print("\nrun-time checks (TRL did what it was configured to do; each raises otherwise):")
     for line in checks:
+        print(f"  {line}")
+    print("not matched between the tools (reported, not corrected):")
+    for line in notes or ["nothing beyond the above"]:
         print(f"  {line}")
     return runs, drafts
 
@@ -248,7 +288,11 @@ def report(spec: SweepSpec, runs: dict, quality: dict, rates: dict, args) -> tup
     figures: dict = {}
     rows: list[dict] = []
     steps = {p: spec.distill.steps_for(p) for p in args.paradigms}
-    setting = f"τ_kd {args.tau_kd:g}, batch {d.batch_size}, λ {d.onpolicy_fraction:g}, 1 thread"
+    precision = ", bf16 autocast" if d.cpu_autocast else ""
+    setting = (
+        f"{spec.name}, τ_kd {args.tau_kd:g}, batch {d.batch_size}, lr {d.lr:g}, λ {d.onpolicy_fraction:g}"
+        f"{precision}, 1 thread"
+    )
     print(f"\nmedians over {args.repeats} repeat(s), {setting}:")
     print(
         "| paradigm | tool | steps | s/step | s per finished draft | tokens/step | CE | FKL "
@@ -273,7 +317,8 @@ def report(spec: SweepSpec, runs: dict, quality: dict, rates: dict, args) -> tup
         ours, reports = runs[paradigm, "specray"], steps[paradigm] // d.report_every + 1
         print(
             f"{paradigm}: the acceptance probe's share of a finished draft ({_median(ours, 'probes'):.0f} of "
-            f"{reports} reports, every τ_dec): {_median(ours, 'probe share'):.3f} of its wall time, "
+            f"{reports} reports, {len(spec.eval.temperatures)} τ_dec each): "
+            f"{_median(ours, 'probe share'):.3f} of its wall time, "
             f"{_median(ours, 'probe share (CPU)'):.3f} of its CPU time"
         )
     if "offline" in args.paradigms:
@@ -319,11 +364,21 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="a micro zoo and a few steps: a smoke check")
     parser.add_argument("--paradigms", type=lambda text: tuple(text.split(",")), default=PARADIGMS)
-    parser.add_argument("overrides", nargs="*", help="key=value overrides of sweeps/tiny.yaml, both sides")
+    parser.add_argument(
+        "--sweep", default=str(TINY), help="the sweep both tools run on (default sweeps/tiny.yaml)"
+    )
+    parser.add_argument(
+        "--batches",
+        type=lambda text: tuple(int(b) for b in text.split(",")),
+        help="teacher data batch sizes: default distill.batch_size,teacher.batch_size (2,4 with --quick)",
+    )
+    parser.add_argument("overrides", nargs="*", help="key=value overrides of the sweep, both sides")
     parser.add_argument("--record", help="write the figures to this results file (docs/results/peers.json)")
     parser.add_argument("--job", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.quick and Path(args.sweep).resolve() != TINY:
+        parser.error("--quick runs on the micro zoo (sweeps/tiny.yaml shrunk): drop --sweep")
     try:
         import trl  # noqa: F401
     except ImportError:
@@ -334,9 +389,13 @@ def main() -> None:
         return
     args.repeats = args.repeats or (1 if args.quick else 2)
     args.prompts = args.prompts or (8 if args.quick else 256)
-    args.batches = (2, 4) if args.quick else (16, 64)
     torch.set_num_threads(1)
     spec = _spec(args)  # quick: makes the micro zoo's shards here, once
+    if args.batches is None:
+        args.batches = (
+            (2, 4) if args.quick else tuple(sorted({spec.distill.batch_size, spec.teacher.batch_size}))
+        )
+    print(_describe(spec), flush=True)
     print(f"{os.cpu_count()} cores, load average before: {os.getloadavg()[0]:.2f}", flush=True)
     from peers_eval import draft_quality
 

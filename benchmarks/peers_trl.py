@@ -20,14 +20,29 @@ where TRL reads it and checked at run time, the discipline of `specray/specdec/h
    config each call saw and from the logits processors `generate` built (only the warper at τ, none at τ=1),
    and no completion longer than `max_new_tokens`. `seq_kd` off: the teacher never generates (counted).
 4. `SFTConfig` defaults that would silently change the work: `gradient_checkpointing` (on by default in recent
-   TRL), bf16, and `completion_only_loss`, which defaults to *off* for a pre-tokenised dataset (it is inferred
-   from "prompt"/"completion" columns). Set explicitly and checked during the run
-   (`model.is_gradient_checkpointing`, the model's dtype, the labels of every batch: exactly the response
-   tokens of the planned rows).
+   TRL), bf16 (on by default in `SFTConfig`), and `completion_only_loss`, which defaults to *off* for a
+   pre-tokenised dataset (it is inferred from "prompt"/"completion" columns). Set explicitly and checked
+   during the run (`model.is_gradient_checkpointing`, the model's dtype, the labels of every batch: exactly
+   the response tokens of the planned rows).
 5. Order: transformers shuffles the training set unless `train_sampling_strategy="sequential"`; the dataset is
    specray's row plan (`MixtureSampler`), step after step, and every collated batch is checked against it.
 6. The schedule: `cosine_with_min_lr` (min_lr_rate 0.1) equals specray's `warmup_cosine` after the warm-up;
    during it transformers ramps step/warmup from 0 where specray ramps (step + 1)/(warmup + 1) — reported.
+7. Precision: specray trains fp32 master weights under bf16 autocast where the spec sets
+   `distill.cpu_autocast` (the student's forward, its on-policy sampling and the teacher's passes,
+   `specray/distill/loop.py`), and loads the teacher in `models.target.dtype`. TRL gets `bf16=True` then:
+   `TrainingArguments(bf16=True)` sets `mixed_precision="bf16"`, which accelerate 1.x honours on a CPU
+   (`Accelerator.native_amp` is True for bf16 on "cpu"), wrapping the `forward` of the student
+   (`prepare_model`) and of GKD's teacher (`prepare_model(..., evaluation_mode=True)`) in
+   `torch.autocast("cpu", bfloat16)` and upcasting their outputs to fp32 (`convert_outputs_to_fp32`); the
+   generation path keeps the wrapper (`unwrap_model(keep_fp32_wrapper=True)`). Checked at run time, not
+   assumed: a forward hook on one matmul (the first `nn.Linear`) of the student and of the teacher records
+   whether autocast was on and the dtype of the matmul's output, per phase (training forward, no-grad
+   sampling, teacher forward). The teacher is loaded the way specray's `load_model` loads it
+   (`from_pretrained(dtype=...)` of `models.target.dtype`), checked from its parameters.
+8. Prompts: TRL trains on specray's rows as token ids (the shard's, chat-template prompts included), never
+   re-tokenised: the collator's prompts (what GKD samples from) are checked to be the planned rows' prompt
+   ids, and GKD's EOS ids (the student's `generation_config`) to be specray's (`sampling.eos_token_ids`).
 """
 
 from __future__ import annotations
@@ -50,7 +65,9 @@ from specray.distill.data import MixtureSampler, TrainRow
 from specray.distill.inputs import prepare_inputs
 from specray.distill.losses import IGNORE_INDEX, distillation_divergence
 from specray.draft import one_draft
+from specray.models.loading import DTYPES
 from specray.ops.lr_schedule import MIN_LR_RATIO, warmup_cosine
+from specray.sampling import eos_token_ids
 from specray.specdec.hf_compare import expected_processors
 
 FKL_BETA = 0.0  # generalized_jsd_loss(beta=0) is KL(teacher || student): see 1. above
@@ -78,6 +95,12 @@ class Record:
     processors: set[tuple] = field(default_factory=set)
     longest_completion: int = 0
     teacher_generations: int = 0
+    eos: set[tuple[int, ...]] = field(default_factory=set)  # the EOS ids each on-policy sampling used
+    prompts: list[list[tuple[int, ...]]] = field(default_factory=list)  # the collator's prompt ids (GKD)
+    # (role, phase, autocast on, matmul output dtype) seen by a forward hook on one matmul of each model
+    matmuls: set[tuple[str, str, bool, str]] = field(default_factory=set)
+    teacher_dtype: str = ""
+    notes: list[str] = field(default_factory=list)  # what could not be matched, said in the output
 
 
 class _Steps(TrainerCallback):
@@ -103,9 +126,28 @@ class _Steps(TrainerCallback):
 def _collator(inner, record: Record):
     def collate(examples: list[dict[str, Any]]) -> dict[str, Any]:
         record.batches.append([tuple(e["input_ids"]) for e in examples])
-        return inner(examples)
+        out = inner(examples)
+        if "prompts" in out:  # GKD: the prompt ids it samples the student from, padding dropped
+            masks = out["prompt_attention_mask"].bool()
+            record.prompts.append(
+                [tuple(ids[m].tolist()) for ids, m in zip(out["prompts"], masks, strict=True)]
+            )
+        return out
 
     return collate
+
+
+def _record_matmuls(model: torch.nn.Module, role: str, record: Record) -> None:
+    """A forward hook on the model's first matmul (`nn.Linear`): whether autocast was on when it ran and the
+    dtype of its output, per phase — what mixed precision really did, whatever the config says."""
+    linear = next(m for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+    def hook(module, inputs, output):
+        phase = "forward" if role == "teacher" else "train" if torch.is_grad_enabled() else "sample"
+        on = torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+        record.matmuls.add((role, phase, on, str(output.dtype).removeprefix("torch.")))
+
+    linear.register_forward_hook(hook)
 
 
 def _record_loss_inputs(trainer, record: Record) -> None:
@@ -130,6 +172,8 @@ def _record_generation(trainer, record: Record) -> None:
         record.generations += 1
         c = generation_config
         record.generation_configs.add((c.temperature, c.do_sample, c.top_k, c.top_p, c.max_new_tokens))
+        eos = c.eos_token_id
+        record.eos.add(tuple(sorted(eos if isinstance(eos, list) else [] if eos is None else [eos])))
         ids, mask, labels = generate(model, inputs, generation_config)
         width = inputs["prompts"].shape[1]
         record.longest_completion = max(record.longest_completion, int(mask[:, width:].sum(dim=1).max()))
@@ -162,7 +206,8 @@ def planned_rows(spec: SweepSpec, paradigm: str, tau_kd: float) -> list[list[Tra
 
 
 def _common(spec: SweepSpec, output: Path) -> dict[str, Any]:
-    """TrainingArguments both trainers get: specray's optimizer, schedule, clipping, seed and save cadence."""
+    """TrainingArguments both trainers get: specray's optimizer, schedule, clipping, seed, save cadence and
+    precision (bf16 autocast where the spec trains under it on the CPU, `distill.cpu_autocast`)."""
     d = spec.distill
     return dict(
         output_dir=str(output),
@@ -177,7 +222,7 @@ def _common(spec: SweepSpec, output: Path) -> dict[str, Any]:
         max_grad_norm=d.max_grad_norm,
         optim="adamw_torch",
         seed=d.seed,
-        bf16=False,
+        bf16=d.cpu_autocast,
         fp16=False,
         gradient_checkpointing=False,
         use_cpu=True,
@@ -200,9 +245,14 @@ def run_trl(spec: SweepSpec, paradigm: str, tau_kd: float, output: Path, draft: 
     spec = spec.for_paradigm(paradigm)
     steps = planned_rows(spec, paradigm, tau_kd)
     rows = [row for batch in steps for row in batch]
-    tokenizer = AutoTokenizer.from_pretrained(draft)
-    student = AutoModelForCausalLM.from_pretrained(draft, dtype=torch.float32)
     record = Record()
+    trust = spec.models.draft.trust_remote_code
+    tokenizer = AutoTokenizer.from_pretrained(draft, trust_remote_code=trust)
+    if tokenizer.pad_token_id is None:  # what specray's load_tokenizer does (and a TRL user must)
+        tokenizer.pad_token = tokenizer.eos_token
+    # fp32 master weights, as specray's student (`distill/loop.py`); autocast does the bf16
+    student = AutoModelForCausalLM.from_pretrained(draft, dtype=torch.float32, trust_remote_code=trust)
+    _record_matmuls(student, "student", record)
     if paradigm == "online":
         trainer = _gkd(spec, tau_kd, output, rows, tokenizer, student, target, record)
     else:
@@ -223,6 +273,7 @@ def run_trl(spec: SweepSpec, paradigm: str, tau_kd: float, output: Path, draft: 
         "loss_tokens": record.loss_tokens,
         "draft": str(output / "final"),
         "checks": lines,
+        "notes": record.notes,
     }
 
 
@@ -230,7 +281,19 @@ def _gkd(spec, tau_kd, output, rows, tokenizer, student, target, record) -> GKDT
     d = spec.distill
     if d.divergence != "fkl" or d.loss_temperature != 1.0 or d.grad_accum != 1:
         raise TrlMisconfigured("peers compares FKL at loss temperature 1, one micro-batch per step")
-    teacher = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
+    # the target as specray loads it: `load_model(path, models.target.dtype)`
+    ref = spec.models.target
+    teacher = AutoModelForCausalLM.from_pretrained(
+        target, dtype=DTYPES[ref.dtype], trust_remote_code=ref.trust_remote_code
+    )
+    record.teacher_dtype = str(next(teacher.parameters()).dtype).removeprefix("torch.")
+    _record_matmuls(teacher, "teacher", record)
+    ours = sorted(eos_token_ids(student, tokenizer))  # where specray's on-policy samples stop
+    configured = student.generation_config.eos_token_id
+    if set(configured if isinstance(configured, list) else [configured]) != set(ours):
+        # GKD stops at the student's generation_config EOS only; specray also at the tokenizer's
+        record.notes.append(f"GKD: the student's generation_config EOS {configured} set to specray's {ours}")
+        student.generation_config.eos_token_id = ours
     config = GKDConfig(
         **_common(spec, output),
         lmbda=d.onpolicy_fraction,
@@ -301,6 +364,8 @@ def _data_problems(trainer, paradigm: str, steps: list[list[TrainRow]], record: 
     problems = []
     if record.batches != planned:
         problems.append("the batches TRL collated are not specray's rows in specray's order")
+    if paradigm == "online" and record.prompts != [[r.prompt_ids for r in batch] for batch in steps]:
+        problems.append("the prompts GKD's collator made are not the planned rows' prompt token ids")
     expected = [sum(len(r.response_ids) for r in batch) for batch in steps]
     offpolicy = [
         (got, want)
@@ -312,6 +377,76 @@ def _data_problems(trainer, paradigm: str, steps: list[list[TrainRow]], record: 
     if paradigm == "offline" and not trainer.completion_only_loss:
         problems.append("SFTTrainer trains on prompt tokens too (completion_only_loss off)")
     return problems
+
+
+def _expected_matmuls(
+    spec: SweepSpec, paradigm: str, record: Record
+) -> dict[tuple[str, str], tuple[bool, str]]:
+    """(role, phase) -> (autocast on, matmul output dtype) as specray runs it: under bf16 autocast where
+    `distill.cpu_autocast` (every pass, the teacher's too), else the weights' own dtype."""
+    on = spec.distill.cpu_autocast
+    expected = {("student", "train"): (on, "bfloat16" if on else "float32")}
+    if paradigm == "online":
+        expected["teacher", "forward"] = (on, "bfloat16" if on else record.teacher_dtype)
+        if record.generations:
+            expected["student", "sample"] = expected["student", "train"]
+    return expected
+
+
+def _precision_problems(trainer, spec: SweepSpec, paradigm: str, record: Record) -> list[str]:
+    """The mixed precision TRL was configured with and what its matmuls really ran in; the teacher's dtype."""
+    args, on = trainer.args, spec.distill.cpu_autocast
+    problems = []
+    if args.bf16 != on or args.fp16 or record.dtypes != {"torch.float32"}:
+        problems.append(
+            f"mixed precision: bf16={args.bf16} (want {on}) fp16={args.fp16}, student weights {record.dtypes}"
+        )
+    expected = _expected_matmuls(spec, paradigm, record)
+    seen: dict[tuple[str, str], set[tuple[bool, str]]] = {}
+    for role, phase, autocast_on, dtype in record.matmuls:
+        seen.setdefault((role, phase), set()).add((autocast_on, dtype))
+    for key, want in expected.items():
+        if seen.get(key) != {want}:
+            problems.append(
+                f"{' '.join(key)} matmuls ran as (autocast, dtype) {seen.get(key)}, specray's {want}"
+            )
+    for key in set(seen) - set(expected):
+        problems.append(f"unexpected {' '.join(key)} matmuls {seen[key]}")
+    if paradigm == "online":
+        dtype = spec.models.target.dtype
+        if dtype != "auto" and record.teacher_dtype != dtype:
+            problems.append(f"the teacher's weights are {record.teacher_dtype}, models.target.dtype {dtype}")
+    return problems
+
+
+def _precision_line(name: str, spec: SweepSpec, paradigm: str, record: Record) -> str:
+    expected = _expected_matmuls(spec, paradigm, record)
+    shown = ", ".join(
+        f"{role} {phase} {dtype}{' under autocast' if on else ''}"
+        for (role, phase), (on, dtype) in expected.items()
+    )
+    config = "bf16=True (accelerate's CPU autocast)" if spec.distill.cpu_autocast else "bf16/fp16 off"
+    teacher = ""
+    if paradigm == "online":
+        teacher = f"; teacher loaded {record.teacher_dtype} (models.target.dtype {spec.models.target.dtype})"
+    return f"{name}: fp32 master weights, {config}; matmul outputs seen: {shown}{teacher}"
+
+
+def _unmatched(spec: SweepSpec, paradigm: str, record: Record) -> list[str]:
+    """What differs between the tools' work by construction (said in the output, not hidden)."""
+    notes = list(record.notes)
+    if spec.distill.cpu_autocast:
+        notes.append(
+            "TRL: accelerate upcasts every autocast forward's outputs (the full logits) to fp32 "
+            "(`convert_outputs_to_fp32`); specray keeps the student's logits in bf16 up to the loss, which "
+            "is fp32 on both sides"
+        )
+    elif paradigm == "online" and record.teacher_dtype not in ("float32", "float64"):
+        notes.append(
+            f"GKD takes log_softmax of the teacher's {record.teacher_dtype} logits in "
+            f"{record.teacher_dtype}; specray in fp32"
+        )
+    return notes
 
 
 def _gkd_problems(trainer, spec: SweepSpec, tau_kd: float, record: Record) -> list[str]:
@@ -339,6 +474,9 @@ def _gkd_problems(trainer, spec: SweepSpec, tau_kd: float, record: Record) -> li
         )
     if record.teacher_generations:
         problems.append(f"the teacher generated {record.teacher_generations} times (seq_kd is off)")
+    eos = {tuple(sorted(eos_token_ids(trainer.model, trainer.processing_class)))}
+    if record.generations and record.eos != eos:
+        problems.append(f"on-policy sampling stopped at EOS ids {record.eos}, specray's {eos}")
     n, drawn = len(record.onpolicy), sum(record.onpolicy)
     if abs(drawn - n * d.onpolicy_fraction) > 4 * math.sqrt(
         n * d.onpolicy_fraction * (1 - d.onpolicy_fraction)
@@ -353,9 +491,7 @@ def check(trainer, spec: SweepSpec, paradigm: str, tau_kd: float, steps, record:
     """Every way this run differs from what it was configured to do -> TrlMisconfigured; else the lines
     that say what was checked."""
     args, d = trainer.args, spec.distill
-    problems = []
-    if args.bf16 or args.fp16 or record.dtypes != {"torch.float32"}:
-        problems.append(f"mixed precision: bf16={args.bf16} fp16={args.fp16}, weights {record.dtypes}")
+    problems = _precision_problems(trainer, spec, paradigm, record)
     if args.gradient_checkpointing or record.checkpointing != {False}:
         problems.append(
             f"gradient checkpointing on (config {args.gradient_checkpointing}, {record.checkpointing})"
@@ -376,20 +512,23 @@ def check(trainer, spec: SweepSpec, paradigm: str, tau_kd: float, steps, record:
     name = "GKDTrainer" if paradigm == "online" else "SFTTrainer"
     if problems:
         raise TrlMisconfigured(f"{name} did not run as configured:\n  " + "\n  ".join(problems))
+    record.notes = _unmatched(spec, paradigm, record)
     lines = [
-        f"{name}: fp32 weights, bf16/fp16 off, gradient checkpointing off, 1 torch thread, AdamW, "
+        f"{name}: gradient checkpointing off, 1 torch thread, AdamW, batch {d.batch_size}, lr {d.lr:g}, "
         f"{d.steps} steps; lr equal to specray's after the warm-up (warm-up gap ≤ {warmup_gap:.2g})",
-        f"{name}: every batch is specray's planned rows in order; fixed-data steps trained on exactly the "
-        "teacher responses' tokens",
+        _precision_line(name, spec, paradigm, record),
+        f"{name}: every batch is specray's planned rows (token ids, {spec.data.template} template) in order; "
+        "fixed-data steps trained on exactly the teacher responses' tokens",
     ]
     if paradigm == "online":
         drawn = sum(record.onpolicy)
         lines.append(
             f"GKDTrainer: loss = specray's fkl (beta={FKL_BETA}); {drawn}/{len(record.onpolicy)} batches "
             f"on-policy (one coin per batch, lmbda={d.onpolicy_fraction:g}); sampling τ={tau_kd:g}, top_k 0, "
-            f"top_p 1, processors {sorted(p for p in record.processors if p) or 'none'}; longest completion "
-            f"{record.longest_completion} ≤ {d.max_new_tokens}; "
-            f"teacher generations {record.teacher_generations}"
+            f"top_p 1, processors {sorted(p for p in record.processors if p) or 'none'}; EOS ids "
+            f"{sorted(record.eos)[0] if record.eos else '-'}; longest completion "
+            f"{record.longest_completion} ≤ {d.max_new_tokens}; teacher generations "
+            f"{record.teacher_generations}; prompts = the planned rows' prompt ids"
         )
     else:
         lines.append("SFTTrainer: completion-only loss (labels = the response tokens, prompt masked)")
