@@ -58,6 +58,8 @@ def record_run(spec: Any, outcome: Any, command_name: str = "run") -> Path | Non
         },
         "models": _model_sizes(spec),
     }
+    if files := _model_files(spec):
+        figures["model_files"] = files
     if costs is not None:
         figures["c"] = round(costs.cost_ratio(costs.batch_sizes[0]), 4)
         if costs.source == "measured":
@@ -129,6 +131,18 @@ def _model_sizes(spec: Any) -> dict[str, int]:
         if folder.is_dir():
             sizes[f"{role}_parameters"] = safetensors_parameters(folder)
     return sizes
+
+
+def _model_files(spec: Any) -> dict[str, dict[str, str]]:
+    """The GGUF file each model given as one came from (name, sha256): whose weights the figures are of."""
+    from specray.models.gguf import value_sha256
+    from specray.named_files import gguf_path
+
+    return {
+        role: {"file": gguf_path(ref.gguf).name, "sha256": value_sha256(ref.gguf)}
+        for role in ("target", "draft")
+        if (ref := getattr(spec.models, role)).gguf is not None
+    }
 
 
 def safetensors_parameters(folder: Path) -> int:

@@ -47,12 +47,18 @@ def plan_jobs(spec: EvalSpec, drafts: Sequence[Draft]) -> list[EvalJob]:
     set, γ and lenience point (`LenienceSpec.points`: lossless, then every (function, ε < 1) at τ_dec > 0).
     The sweep's plan keys them (`SweepPlan.cell_jobs`); unkeyed, nothing is cached (`specray evaluate`).
 
-    With `empirical_drafts: diagonal`, empirical cells go only to drafts whose single τ_kd equals that τ_dec
-    and to drafts without one (the un-distilled draft, mixtures). With `quality_ends`, each draft with an
+    With `empirical_drafts: diagonal`, empirical cells go only to drafts whose single τ_kd is the one of the
+    grid nearest that τ_dec (equal to it on the grid; beyond it, the drafts an export routes such a τ_dec to
+    most often, so that a band above the τ_kd grid is judged on measured speedups too) and to drafts without
+    one (the un-distilled draft, mixtures). With `quality_ends`, each draft with an
     empirical cell at a τ_dec also gets one `ends` record there (the target and the draft decoding alone).
     Empirical cells are planned at every B of `empirical_batch_sizes`.
     """
     jobs = []
+    grid = sorted({d.tau_kd for d in drafts if d.tau_kd is not None})
+    nearest = {
+        t: min(grid, key=lambda k: (abs(k - t), k)) if grid else None for t in spec.empirical_temperatures
+    }
     for draft in drafts:
         for test_set in spec.test_sets:
             if "analytic" in spec.estimators:
@@ -65,7 +71,7 @@ def plan_jobs(spec: EvalSpec, drafts: Sequence[Draft]) -> list[EvalJob]:
             if "empirical" not in spec.estimators:
                 continue
             for tau in spec.empirical_temperatures:
-                if spec.empirical_drafts == "all" or draft.tau_kd in (None, tau):
+                if spec.empirical_drafts == "all" or draft.tau_kd in (None, nearest[tau]):
                     jobs += [
                         _job(draft, tau, test_set, "empirical", g, point, b)
                         for point in spec.lenience.points(tau)

@@ -215,6 +215,10 @@ def test_plan_covers_the_grid() -> None:
     jobs = plan_jobs(diagonal, refs)
     empirical = {(j.draft, j.test_set) for j in jobs if j.estimator == "empirical"}
     assert empirical == {(d, t) for d in ("base", "kd1") for t in ("in_domain", "out_of_domain")}
+    # beyond the τ_kd grid, the nearest τ_kd's drafts: a band an export routes there is measured too
+    beyond = diagonal.model_copy(update={"empirical_temperatures": [0.4, 2.0]})
+    empirical = {(j.draft, j.tau_dec) for j in plan_jobs(beyond, refs) if j.estimator == "empirical"}
+    assert empirical == {("base", 0.4), ("kd5", 0.4), ("base", 2.0), ("kd1", 2.0)}
 
 
 def test_draft_with_another_vocabulary_is_refused_before_decoding(micro_zoo, tmp_path) -> None:
