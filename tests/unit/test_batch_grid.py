@@ -142,6 +142,23 @@ def test_the_report_compares_each_empirical_cell_with_the_model_from_its_own_cou
     assert batching.modelled_vs_measured(pd.DataFrame([row]), None).empty
 
 
+def test_a_cell_off_the_model_is_explained_by_its_interval_or_named() -> None:
+    table = pd.DataFrame(
+        {
+            "draft": ["a", "b", "c"], "test_set": ["in_domain"] * 3, "tau_dec": [0.0, 1.0, 1.0],
+            "gamma": [2] * 3, "modelled": [1.0, 1.0, 1.0], "measured": [1.05, 1.3, 1.3],
+            "measured_ci95": [0.01, 0.4, 0.1],
+        }
+    )  # fmt: skip
+    table["measured / modelled"] = table["measured"] / table["modelled"]
+    lines = batching.agreement_lines(table)
+    assert (
+        "1 of 3 within [0.9, 1.1], 1 more whose measured 95% interval holds the modelled speedup" in lines[0]
+    )
+    assert "1 neither" in lines[0]
+    assert len(lines) == 2 and lines[1].startswith("- neither: c on in_domain at τ_dec 1")
+
+
 def test_a_cells_metrics_read_as_its_estimators_typed_result_and_missing_fields_are_unknown() -> None:
     record = _analytic(1.0, {1: (1.5, 0.1), 4: (1.2, 0.2)})
     result = record.analytic()
