@@ -23,7 +23,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from specray.errors import ModelError
 from specray.files import cache_dir, write_json
@@ -146,9 +146,10 @@ def fresh(target: PreTrainedModel, shape: FreshSpec) -> PreTrainedModel:
     torch.manual_seed(shape.seed)
     draft = type(target)(config)
     if shape.hidden_size == target.config.hidden_size:
+        pairs = [(draft.get_input_embeddings(), target.get_input_embeddings())]
+        if not config.tie_word_embeddings:  # a tied head is the embeddings already
+            pairs.append((draft.get_output_embeddings(), target.get_output_embeddings()))
         with torch.no_grad():
-            draft.get_input_embeddings().weight.copy_(target.get_input_embeddings().weight)
-            head, target_head = draft.get_output_embeddings(), target.get_output_embeddings()
-            if head is not None and target_head is not None and not config.tie_word_embeddings:
-                head.weight.copy_(target_head.weight)
+            for mine, theirs in pairs:
+                cast(torch.nn.Linear, mine).weight.copy_(cast(torch.nn.Linear, theirs).weight)
     return draft
