@@ -164,8 +164,10 @@ def build_report(
     token_lengths: Mapping[str, Mapping[Any, Mapping[Any, int]]] | None = None,
     composition: Composition | None = None,
     workload: Mapping[str, Any] | None = None,
+    models: str | None = None,
 ) -> Path:
-    """Write every figure and table into `out_dir`; returns the Markdown report's path. `drafts`: every
+    """Write every figure and table into `out_dir`; returns the Markdown report's path. `models`: a line
+    naming the target and the draft the cells are of. `drafts`: every
     draft the cells name (the un-distilled one included); `token_lengths`:
     test set -> τ_dec -> characters -> generated tokens (Fig. 5; JSON's string keys accepted);
     `composition`: a finished `specray tune`'s results (Table 3 and its verdict); `workload`: the sweep's
@@ -184,7 +186,7 @@ def build_report(
         if step_costs
         else "step costs: not recorded"
     )
-    sections = [f"# {title}\n", f"{cost_line}\n"]
+    sections = [f"# {title}\n", *([f"{models}\n"] if models else []), f"{cost_line}\n"]
     with_lists = lossless(cells_frame(cells, drafts, keep_lists=True))
     sections += _verdict_section(with_lists, probe_curves, composition, at_best, out_dir)
     sections += _replicates_section(lossless(replicated), with_lists, at_best, out_dir)

@@ -142,6 +142,18 @@ def token_characters(
 # ---------------------------------------------------------------- report
 
 
+def models_line(spec: SweepSpec) -> str:
+    """What the report's cells are of: each model's id (a GGUF file also by its name)."""
+    from specray.keys import model_id
+    from specray.named_files import gguf_path
+
+    def named(ref) -> str:
+        file = f" ({gguf_path(ref.gguf).name})" if ref.gguf is not None else ""
+        return f"`{model_id(ref, spec.models)}`{file}"
+
+    return f"Target {named(spec.models.target)}; draft {named(spec.models.draft)}."
+
+
 def _report(spec, tracker, parent, records, drafts, curves, outputs, cost: StepCosts, out: Path) -> Path:
     """Write the report locally, then give MLflow the report and the plain records it was built from.
     `drafts`: the plan's; `outputs`: (token lengths of the target's test outputs, their characters-per-token
@@ -158,6 +170,7 @@ def _report(spec, tracker, parent, records, drafts, curves, outputs, cost: StepC
         projected_cost_ratio=spec.eval.projected_cost_ratio,
         token_lengths=characters,
         workload=workload_json(spec),
+        models=models_line(spec),
     )
     json_lengths = {test_set: {str(t): v for t, v in by_tau.items()} for test_set, by_tau in lengths.items()}
     json_curves = {name: curves_to_json(points) for name, points in curves.items()}
