@@ -183,9 +183,12 @@ def prompt_cache_matches(
 ) -> bool:
     """Whether the cached pass gives the full pass's states on `rows` (a model whose forward does not take
     a cache this way — another attention layout, positions it computes itself — must not use it)."""
-    full = torch.cat(response_states(teacher, rows, pad_token_id)).float()
-    cached = torch.cat(cached_response_states(teacher, prompts, rows, pad_token_id)).float()
-    tolerance = 1e-3 if full.dtype == torch.float32 and cached.dtype == full.dtype else 5e-2
+    full = torch.cat(response_states(teacher, rows, pad_token_id))
+    cached = torch.cat(cached_response_states(teacher, prompts, rows, pad_token_id))
+    # fp32 round-off, or bf16's (bf16 weights, or fp32 under bf16 autocast): read before the upcast below
+    exact = full.dtype == cached.dtype == torch.float32 and not torch.is_autocast_enabled(full.device.type)
+    tolerance = 1e-3 if exact else 5e-2
+    full, cached = full.float(), cached.float()
     scale = float(full.abs().max().clamp(min=1.0))
     return full.shape == cached.shape and float((full - cached).abs().max()) <= tolerance * scale
 

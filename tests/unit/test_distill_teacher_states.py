@@ -130,6 +130,32 @@ def test_the_cached_pass_gives_each_rows_own_full_pass_states(micro_zoo) -> None
     assert sizes == {2, 3, 5}
 
 
+@pytest.mark.parametrize("precision", ["bf16 weights", "bf16 autocast"])
+def test_a_bf16_teacher_keeps_its_prompt_caches(micro_zoo, monkeypatch, precision: str) -> None:
+    """bf16's round-off between the cached and the full pass is not a wrong cache: the check judges it at
+    bf16's tolerance. It used to upcast first and then always apply fp32's, so SmolLM2 in bf16 (30 layers of
+    round-off, about 1% of the states' scale apart) never kept its caches; here that gap is planted."""
+    import specray.distill.teacher_states as states
+
+    _, teacher = _models(micro_zoo)
+    if precision == "bf16 weights":
+        teacher = teacher.to(torch.bfloat16)
+    real = states.cached_response_states
+
+    def one_percent_off(*args, **kwargs):
+        return [t + 0.01 * t.abs().amax().clamp(min=1.0) if t.numel() else t for t in real(*args, **kwargs)]
+
+    monkeypatch.setattr(states, "cached_response_states", one_percent_off)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16 autocast"):
+        prompts = PromptStates(teacher, [row.prompt_ids for row in ROWS_CACHED], batch_size=2)
+        assert prompt_cache_matches(teacher, prompts, ROWS_CACHED, pad_token_id=0)
+    with torch.autocast("cpu", enabled=False):  # in fp32 the same gap is a wrong cache
+        fp32 = teacher.float()
+        assert not prompt_cache_matches(
+            fp32, PromptStates(fp32, [r.prompt_ids for r in ROWS_CACHED], 2), ROWS_CACHED, 0
+        )
+
+
 def test_a_teacher_whose_cached_pass_differs_is_caught(micro_zoo) -> None:
     """A forward that ignores the positions it is given (numbering from the cache's length instead) is
     right for the longest prompt only: the check sees it, and the run would not use the caches."""
