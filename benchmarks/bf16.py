@@ -6,11 +6,11 @@ for it), side by side in one run and in this process with one torch thread (a te
 worker's and an evaluator's setting):
 
 - speed: the target's teacher-forced pass (8 rows of 232 tokens, the head on the last 48: the analytic
-  estimator's and online KD's pass), batched sampling (16 rows, the teacher shards' and continuations'),
+  estimator's and online KD's pass), batched sampling (8 rows, the teacher shards' and continuations'),
   one decoding step at batch 1 (speculative decoding's), and one training step of the draft — each in fp32,
   with bf16 weights (`models.target.dtype: bfloat16`), and for training under bf16 autocast with fp32
   master weights (`distill.cpu_autocast`);
-- acceptance: the analytic acceptance rate α of the draft at each τ_dec on held-out GSM8K questions, once
+- acceptance: the analytic acceptance rate α of the draft at τ_dec 0 and 1 on held-out GSM8K questions, once
   with both models in fp32 and once in bf16 (each pipeline samples its own continuations from its own
   target, same prompts and seeds), with the 95% bootstrap interval of α and of the paired difference
   (prompts resampled). bf16 is worth using when it is faster and the difference's interval lies inside α's.

@@ -78,19 +78,19 @@ class Resources:
         return self.torch_device()
 
 
-def autocast(device: torch.device | str, cpu_bf16: bool = False) -> AbstractContextManager:
-    """bf16 autocast on CUDA; on CPU only when asked (`cpu_bf16`): a CPU without bf16 matmul units
+def autocast(device: torch.device | str, cpu_autocast: bool = False) -> AbstractContextManager:
+    """bf16 autocast on CUDA; on CPU only when asked (`distill.cpu_autocast`): a CPU without bf16 matmul units
     (avx512_bf16, AMX) runs it slower than fp32, one with them about twice as fast (benchmarks/README.md,
     "bf16 on a CPU"), and either way it changes the numbers, so it is a setting that reaches the keys."""
     import torch
 
     kind = torch.device(device).type
-    if kind == "cuda" or (kind == "cpu" and cpu_bf16):
+    if kind == "cuda" or (kind == "cpu" and cpu_autocast):
         return torch.autocast(kind, dtype=torch.bfloat16)
     return nullcontext()
 
 
-def train_device_kind(num_gpus: float, cpu_bf16: bool) -> str:
+def train_device_kind(num_gpus: float, cpu_autocast: bool) -> str:
     """The training device as a draft's key names it: `cuda` (bf16 autocast), `cpu`, or `cpu+bf16`."""
     kind = device_kind(num_gpus)
-    return f"{kind}+bf16" if kind == "cpu" and cpu_bf16 else kind
+    return f"{kind}+bf16" if kind == "cpu" and cpu_autocast else kind

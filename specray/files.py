@@ -9,8 +9,10 @@ name, never half of one; temporaries start with "." so globs for results never s
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -46,6 +48,33 @@ def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def publish_folder(final: Path, write: Callable[[Path], object]) -> None:
+    """Make the folder `final` whole or not at all: `write(tmp)` fills a temporary sibling, which then
+    replaces `final` (a folder left there without its completion marker is removed first). Temporaries a
+    killed writer left (`.<name>-*`) are removed before: call it as the entry's one producer
+    (`locks.producing`), so no other writer's temporary can be in flight."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    for stale in final.parent.glob(f".{glob.escape(final.name)}-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}-"))
+    try:
+        write(tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_text(path: Path, text: str) -> None:

@@ -65,7 +65,9 @@ class CutSpec(Frozen):
     its LM head (tied where the target ties them), so it shares the target's tokenizer and starts from
     the target's own representation of every token."""
 
-    layers: int = Field(ge=1, le=64, description="decoder layers kept, from the first")
+    # the upper bound only catches a typo early; the real one, fewer than the target's, is checked against
+    # the target before any work (`sweep/preflight.py`)
+    layers: int = Field(ge=1, le=1024, description="decoder layers kept, from the first")
 
 
 class FreshSpec(Frozen):
@@ -73,16 +75,20 @@ class FreshSpec(Frozen):
     Where `hidden_size` equals the target's, the embeddings (and the tied head) are the target's; other
     weights start from the architecture's own initialisation."""
 
-    hidden_size: int = Field(ge=8)
-    num_layers: int = Field(ge=1)
-    num_heads: int = Field(ge=1)
-    intermediate_size: int = Field(ge=8)
-    seed: int = 0
+    hidden_size: int = Field(ge=8, description="width; the target's own keeps its embeddings")
+    num_layers: int = Field(ge=1, description="decoder layers")
+    num_heads: int = Field(ge=1, description="attention heads (and key-value heads)")
+    intermediate_size: int = Field(ge=8, description="MLP width")
+    seed: int = Field(default=0, description="initialisation seed")
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> FreshSpec:
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        if (self.hidden_size // self.num_heads) % 2:  # rotary embeddings rotate pairs of a head's dimensions
+            raise ValueError(
+                f"hidden_size / num_heads = {self.hidden_size // self.num_heads}: a head's width must be even"
+            )
         return self
 
 

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from specray.errors import DataError
-from specray.files import cache_dir, write_atomic, write_json
+from specray.files import cache_dir, file_sha256, write_atomic, write_json
 
 if TYPE_CHECKING:
     pass
@@ -123,14 +123,6 @@ def read_table(path: Path) -> pa.Table:
     return table
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def read_manifest(folder: Path) -> dict[str, Any] | None:
     """The manifest of a complete shard, or None while the shard is incomplete."""
     path = folder / MANIFEST_FILE
@@ -158,7 +150,7 @@ def read_shard(key: ShardKey | Path, root: Path | None = None) -> pa.Table:
     path = folder / SHARD_FILE
     if not path.exists():
         raise DataError(f"{path}: shard file missing although {MANIFEST_FILE} exists; delete {folder}")
-    if _sha256(path) != manifest["sha256"]:
+    if file_sha256(path) != manifest["sha256"]:
         raise DataError(
             f"{path}: checksum differs from {MANIFEST_FILE} (truncated or corrupt); delete {folder}"
         )
@@ -213,7 +205,7 @@ def finalize_shard(
         "key": asdict(key),
         "rows": table.num_rows,
         "response_tokens": sum(len(ids) for ids in table.column("response_token_ids").to_pylist()),
-        "sha256": _sha256(folder / SHARD_FILE),
+        "sha256": file_sha256(folder / SHARD_FILE),
         **(info or {}),
     }
     _write_json(folder / MANIFEST_FILE, manifest)

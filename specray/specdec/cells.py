@@ -48,9 +48,9 @@ def plan_jobs(spec: EvalSpec, drafts: Sequence[Draft]) -> list[EvalJob]:
     The sweep's plan keys them (`SweepPlan.cell_jobs`); unkeyed, nothing is cached (`specray evaluate`).
 
     With `empirical_drafts: diagonal`, empirical cells go only to drafts whose single τ_kd is the one of the
-    grid nearest that τ_dec (equal to it on the grid; beyond it, the drafts an export routes such a τ_dec to
-    most often, so that a band above the τ_kd grid is judged on measured speedups too) and to drafts without
-    one (the un-distilled draft, mixtures). With `quality_ends`, each draft with an
+    grid nearest that τ_dec (equal to it where the grid has it; elsewhere — between grid points or beyond
+    the grid — the nearest, so that an export's band there is judged on measured speedups too) and to
+    drafts without one (the un-distilled draft, mixtures). With `quality_ends`, each draft with an
     empirical cell at a τ_dec also gets one `ends` record there (the target and the draft decoding alone).
     Empirical cells are planned at every B of `empirical_batch_sizes`.
     """

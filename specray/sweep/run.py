@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from specray.cluster.runtime import ray_session
-from specray.config import SweepSpec, dump_spec
+from specray.config import ModelRef, SweepSpec, dump_spec
 from specray.distill.curves import CurvePoint, curves_to_json
 from specray.draft import Draft
 from specray.files import check_writable, write_text
@@ -147,7 +147,7 @@ def models_line(spec: SweepSpec) -> str:
     from specray.keys import model_id
     from specray.named_files import gguf_path
 
-    def named(ref) -> str:
+    def named(ref: ModelRef) -> str:
         file = f" ({gguf_path(ref.gguf).name})" if ref.gguf is not None else ""
         return f"`{model_id(ref, spec.models)}`{file}"
 

@@ -106,3 +106,22 @@ def test_a_derived_draft_is_made_once_with_the_targets_tokenizer(micro_zoo_2, tm
     assert (made / "model.safetensors").stat().st_mtime_ns == stamp  # reused, not made again
     target_vocab = load_tokenizer(str(micro_zoo_2.target)).get_vocab()
     assert load_tokenizer(str(made)).get_vocab() == target_vocab
+
+
+def test_preflight_refuses_a_cut_of_every_layer_and_a_file_it_cannot_load(tmp_path: Path) -> None:
+    """Before any work: the zoo target of sweeps/smoke.yaml has 2 layers; a gpt2 GGUF target is refused."""
+    from gguf import GGMLQuantizationType as Q
+
+    from specray.config import load_spec
+    from specray.errors import SpecError
+    from specray.sweep.preflight import preflight
+    from tests.conftest import REPO
+
+    smoke = REPO / "sweeps" / "smoke.yaml"
+    out = f"output_dir={tmp_path}"
+    with pytest.raises(SpecError, match=r"models.draft.cut.layers: 2 keeps every layer of the target \(2\)"):
+        preflight(load_spec(smoke, [out, "models.draft={cut: {layers: 2}}"]))
+    preflight(load_spec(smoke, [out, "models.draft={cut: {layers: 1}}"]))
+    gpt2 = write_gguf(tmp_path / "gpt2.gguf", "gpt2", Q.F32)
+    with pytest.raises(ModelError, match="architecture 'gpt2' is not supported"):
+        preflight(load_spec(smoke, [out, f"models.target={{gguf: {gpt2}}}"]))
