@@ -27,7 +27,9 @@ def model_id(ref: ModelRef, models: ModelsSpec) -> str:
     """Stable name of a model: `zoo/<zoo key>/<entry>`, `gguf/<file sha256, 16 hex>`, a derived draft's
     recipe with the target's name (`cut(layers=2)/gguf/…`), or the HF name or path. The zoo's target and
     draft are named by the zoo without its size ladder, a ladder entry by its own recipe (`model_key`):
-    adding or changing a ladder entry renames no other model."""
+    adding or changing a ladder entry renames no other model. A folder or hub model is named by what the
+    spec gives: another model put later at the same path is not told apart, by its own results nor by a
+    draft cut from it (name a changed model by another path, or by its GGUF file)."""
     if ref.zoo is not None:
         from specray.models.zoo import MODELS, model_key, zoo_key
 
