@@ -11,6 +11,8 @@ import torch
 from safetensors.torch import save_file
 
 from specray.cli import results
+from specray.config.models import ModelRef, ModelsSpec
+from specray.named_files import named_entry
 from specray.specdec.records import StepCosts
 
 REPORT = """# Report
@@ -49,6 +51,7 @@ def test_a_finished_run_writes_its_results_file(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv(results.SINCE_ENV, str(time.time() - 1000))
     monkeypatch.setenv(results.COMMAND_ENV, "make demo")
     monkeypatch.setattr(results, "_model_sizes", lambda spec: {"draft_parameters": 460160})
+    monkeypatch.setattr(results, "_model_files", lambda spec: {})
     assert results.record_run(SimpleNamespace(name="tiny"), finished_run(tmp_path)) == target
     written = json.loads(target.read_text())
     assert written["name"] == "tiny" and written["command"] == "make demo" and written["sweep"] == "tiny"
@@ -63,6 +66,16 @@ def test_a_finished_run_writes_its_results_file(tmp_path, monkeypatch) -> None:
     shown = results.rendered(page, {"tiny": written})
     assert results.quote_problems(shown, {"tiny": written}) == []
     assert "| models.draft_parameters | 0.46M |" in shown and "| verdicts.not_reproduced | 1 |" in shown
+
+
+def test_a_gguf_model_is_recorded_by_its_file_and_hash() -> None:
+    models = ModelsSpec(target=ModelRef(gguf="smollm2-135m-instruct"), draft=ModelRef(cut={"layers": 2}))
+    files = results._model_files(SimpleNamespace(models=models))
+    assert files == {
+        "target": {"file": "SmolLM2-135M-Instruct.Q4_1.gguf", "sha256": named_entry("smollm2-135m-instruct").sha256}
+    }
+    zoo = ModelsSpec(target=ModelRef(zoo="target"), draft=ModelRef(zoo="draft"))
+    assert results._model_files(SimpleNamespace(models=zoo)) == {}
 
 
 def test_without_SPECRAY_RECORD_nothing_is_written(tmp_path, monkeypatch) -> None:
