@@ -12,7 +12,7 @@ draft cut from it, chat-template prompts, training under bf16 autocast on the CP
     .venv/bin/specray models fetch smollm2-135m-instruct
     .venv/bin/specray generate sweeps/smollm2.yaml 'teacher.temperatures=[1.0]'
     .venv/bin/python benchmarks/peers.py --sweep sweeps/smollm2.yaml --repeats 1 \
-        distill.steps=40 distill.online_steps=30
+        distill.steps=40 distill.online_steps=40
 
 Without TRL it prints one line saying how to install it and exits 0.
 
@@ -23,7 +23,7 @@ spec): its step counts (`distill.steps` offline, `distill.online_steps` online),
 `distill.warmup_steps` warm-up steps and a cosine to 10%, AdamW, clipping at `distill.max_grad_norm`,
 checkpoints every `distill.checkpoint_every` steps, the teacher in `models.target.dtype`, and bf16 autocast
 where `distill.cpu_autocast` is set (tiny.yaml: 600/400 steps, batch 16, lr 3e-3, 20 warm-up steps, fp32;
-smollm2.yaml: 80/120 steps, batch 8, lr 5e-4, 10 warm-up steps, bf16 target and autocast). specray runs
+smollm2.yaml: 80/80 steps, batch 8, lr 5e-4, 10 warm-up steps, bf16 target and autocast). specray runs
 `train_draft` (what a sweep runs per draft: setup, kept teacher states, the acceptance probe at the eval τ_dec
 at the sweep's report cadence, `distill.report_every`, where the convergence test reads the curve —
 `convergence.probe_due` —, checkpoints, publishing); TRL runs GKDTrainer (online) or SFTTrainer (offline) on
