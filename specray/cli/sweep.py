@@ -212,11 +212,13 @@ def _print_checks(checks, folder: Path) -> None:
     from dataclasses import asdict
 
     if not checks:
-        typer.echo("verify: no band is routed to a draft; nothing to check")
+        typer.echo("verify: no band routed to a draft, no declined band with a candidate; nothing to check")
     for c in checks:
         verdict = "inside" if c.agrees else "OUTSIDE"
+        what = "" if c.route == "speculative" else f", declined: its best candidate {c.draft}"
         typer.echo(
-            f"verify {c.alias} (τ={c.tau_dec:g}, γ={c.gamma}, {c.prompts} prompts): HF draft acceptance "
+            f"verify {c.alias} (τ={c.tau_dec:g}, γ={c.gamma}, {c.prompts} prompts{what}): "
+            f"HF draft acceptance "
             f"{c.draft_acceptance:.3f} ± {c.draft_acceptance_ci95:.3f}, "
             f"plan {c.predicted_draft_acceptance:.3f} "
             f"({verdict} the interval); mean acceptance length {c.mean_acceptance_length:.3f} ± "

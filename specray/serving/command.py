@@ -87,7 +87,8 @@ def run_export(
 
 
 def verify_outcome(outcome: ExportOutcome, prompts_limit: int, seed: int = 0) -> list[BandCheck]:
-    """`--verify`: HF assisted generation on the held-out test prompts, per speculative band."""
+    """`--verify`: HF assisted generation and specray's decoder on the held-out test prompts, per speculative
+    band and per declined band's best candidate."""
     from specray.models.loading import load_tokenizer
     from specray.serving.verify import verify_export
     from specray.sweep.plan import plan_sweep
@@ -104,5 +105,7 @@ def verify_outcome(outcome: ExportOutcome, prompts_limit: int, seed: int = 0) ->
         "pad": tokenizer.pad_token_id,
         "seed": seed,
     }
-    outcome.checks = verify_export(outcome.folder, prompts, settings, spec.models.target.dtype)
+    # a declined band's best candidate is measured from the sweep's own draft folder (it is not exported)
+    candidates = {draft.name: draft.folder for draft in plan.everything if draft.folder.is_dir()}
+    outcome.checks = verify_export(outcome.folder, prompts, settings, spec.models.target.dtype, candidates)
     return outcome.checks

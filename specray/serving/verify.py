@@ -16,6 +16,11 @@ the traced ones: same seed, same work) and by the target alone to the same lengt
 speedup = Σ target-only seconds / Σ assisted seconds, with its 95% interval. The check passes when the
 plan's predicted draft acceptance lies inside HF's measured 95% interval.
 
+A band the plan declines (no speculation: its best candidate's speedup is not above `--min-speedup`) is a
+prediction too — that speculating there would not pay. Where the sweep's drafts are at hand, that band's
+best candidate is checked the same way (`route` "declined"), so a sweep whose every draft loses to the
+target alone still has its plan held to measurements.
+
 specray's own decoder runs on the same prompts (one decode each, timed against target-only decoding to the
 same lengths: `specdec.empirical.run_empirical`): the plan's modelled speedup is the cost model's for that
 decoder, so that is the measurement to hold it to (`ours_agrees`: within ±10%). HF's wall-time speedup is
@@ -69,7 +74,7 @@ class BandCheck:
 
     alias: str
     tau_dec: float
-    draft: str
+    draft: str  # the exported draft's folder in the export (routed), or a declined band's candidate's name
     gamma: int
     prompts: int
     steps: int
@@ -90,6 +95,7 @@ class BandCheck:
     ours_speedup: float = math.nan  # specray's decoder on the same prompts, target-only to the same lengths
     ours_speedup_ci95: float = math.nan
     hf_overhead_ms_per_step: float = math.nan  # HF's seconds per assisted step minus ours, in ms
+    route: str = "speculative"  # or "declined": the band's best candidate, which the plan did not route
 
     @property
     def agrees(self) -> bool:
@@ -241,18 +247,41 @@ def check_band(
     )
 
 
+def bands_to_check(
+    plan: dict[str, Any], export_dir: Path, candidates: dict[str, Path]
+) -> list[dict[str, Any]]:
+    """The bands `--verify` measures, each as check_band reads it plus the draft's `folder` and the `route`:
+    every routed band with its exported draft, and every declined band whose best candidate's folder is in
+    `candidates` (draft name -> folder), in the plan's order."""
+    checked = []
+    for band in plan["bands"]:
+        if band["route"] == "speculative":
+            checked.append(band | {"folder": str(export_dir / band["draft"]), "route": "speculative"})
+        elif (best := band.get("best_candidate")) and best["draft_name"] in candidates:
+            folder = str(candidates[best["draft_name"]])
+            checked.append(best | {"alias": band["alias"], "draft": best["draft_name"], "folder": folder})
+            checked[-1]["route"] = "declined"
+    return checked
+
+
 def verify_export(
-    export_dir: Path, prompts: list[list[int]], settings: dict, dtype: str = "auto"
+    export_dir: Path,
+    prompts: list[list[int]],
+    settings: dict,
+    dtype: str = "auto",
+    candidates: dict[str, Path] | None = None,
 ) -> list[BandCheck]:
-    """Check every speculative band of an export (routing.json, its drafts) against HF assisted generation."""
+    """Check every speculative band of an export (routing.json, its drafts) against HF assisted generation,
+    and every declined band's best candidate among `candidates` (draft name -> the sweep's draft folder)."""
     from specray.models.loading import load_model
 
     plan = json.loads((export_dir / "routing.json").read_text())
+    bands = bands_to_check(plan, export_dir, candidates or {})
+    if not bands:
+        return []
     target = load_model(plan["target"]["name_or_path"], dtype)
     checks = []
-    for band in plan["bands"]:
-        if band["route"] != "speculative":
-            continue
-        draft = load_model(str(export_dir / band["draft"]), dtype)
-        checks.append(check_band(band, target, draft, prompts, settings))
+    for band in bands:
+        draft = load_model(band["folder"], dtype)
+        checks.append(replace(check_band(band, target, draft, prompts, settings), route=band["route"]))
     return checks

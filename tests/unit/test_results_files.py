@@ -71,9 +71,8 @@ def test_a_finished_run_writes_its_results_file(tmp_path, monkeypatch) -> None:
 def test_a_gguf_model_is_recorded_by_its_file_and_hash() -> None:
     models = ModelsSpec(target=ModelRef(gguf="smollm2-135m-instruct"), draft=ModelRef(cut={"layers": 2}))
     files = results._model_files(SimpleNamespace(models=models))
-    assert files == {
-        "target": {"file": "SmolLM2-135M-Instruct.Q4_1.gguf", "sha256": named_entry("smollm2-135m-instruct").sha256}
-    }
+    sha256 = named_entry("smollm2-135m-instruct").sha256
+    assert files == {"target": {"file": "SmolLM2-135M-Instruct.Q4_1.gguf", "sha256": sha256}}
     zoo = ModelsSpec(target=ModelRef(zoo="target"), draft=ModelRef(zoo="draft"))
     assert results._model_files(SimpleNamespace(models=zoo)) == {}
 
