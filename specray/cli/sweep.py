@@ -123,6 +123,7 @@ def report(
     cost = StepCosts.from_json(records["step_costs"]) if records.get("step_costs") else None
     extra = {"step_costs": cost, "projected_cost_ratio": records["projected_cost_ratio"]}
     extra |= {"token_lengths": records.get("token_lengths"), "workload": records.get("workload") or None}
+    extra["models"] = (records.get("models") or {}).get("line")  # None for a sweep logged before it
     if tune is not None:
         with user_errors():
             extra["composition"] = load_composition(tune)

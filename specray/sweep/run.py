@@ -178,6 +178,7 @@ def _report(spec, tracker, parent, records, drafts, curves, outputs, cost: StepC
     inputs = {"cells": cells, "drafts": listed, "curves": json_curves, "lengths": json_lengths}
     inputs["step_costs"] = cost.to_json()
     inputs["workload"] = workload_json(spec) or {}
+    inputs["models"] = {"line": models_line(spec)}  # `specray report RUN_ID` rebuilds the same header
     inputs["token_lengths"] = {
         test_set: {str(t): {str(k): n for k, n in c.items()} for t, c in by.items()}
         for test_set, by in characters.items()
