@@ -30,8 +30,8 @@ LONGEST_FIRST = (
     "test_chaos.py",  # 344
     "test_benchmarks_quick.py",  # 334
     "test_distill_ray.py",  # 288
+    "test_real_model.py",  # 272 (fetch, dequantise, the quick sweep: measured two modules at a time)
     "test_tune.py",  # 230
-    "test_real_model.py",  # ~240 (estimated: 960 s at nice 19 beside a sweep; fetch, dequantise, quick sweep)
     "test_result_keys.py",  # 188
     "test_submit.py",  # 150
     "test_export.py",  # 145
