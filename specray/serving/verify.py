@@ -244,6 +244,7 @@ def check_band(
         ours_speedup=ours.speedup,
         ours_speedup_ci95=ours.speedup_ci95,
         hf_overhead_ms_per_step=1e3 * overhead,
+        route=band.get("route", "speculative"),
     )
 
 
@@ -258,9 +259,9 @@ def bands_to_check(
         if band["route"] == "speculative":
             checked.append(band | {"folder": str(export_dir / band["draft"]), "route": "speculative"})
         elif (best := band.get("best_candidate")) and best["draft_name"] in candidates:
-            folder = str(candidates[best["draft_name"]])
-            checked.append(best | {"alias": band["alias"], "draft": best["draft_name"], "folder": folder})
-            checked[-1]["route"] = "declined"
+            name = best["draft_name"]
+            declined = {"alias": band["alias"], "draft": name, "route": "declined"}
+            checked.append(best | declined | {"folder": str(candidates[name])})
     return checked
 
 
@@ -283,5 +284,5 @@ def verify_export(
     checks = []
     for band in bands:
         draft = load_model(band["folder"], dtype)
-        checks.append(replace(check_band(band, target, draft, prompts, settings), route=band["route"]))
+        checks.append(check_band(band, target, draft, prompts, settings))
     return checks
