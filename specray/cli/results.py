@@ -26,7 +26,7 @@ import re
 import shlex
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +116,46 @@ def _process_start() -> float:
         return int(boot.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, StopIteration, IndexError):
         return _IMPORTED  # no /proc: from when the CLI imported this module
+
+
+def record_checks(checks: Sequence[Any]) -> Path | None:
+    """Write the results file `SPECRAY_RECORD` names from `specray export --verify`'s band checks (one row
+    per band: its route, the candidate, HF's acceptance and both decoders' speedups beside the plan's); do
+    nothing when it is unset. Returns the file written."""
+    target = os.environ.get(RECORD_ENV)
+    if not target:
+        return None
+    rows = [
+        {
+            "band": f"τ {c.tau_dec:g}",
+            "route": c.route,
+            "draft, γ": f"{c.draft}, γ = {c.gamma}",
+            "prompts": str(c.prompts),
+            "HF draft acceptance (plan)": (
+                f"{c.draft_acceptance:.3f} ± {c.draft_acceptance_ci95:.3f} "
+                f"({c.predicted_draft_acceptance:.3f})"
+            ),
+            "specray's decoder: speedup (plan)": (
+                f"{c.ours_speedup:.3f} ± {c.ours_speedup_ci95:.3f} ({c.predicted_speedup:.3f}, "
+                f"{c.predicted_speedup_basis})"
+            ),
+            "HF speedup": f"{c.speedup:.3f} ± {c.speedup_ci95:.3f}",
+            "HF's extra ms per step": f"{c.hf_overhead_ms_per_step:.1f}",
+            "checks": ("HF inside" if c.agrees else "HF OUTSIDE")
+            + (", ours within ±10%" if c.ours_agrees else ", ours OUTSIDE ±10%"),
+        }
+        for c in checks
+    ]
+    figures = {
+        "bands_checked": len(checks),
+        "bands_routed": sum(c.route == "speculative" for c in checks),
+        "hf_inside": sum(c.agrees for c in checks),
+        "ours_within_10pct": sum(c.ours_agrees for c in checks),
+        "wall_seconds": round(_wall_seconds(), 1),
+    }
+    command = os.environ.get(COMMAND_ENV) or shlex.join(["specray", *sys.argv[1:]])
+    recorded_by = "recorded by `specray export --verify` (SPECRAY_RECORD)"
+    return write_results(Path(target), command, figures, {"Bands": rows}, recorded_by)
 
 
 _IMPORTED = time.time()

@@ -169,6 +169,7 @@ def export(
 ) -> None:
     """Export a sweep's answer for serving: per band of request temperatures the draft and γ with the best
     speedup (or no speculation), as HF draft folders with metadata, routing.json, vLLM and SGLang settings."""
+    from specray.cli.results import record_checks
     from specray.serving.command import run_export, verify_outcome
 
     with user_errors():
@@ -179,6 +180,7 @@ def export(
         with user_errors():
             checks = verify_outcome(outcome, verify_prompts)
         _print_checks(checks, outcome.folder)
+        record_checks(checks)
         missed = [c.alias for c in checks if not (c.agrees and c.ours_agrees)]
         if missed:  # a plan that promises what its own decoder or HF does not measure is not shipped quietly
             typer.echo(f"verify: {len(missed)} of {len(checks)} bands missed: {', '.join(missed)}", err=True)

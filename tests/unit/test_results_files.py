@@ -77,6 +77,36 @@ def test_a_gguf_model_is_recorded_by_its_file_and_hash() -> None:
     assert results._model_files(SimpleNamespace(models=zoo)) == {}
 
 
+def test_export_verify_records_one_row_per_band_with_both_checks(tmp_path, monkeypatch) -> None:
+    from specray.serving.verify import BandCheck
+
+    def check(tau: float, route: str, hf: float, ours: float) -> BandCheck:
+        return BandCheck(
+            alias=f"t{tau:g}", tau_dec=tau, draft="offline__tau_kd=0", gamma=2, prompts=8, steps=100,
+            drafted=200, accepted=60, draft_acceptance=hf, draft_acceptance_ci95=0.05,
+            predicted_draft_acceptance=0.30, predicted_draft_acceptance_ci95=0.01,
+            mean_acceptance_length=1.6, mean_acceptance_length_ci95=0.1, predicted_mean_acceptance_length=1.6,
+            speedup=1.0, speedup_ci95=0.1, predicted_speedup=1.20, predicted_speedup_basis="modelled",
+            seconds=9.0, ours_speedup=ours, ours_speedup_ci95=0.08, hf_overhead_ms_per_step=3.0, route=route,
+        )  # fmt: skip
+
+    target = tmp_path / "verify_tiny.json"
+    monkeypatch.setenv(results.RECORD_ENV, str(target))
+    checks = [check(0.0, "speculative", 0.32, 1.19), check(1.5, "speculative", 0.20, 1.05)]
+    checks.append(check(2.0, "declined", 0.31, 1.21))
+    assert results.record_checks(checks) == target
+    written = json.loads(target.read_text())
+    figures = written["figures"]
+    assert (figures["bands_checked"], figures["bands_routed"]) == (3, 2)
+    assert (figures["hf_inside"], figures["ours_within_10pct"]) == (2, 2)  # τ 1.5 misses both
+    rows = written["tables"]["Bands"]
+    assert [row["band"] for row in rows] == ["τ 0", "τ 1.5", "τ 2"]
+    assert rows[1]["checks"] == "HF OUTSIDE, ours OUTSIDE ±10%" and rows[2]["route"] == "declined"
+    assert rows[0]["specray's decoder: speedup (plan)"] == "1.190 ± 0.080 (1.200, modelled)"
+    monkeypatch.delenv(results.RECORD_ENV)
+    assert results.record_checks(checks) is None
+
+
 def test_without_SPECRAY_RECORD_nothing_is_written(tmp_path, monkeypatch) -> None:
     monkeypatch.delenv(results.RECORD_ENV, raising=False)
     assert results.record_run(SimpleNamespace(name="tiny"), finished_run(tmp_path)) is None
