@@ -2,6 +2,7 @@
 
     .venv/bin/specray models fetch smollm2-135m-instruct; scripts/fetch_data.sh   # once
     .venv/bin/python benchmarks/drafts.py [--sweep sweeps/smollm2.yaml] [--record FILE]
+    .venv/bin/python benchmarks/drafts.py --quick   # a smoke check on a micro zoo (benchmarks/quick.py)
 
 Each candidate (`--candidate NAME='YAML'`, repeatable; default: cuts of 1, 2 and 4 of the target's layers
 and a fresh 2-layer model of the target's width) is the sweep's `models.draft` in one `specray run` of the
@@ -13,7 +14,8 @@ the drafts, step costs and cells are each candidate's own. Further key=value ove
 Per candidate it prints the draft's parameters, c = T_d / T_t (the step-cost stage), the in-domain acceptance
 rate α at τ_dec 0 and 1 with its 95% interval over test prompts, and the modelled speedup (the eval's γ)
 of the distilled draft and of the un-distilled one: the trade a default is picked by (a cheaper draft
-accepts less). The runs' folders and logs stay under `--out`.
+accepts less). The runs' folders and logs stay under `--out`. `--quick` runs one fresh candidate on the
+micro zoo (sweeps/tiny.yaml shrunk, 2 steps).
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ ONE_DRAFT = [
     "eval.temperatures=[0.0,1.0]",
     "eval.estimators=[analytic]",
 ]
+QUICK_CANDIDATES = {
+    "fresh1": "{fresh: {hidden_size: 32, num_layers: 1, num_heads: 2, intermediate_size: 64}}"
+}
 STAGE_LINE = re.compile(r"^\s+(distill|step costs|eval)\s+([\d.]+)s\s+peak memory in use ([\d.]+) GiB")
 
 
@@ -146,9 +151,15 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=Path("outputs/drafts"), help="the runs' folders and logs")
     parser.add_argument("--record", help="write the figures to this results file")
+    parser.add_argument("--quick", action="store_true", help="a micro zoo and a few steps: a smoke check")
     parser.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     args = parser.parse_args()
-    candidates = dict(CANDIDATES)
+    candidates = dict(QUICK_CANDIDATES if args.quick else CANDIDATES)
+    if args.quick:
+        from quick import QUICK_OVERRIDES
+
+        args.sweep = "sweeps/tiny.yaml"
+        args.overrides = [*QUICK_OVERRIDES, "distill.steps=2", "eval.timing_precision=0.5", *args.overrides]
     if args.candidate:
         try:
             candidates = dict(item.split("=", 1) for item in args.candidate)
@@ -165,7 +176,6 @@ def main() -> None:
     for row in rows:
         print("| " + " | ".join(row.values()) + " |")
     if args.record:
-        sys.path.insert(0, str(ROOT))
         from specray.cli.results import write_results
 
         command = " ".join(["python", "benchmarks/drafts.py", *sys.argv[1:]])

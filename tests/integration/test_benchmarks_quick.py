@@ -26,6 +26,7 @@ QUICK = {
     "bf16.py": r"^bf16 / fp32 speed: forward [\d.]+x, sampling [\d.]+x, training [\d.]+x",
     "batch.py": r"^modelled / measured: worst \|ratio - 1\| = [\d.]+ over \d+ points",
     "convergence.py": r"^wall [\d.]+ s, CPU [\d.]+ s",
+    "drafts.py": r"^\| `\{fresh: \{hidden_size: 32, ",
     "distill.py": r"^online/offline cost ratio: [\d.]+x per trained token",
     "mlflow_lineage.py": r"^sqlite: old +[\d.]+ s, new +[\d.]+ s",
     # without TRL (the CI lane: `pip install -e '.[peers]'` is opt-in) it prints how to install it and exits 0
