@@ -4,7 +4,9 @@ SpecForge and speculators files), and a vLLM server's acceptance beside the plan
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -60,7 +62,7 @@ def observe(
         )
 
 
-def _planned(expected: dict, key: str) -> str:
+def _planned(expected: Mapping[str, Any], key: str) -> str:
     if key not in expected:
         return ""
     ci = expected.get(f"{key}_ci95")
