@@ -67,3 +67,54 @@ def _planned(expected: Mapping[str, Any], key: str) -> str:
         return ""
     ci = expected.get(f"{key}_ci95")
     return f"  {expected[key]:.3f}" + (f" ± {ci:.3f}" if ci is not None else "")
+
+
+@app.command("export-data")
+def export_data(
+    source: str = typer.Argument(
+        ...,
+        help="A finished sweep or tune: its output folder (a tune's `tune/` folder) or MLflow parent run id.",
+    ),
+    to: Path = typer.Option(
+        ..., "--to", help="Folder for the files (created; files of the same names replaced)."
+    ),
+    tau_kd: str | None = typer.Option(None, "--tau-kd", help="Single τ_kd of the run's grid, e.g. 0,0.6,1."),
+    recipe: list[str] | None = typer.Option(
+        None,
+        "--recipe",
+        help="A recipe the run trained (e.g. `tuned`, `mix=0.7:1,0.8:1`) or a mixture τ:w,τ:w over its grid; "
+        "repeatable. Default: a sweep's every τ_kd, a tune's winner.",
+    ),
+    formats: str = typer.Option("specforge,speculators", "--format", help="specforge, speculators or both."),
+    tracking_uri: str | None = typer.Option(None, "--tracking-uri", help="MLflow of a run id."),
+) -> None:
+    """Write a finished run's teacher data — chosen τ_kd, or a recipe in its proportions — as SpecForge and
+    speculators training files, with a manifest (rows per τ_kd, sha256) and the trainers' commands."""
+    from specray.serving.trainer_data import check_export, choose_recipes, export_data, read_run
+
+    with user_errors():
+        taus = _numbers(tau_kd, "--tau-kd") if tau_kd else []
+        run = read_run(source, tracking_uri)
+        recipes = choose_recipes(run, taus, recipe or [])
+        written = export_data(run, recipes, to, [f.strip() for f in formats.split(",") if f.strip()])
+    for entry in written.manifest["recipes"]:
+        counts = ", ".join(f"τ_kd {t}: {n}" for t, n in entry["rows_per_tau_kd"].items())
+        skipped = entry["skipped_blank_responses"]
+        typer.echo(
+            f"{entry['name']}: {counts}" + (f" ({skipped} blank responses left out)" if skipped else "")
+        )
+        for fmt, file in entry["files"].items():
+            typer.echo(f"  {fmt:12s} {to / file['path']}  ({file['rows']} rows)")
+    problems = check_export(to)
+    if problems:  # what was just written must read back as the manifest says
+        raise typer.Exit(f"error: {problems[0]}")
+    typer.echo(f"manifest: {to / 'manifest.json'}; the trainers' commands: {to / 'README.md'}")
+
+
+def _numbers(text: str, option: str) -> list[float]:
+    from specray.errors import SpecError
+
+    try:
+        return [float(part) for part in text.split(",")]
+    except ValueError:
+        raise SpecError(f"{option} {text!r}: give numbers separated by commas, e.g. 0,0.6,1") from None

@@ -80,6 +80,12 @@ def read_tune_run(run_id: str, tracking_uri: str, work: Path) -> SweepResults | 
     return SweepResults(spec, cells, cost, dirs, f"mlflow:{run_id}", run_id)
 
 
+def tune_drafts(folder: Path) -> list[Draft]:
+    """The drafts Table 3 compares, from a tune folder, its report folder, or fetched records."""
+    report = folder / TUNE_REPORT if (folder / TUNE_REPORT).is_dir() else folder
+    return _drafts(report, str(folder))[0]
+
+
 def _drafts(report: Path, source: str) -> tuple[list[Draft], str]:
     """The drafts Table 3 compares and the tune's parent run id; the one-line refusal without them."""
     path = report / TUNE_DRAFTS
