@@ -350,12 +350,15 @@ def check_export(folder: Path) -> list[str]:
 
 def _readme(run: RunData, manifest: Mapping[str, Any]) -> str:
     target = run.spec.models.target
-    model = target.name_or_path or target.gguf or f"zoo:{target.zoo}"
+    # a trainer loads the target by its hub name or folder; a GGUF file or a zoo model is named for the reader
+    model = target.name_or_path or "TARGET"
+    which = "" if target.name_or_path else f" (this run's target: {target.gguf or f'the zoo {target.zoo}'})"
     lines = [
         f"# Teacher data of `{run.spec.name}` for EAGLE-3 trainers",
         "",
         f"Written by `specray export-data` from {run.kind} `{run.source}`; the target that sampled it: "
-        f"`{model}` ({manifest['teacher']['engine']}, {manifest['teacher']['dtype']}). `manifest.json` has "
+        f"`{target.name_or_path or target.gguf or target.zoo}` ({manifest['teacher']['engine']}, "
+        f"{manifest['teacher']['dtype']}). `manifest.json` has "
         "the rows per τ_kd, the shards and the sha256 of every file.",
         "",
         "| recipe | τ_kd mixture | rows per τ_kd | SpecForge file | speculators file |",
@@ -390,6 +393,7 @@ def _readme(run: RunData, manifest: Mapping[str, Any]) -> str:
         "    --vllm-endpoint http://localhost:8000/v1 --save-path ./checkpoints",
         "```",
         "",
-        "The token ids are the target's own tokenizer's: train against the same target.",
+        f"`TARGET`{which}: the hub name or folder of the target that sampled the data. The token ids are "
+        "that target's tokenizer's: train against the same target.",
     ]
     return "\n".join(lines) + "\n"

@@ -136,3 +136,41 @@ def test_verify_measures_hf_assisted_generation_beside_the_plan(smoke, tmp_path:
     # exit code 0 iff every band agrees with HF's interval and, within ±10%, with specray's decoder
     agreed = all(check["agrees"] and check["ours_agrees"] for check in checks.values())
     assert (result.returncode == 0) == agreed
+
+
+def test_export_data_writes_the_sweeps_tau_kd_for_both_trainers(smoke, tmp_path: Path) -> None:
+    """`specray export-data` on the finished sweep folder: every τ_kd in both formats, held to the trainers'
+    rules, counts and hashes as the manifest says; bad requests are one line each."""
+    from specray.serving.trainer_data import check_export
+    from tests.trainer_rules import specforge_problems, speculators_problems
+
+    folder, _ = smoke
+    to = tmp_path / "data"
+    result = cli("export-data", str(folder), "--to", str(to), cwd=tmp_path)
+    manifest = json.loads((to / "manifest.json").read_text())
+    assert [r["name"] for r in manifest["recipes"]] == ["tau_kd=0", "tau_kd=1"]
+    assert "tau_kd=0: τ_kd 0: " in result.stdout and "manifest:" in result.stdout
+    for recipe in manifest["recipes"]:
+        ((tau, rows),) = recipe["rows_per_tau_kd"].items()
+        assert rows + recipe["skipped_blank_responses"] == manifest["shards"][tau]["rows"] == 64  # train_size
+        assert specforge_problems(to / recipe["files"]["specforge"]["path"]) == []
+        assert speculators_problems(to / recipe["files"]["speculators"]["path"]) == []
+    assert check_export(to) == []
+    for argv, needle in (
+        (["--tau-kd", "0.5"], "error: --tau-kd 0.5: not in the run's τ_kd grid (0, 1)"),
+        (["--recipe", "nope"], "error: --recipe 'nope': not a recipe of the run (offline/tau_kd=0, "),
+    ):
+        bad = subprocess.run(
+            [SPECRAY, "export-data", str(folder), "--to", str(tmp_path / "bad"), *argv],
+            capture_output=True, text=True, timeout=CLI_TIMEOUT_S,
+        )  # fmt: skip
+        assert bad.returncode == 2 and bad.stderr.startswith(needle), bad.stderr[-2000:]
+        assert len(bad.stderr.strip().splitlines()) == 1
+    missing = subprocess.run(
+        [SPECRAY, "export-data", str(tmp_path / "nowhere"), "--to", str(tmp_path / "bad")],
+        capture_output=True, text=True, timeout=CLI_TIMEOUT_S,
+    )  # fmt: skip
+    assert missing.returncode == 2 and missing.stderr.strip() == (
+        f"error: {tmp_path / 'nowhere'}: no such folder (an MLflow run id needs --tracking-uri)"
+    )
+    assert not (tmp_path / "bad").exists()  # refused before any file

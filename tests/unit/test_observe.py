@@ -1,9 +1,10 @@
 """`specray observe`: a vLLM server's speculative-decoding counters, scraped twice from a local HTTP server.
 
 The exposition text is made the way vLLM makes it: vLLM's V1 engine declares its spec-decode counters with
-prometheus_client (`vllm/v1/spec_decode/metrics.py`, read at vllm-project/vllm ee4ceaae: `vllm:spec_decode_num_drafts`,
-`…_num_draft_tokens`, `…_num_accepted_tokens`, `…_num_accepted_tokens_per_pos` with the label `position`;
-every counter labelled `model_name` and `engine`), and its /metrics endpoint serves prometheus_client's
+prometheus_client (`vllm/v1/spec_decode/metrics.py`, read at vllm-project/vllm ee4ceaae:
+`vllm:spec_decode_num_drafts`, `…_num_draft_tokens`, `…_num_accepted_tokens`,
+`…_num_accepted_tokens_per_pos` with the label `position`; every counter labelled `model_name` and
+`engine`, each engine's children made at start), and its /metrics endpoint serves prometheus_client's
 `generate_latest`. Here the same counters are declared and incremented in a registry of the test's own and
 served by a `http.server` on 127.0.0.1, stopped by the fixture that started it.
 """
