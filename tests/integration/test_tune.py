@@ -273,6 +273,22 @@ def test_a_search_reads_cached_shards_logs_every_trial_and_registers_the_winner(
         assert (to / served[0]["draft"] / "config.json").is_file()
     assert exported.registered  # the MLflow source registers the served drafts
 
+    # `specray export-data` of the tune run, from its folder and from its parent run id: the winner's
+    # teacher data in the winner's proportions, in both trainers' formats
+    from specray.serving.trainer_data import check_export, choose_recipes, export_data, read_run
+    from tests.trainer_rules import specforge_problems, speculators_problems
+
+    for source in (str(report.parent), parent.info.run_id):
+        data = read_run(source, uri)
+        (recipe,) = choose_recipes(data)  # a tune's default: its winner
+        assert recipe.name.startswith("tuned:") and set(recipe.mixture) == set(winner.recipe.mixture)
+        to = tmp_path / f"data-{len(source)}"
+        entry = export_data(data, [recipe], to).manifest["recipes"][0]
+        assert set(entry["rows_per_tau_kd"]) <= {f"{tau:g}" for tau in recipe.mixture}
+        assert specforge_problems(to / entry["files"]["specforge"]["path"]) == []
+        assert speculators_problems(to / entry["files"]["speculators"]["path"]) == []
+        assert check_export(to) == []
+
 
 def test_a_killed_search_resumes_without_rerunning_finished_trials(resumed_search) -> None:
     before, resumed = resumed_search.killed, resumed_search.resumed
