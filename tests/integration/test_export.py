@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
+from specray.config import dump_spec, load_spec
 from specray.serving.router import Router
 from tests.integration.conftest import FinishedSweep
 from tests.sweeps import SPECRAY
@@ -173,4 +175,15 @@ def test_export_data_writes_the_sweeps_tau_kd_for_both_trainers(smoke, tmp_path:
     assert missing.returncode == 2 and missing.stderr.strip() == (
         f"error: {tmp_path / 'nowhere'}: no such folder (an MLflow run id needs --tracking-uri)"
     )
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(folder, unfinished / "smoke")
+    spec_file = unfinished / "smoke" / "spec.yaml"  # the copy's spec names the copy
+    spec_file.write_text(dump_spec(load_spec(spec_file, [f"output_dir={unfinished}"])))
+    next((unfinished / "smoke" / "cells").glob("*.json")).unlink()  # a cell the sweep has yet to compute
+    stopped = subprocess.run(
+        [SPECRAY, "export-data", str(unfinished / "smoke"), "--to", str(tmp_path / "bad")],
+        capture_output=True, text=True, timeout=CLI_TIMEOUT_S,
+    )  # fmt: skip
+    assert stopped.returncode == 2 and len(stopped.stderr.strip().splitlines()) == 1, stopped.stderr[-2000:]
+    assert "1 cells of the current settings are missing" in stopped.stderr
     assert not (tmp_path / "bad").exists()  # refused before any file

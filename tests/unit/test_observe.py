@@ -182,6 +182,18 @@ def test_specray_observe_prints_the_server_figures_beside_the_plan(server, tmp_p
     assert lines[4].split() == ["acceptance", "at", "position", "1", "0.700", "0.680"]
 
 
+def test_a_server_restarted_between_the_scrapes_is_one_line_from_the_cli(server) -> None:
+    url, answers = server
+    before = FakeVllm()
+    before.steps("0", 50, [30, 20, 10])
+    after = FakeVllm()
+    after.steps("0", 5, [3, 2, 1])
+    answers += [before.text(), after.text()]
+    result = CliRunner().invoke(app, ["observe", url, "--seconds", "0.1"])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.splitlines()[-1].startswith("error: vllm:spec_decode_num_drafts_total went down")
+
+
 def test_bad_observe_requests_are_one_line_before_any_scrape(tmp_path) -> None:
     runner = CliRunner()
     bad = runner.invoke(app, ["observe", "localhost:8000"])
