@@ -14,16 +14,17 @@ the drafts, step costs and cells are each candidate's own. Further key=value ove
 Per candidate it prints the draft's parameters, c = T_d / T_t (the step-cost stage), the in-domain acceptance
 rate α at τ_dec 0 and 1 with its 95% interval over test prompts, and the modelled speedup (the eval's γ)
 of the distilled draft and of the un-distilled one: the trade a default is picked by (a cheaper draft
-accepts less). The runs' folders and logs stay under `--out`. `--quick` runs one fresh candidate on the
-micro zoo (sweeps/tiny.yaml shrunk, 2 steps).
+accepts less), and the training's seconds. The runs' folders and logs stay under `--out`; run again on the
+same `--out`, each `specray run` reuses what it finished (the sweep's own resume) and the figures are read
+again from its cells. `--quick` runs one fresh candidate on the micro zoo (sweeps/tiny.yaml shrunk, 2 steps).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -46,7 +47,6 @@ ONE_DRAFT = [
 QUICK_CANDIDATES = {
     "fresh1": "{fresh: {hidden_size: 32, num_layers: 1, num_heads: 2, intermediate_size: 64}}"
 }
-STAGE_LINE = re.compile(r"^\s+(distill|step costs|eval)\s+([\d.]+)s\s+peak memory in use ([\d.]+) GiB")
 
 
 def run_candidate(name: str, ref: str, args: argparse.Namespace) -> dict[str, float | str]:
@@ -71,12 +71,13 @@ def run_candidate(name: str, ref: str, args: argparse.Namespace) -> dict[str, fl
     if done.returncode:
         tail = "\n".join(log_path.read_text().splitlines()[-15:])
         raise SystemExit(f"{name}: specray run exited {done.returncode} after {seconds:.0f} s:\n{tail}")
-    figures: dict[str, float | str] = {"candidate": name, "draft": ref, "run_seconds": round(seconds, 1)}
-    for line in log_path.read_text().splitlines():
-        if match := STAGE_LINE.match(line):
-            figures[f"{match[1].replace(' ', '_')}_seconds"] = float(match[2])
-    figures |= _cells(args.out / f"drafts_{name}" / "report" / "cells.csv")
-    figures["draft_parameters"] = _parameters(args.out / f"drafts_{name}" / "drafts")
+    figures: dict[str, float | str] = {"candidate": name, "draft": ref}
+    folder = args.out / f"drafts_{name}"
+    figures |= _cells(folder / "report" / "cells.csv")
+    figures["draft_parameters"] = _parameters(folder / "drafts")
+    # the training's own seconds (finished.json), also when a re-run reuses the draft
+    finished = next((folder / "drafts").glob("*/finished.json"))
+    figures["train_seconds"] = round(json.loads(finished.read_text())["seconds"], 1)
     print(f"{name}: {_row(figures)} ({seconds:.0f} s)", flush=True)
     return figures
 
@@ -134,7 +135,7 @@ def table(results: list[dict]) -> list[dict[str, str]]:
                 "S un-distilled 0 / 1": "{:.3f} / {:.3f}".format(
                     f["speedup_undistilled_tau0"], f["speedup_undistilled_tau1"]
                 ),
-                "distill s": f"{f.get('distill_seconds', float('nan')):.0f}",
+                "train s": f"{f['train_seconds']:.0f}",
             }
         )
     return rows
@@ -179,7 +180,16 @@ def main() -> None:
         from specray.cli.results import write_results
 
         command = " ".join(["python", "benchmarks/drafts.py", *sys.argv[1:]])
-        figures = {f["candidate"]: {k: v for k, v in f.items() if k != "candidate"} for f in results}
+        kept = (
+            "draft_parameters",
+            "c",
+            "alpha_tau0",
+            "alpha_tau1",
+            "speedup_tau0",
+            "speedup_tau1",
+            "train_seconds",
+        )
+        figures = {f["candidate"]: {k: round(f[k], 4) for k in kept} for f in results}
         write_results(
             Path(args.record),
             command,

@@ -1,5 +1,10 @@
 """One producer per cache entry, across real processes: two processes that need the same teacher shards or
-the same target continuations at once produce each entry once and end with the same files."""
+the same target continuations at once produce each entry once and end with the same files.
+
+The overlap is made, not hoped for: the producing process does not finish its work until the other one has
+said it is waiting for the entry's lock (`specray.locks` notes "waiting: ..." when it first finds the entry
+held; a logging handler turns that note into a file, the barrier). A run in which the second process never
+waited fails on the barrier's timeout instead of passing without exercising the lock."""
 
 from __future__ import annotations
 
@@ -23,6 +28,25 @@ PRODUCE_SHARDS = """
     from specray.teacher.shards import generate_shards
 
     root, calls = Path(sys.argv[1]), Path(sys.argv[2])
+
+    import logging
+
+    class Barrier(logging.Handler):  # the note of a process waiting for a lock becomes a file
+        def emit(self, record):
+            if record.getMessage().startswith("waiting: "):
+                (calls.parent / "waiting").touch()
+
+    locks = logging.getLogger("specray.locks")
+    locks.setLevel(logging.INFO)
+    locks.addHandler(Barrier())
+
+    def until_the_other_waits():
+        deadline = time.monotonic() + 240
+        while not (calls.parent / "waiting").exists():
+            if time.monotonic() > deadline:
+                raise SystemExit("the other process never waited for the lock")
+            time.sleep(0.05)
+
     spec = load_spec(Path("sweeps/smoke.yaml"), ["data.train_size=12", "data.train.size=60"])
     train = build_splits(spec.data)["train"]
 
@@ -30,7 +54,7 @@ PRODUCE_SHARDS = """
         def generate(self, requests, on_results):
             with calls.open("a") as f:
                 f.writelines(f"{r.prompt_id} {r.tau}\\n" for r in requests)
-            time.sleep(1.5)  # long enough for the other process to arrive while this one produces
+            until_the_other_waits()  # this process holds the shards' locks: the other must wait
             on_results([GenerationResult(r.prompt_id, r.tau, r.seed, [1, 2], [3, 4, 2], "x y", "stop")
                         for r in requests])
 
@@ -59,12 +83,31 @@ SAMPLE_CONTINUATIONS = """
     from specray.specdec.records import EvalSettings
 
     target, folder, calls = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+
+    import logging
+
+    class Barrier(logging.Handler):  # the note of a process waiting for a lock becomes a file
+        def emit(self, record):
+            if record.getMessage().startswith("waiting: "):
+                (calls.parent / "waiting").touch()
+
+    locks = logging.getLogger("specray.locks")
+    locks.setLevel(logging.INFO)
+    locks.addHandler(Barrier())
+
+    def until_the_other_waits():
+        deadline = time.monotonic() + 240
+        while not (calls.parent / "waiting").exists():
+            if time.monotonic() > deadline:
+                raise SystemExit("the other process never waited for the lock")
+            time.sleep(0.05)
+
     real = evaluator.sample_continuations
 
     def counted(*args, **kwargs):
         with calls.open("a") as f:
             f.write("sampled\\n")
-        time.sleep(1.5)  # long enough for the other process to arrive while this one samples
+        until_the_other_waits()  # this process holds the continuations' lock: the other must wait
         return real(*args, **kwargs)
 
     evaluator.sample_continuations = counted
