@@ -174,6 +174,7 @@ def main() -> None:
     results = [run_candidate(name, ref, args) for name, ref in candidates.items()]
     rows = table(results)
     print("\n| " + " | ".join(rows[0]) + " |")
+    print("|" + "---|" * len(rows[0]))
     for row in rows:
         print("| " + " | ".join(row.values()) + " |")
     if args.record:
