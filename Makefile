@@ -21,9 +21,20 @@ demo: setup
 # and Train's start), two keep it busy (measured: benchmarks/README.md, "The test suite on a fresh clone").
 # Not more than two: each test's Ray asks for 2 CPUs. --no-loadscope-reorder keeps the modules in the order
 # tests/integration/conftest.py gives them (the longest first) instead of xdist's (by number of tests).
-test: setup-test lint docs
-	$(BIN)/pytest -q -m "not integration" -n auto --durations=15
-	$(BIN)/pytest -q -m integration -n 2 --dist loadfile --no-loadscope-reorder --durations=30
+#
+# The type checker runs beside the unit tests: it keeps one core busy for about a minute on a fresh clone
+# (a cold cache), while the unit tests' workers leave room; run one after the other, each waited for the
+# other. Its output is printed once both are done, and either failing fails the target.
+test: setup-test
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mkdocs build --strict --quiet
+	mkdir -p build
+	$(BIN)/mypy specray > build/mypy.log 2>&1 & typing=$$!; \
+		$(BIN)/pytest -q -m "not integration" -n auto --durations=15; unit=$$?; \
+		wait $$typing; typed=$$?; echo "$(BIN)/mypy specray"; cat build/mypy.log; \
+		[ $$unit -eq 0 ] && [ $$typed -eq 0 ]
+	$(BIN)/pytest -q -m integration -n 2 --dist loadfile --no-loadscope-reorder --durations=40
 
 unit: setup-test
 	$(BIN)/pytest -q -m "not integration" -n auto
