@@ -107,7 +107,8 @@ def export_data(
             typer.echo(f"  {fmt:12s} {to / file['path']}  ({file['rows']} rows)")
     problems = check_export(to)
     if problems:  # what was just written must read back as the manifest says
-        raise typer.Exit(f"error: {problems[0]}")
+        typer.echo(f"error: {problems[0]}", err=True)
+        raise typer.Exit(1)
     typer.echo(f"manifest: {to / 'manifest.json'}; the trainers' commands: {to / 'README.md'}")
 
 
