@@ -9,6 +9,7 @@ waited fails on the barrier's timeout instead of passing without exercising the 
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,31 @@ import pytest
 from tests.processes import python_process
 
 pytestmark = pytest.mark.integration
+
+
+BARRIER = """import logging
+
+class Barrier(logging.Handler):  # the note of a process waiting for a lock becomes a file
+    def emit(self, record):
+        if record.getMessage().startswith("waiting: "):
+            (calls.parent / "waiting").touch()
+
+locks = logging.getLogger("specray.locks")
+locks.setLevel(logging.INFO)
+locks.addHandler(Barrier())
+
+def until_the_other_waits():
+    deadline = time.monotonic() + 240
+    while not (calls.parent / "waiting").exists():
+        if time.monotonic() > deadline:
+            raise SystemExit("the other process never waited for the lock")
+        time.sleep(0.05)
+"""
+
+
+def with_barrier(script: str) -> str:
+    """A script below with the barrier in place of its `{barrier}` line."""
+    return textwrap.dedent(script).replace("{barrier}", BARRIER)
 
 
 PRODUCE_SHARDS = """
@@ -29,23 +55,7 @@ PRODUCE_SHARDS = """
 
     root, calls = Path(sys.argv[1]), Path(sys.argv[2])
 
-    import logging
-
-    class Barrier(logging.Handler):  # the note of a process waiting for a lock becomes a file
-        def emit(self, record):
-            if record.getMessage().startswith("waiting: "):
-                (calls.parent / "waiting").touch()
-
-    locks = logging.getLogger("specray.locks")
-    locks.setLevel(logging.INFO)
-    locks.addHandler(Barrier())
-
-    def until_the_other_waits():
-        deadline = time.monotonic() + 240
-        while not (calls.parent / "waiting").exists():
-            if time.monotonic() > deadline:
-                raise SystemExit("the other process never waited for the lock")
-            time.sleep(0.05)
+    {barrier}
 
     spec = load_spec(Path("sweeps/smoke.yaml"), ["data.train_size=12", "data.train.size=60"])
     train = build_splits(spec.data)["train"]
@@ -66,7 +76,9 @@ PRODUCE_SHARDS = """
 
 def test_two_processes_generating_the_same_shards_produce_each_response_once(tmp_path: Path) -> None:
     calls = tmp_path / "calls.txt"
-    runs = [python_process(PRODUCE_SHARDS, str(tmp_path / "cache"), str(calls)) for _ in range(2)]
+    runs = [
+        python_process(with_barrier(PRODUCE_SHARDS), str(tmp_path / "cache"), str(calls)) for _ in range(2)
+    ]
     outputs = [run.communicate(timeout=300) for run in runs]
     assert [run.returncode for run in runs] == [0, 0], [err[-2000:] for _, err in outputs]
     assert outputs[0][0] == outputs[1][0]  # both end with the same shards
@@ -84,24 +96,7 @@ SAMPLE_CONTINUATIONS = """
 
     target, folder, calls = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 
-    import logging
-
-    class Barrier(logging.Handler):  # the note of a process waiting for a lock becomes a file
-        def emit(self, record):
-            if record.getMessage().startswith("waiting: "):
-                (calls.parent / "waiting").touch()
-
-    locks = logging.getLogger("specray.locks")
-    locks.setLevel(logging.INFO)
-    locks.addHandler(Barrier())
-
-    def until_the_other_waits():
-        deadline = time.monotonic() + 240
-        while not (calls.parent / "waiting").exists():
-            if time.monotonic() > deadline:
-                raise SystemExit("the other process never waited for the lock")
-            time.sleep(0.05)
-
+    {barrier}
     real = evaluator.sample_continuations
 
     def counted(*args, **kwargs):
@@ -121,7 +116,7 @@ SAMPLE_CONTINUATIONS = """
 def test_two_processes_sampling_the_same_continuations_sample_them_once(micro_zoo, tmp_path: Path) -> None:
     calls = tmp_path / "calls.txt"
     args = (str(micro_zoo.target), str(tmp_path / "continuations"), str(calls))
-    runs = [python_process(SAMPLE_CONTINUATIONS, *args) for _ in range(2)]
+    runs = [python_process(with_barrier(SAMPLE_CONTINUATIONS), *args) for _ in range(2)]
     outputs = [run.communicate(timeout=300) for run in runs]
     assert [run.returncode for run in runs] == [0, 0], [err[-2000:] for _, err in outputs]
     assert outputs[0][0] == outputs[1][0] and json.loads(outputs[0][0])
