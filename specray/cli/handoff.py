@@ -25,6 +25,7 @@ def observe(
 ) -> None:
     """Read a vLLM server's speculative-decoding acceptance over an interval: draft acceptance, mean
     acceptance length and acceptance per draft position, from its Prometheus counters scraped twice."""
+    from specray.metrics import ACCEPTANCE_PER_POSITION, DRAFT_ACCEPTANCE, MEAN_ACCEPTANCE_LENGTH
     from specray.serving.observe import interval, metrics_url, parse_counters, planned_band, scrape
 
     with user_errors():
@@ -42,8 +43,8 @@ def observe(
     )
     expected = planned.expected if planned else {}
     rows = [
-        ("draft acceptance", observed.draft_acceptance, "draft_acceptance"),
-        ("mean acceptance length", observed.mean_acceptance_length, "mean_acceptance_length"),
+        ("draft acceptance", observed.draft_acceptance, DRAFT_ACCEPTANCE),
+        ("mean acceptance length", observed.mean_acceptance_length, MEAN_ACCEPTANCE_LENGTH),
     ]
     header = f"{'':26s} {'server':>8s}"
     if planned:
@@ -51,7 +52,7 @@ def observe(
     typer.echo(header)
     for label, value, key in rows:
         typer.echo(f"{label:26s} {value:8.3f}{_planned(expected, key)}")
-    plan_positions = list(expected.get("acceptance_per_position", []))
+    plan_positions = list(expected.get(ACCEPTANCE_PER_POSITION, []))
     for k, value in enumerate(observed.acceptance_per_position):
         shown = f"  {plan_positions[k]:.3f}" if k < len(plan_positions) else ""
         typer.echo(f"{f'acceptance at position {k + 1}':26s} {value:8.3f}{shown}")
