@@ -75,6 +75,8 @@ def read_folder(folder: Path) -> SweepResults:
     from specray.sweep.survey import CELLS_DIR, read_cells, survey
 
     if not (folder / SPEC_FILE).is_file():
+        if (folder / "tune").is_dir():  # the folder above a `specray tune` run's own
+            raise SpecError(f"{folder}: a tune's output folder; give its tune folder, {folder / 'tune'}")
         raise SpecError(f"{folder}: no {SPEC_FILE}; run `specray run` on its sweep once more to write it")
     spec = load_spec(folder / SPEC_FILE)
     require_sweep(spec, f"specray export {folder}")

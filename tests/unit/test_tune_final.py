@@ -156,6 +156,11 @@ def test_export_refuses_a_tune_run_without_retrained_drafts(tmp_path) -> None:
         with pytest.raises(SpecError, match=r"without retrained drafts .*tune\.final_steps") as caught:
             read_source(str(given))
         assert len(str(caught.value).splitlines()) == 1
+    # the folder above it: named the folder it wants, not told to run a sweep again
+    with pytest.raises(
+        SpecError, match=r"^.*/smoke: a tune's output folder; give its tune folder, .*/smoke/tune$"
+    ):
+        read_source(str(tmp_path / "smoke"))
 
 
 def test_every_row_of_table3_gets_its_own_interval_over_training_and_prompts() -> None:
