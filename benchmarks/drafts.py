@@ -44,6 +44,7 @@ ONE_DRAFT = [
     "eval.temperatures=[0.0,1.0]",
     "eval.estimators=[analytic]",
 ]
+DRAFT_FOLDER = "offline__tau_kd=0"  # the one draft of ONE_DRAFT
 QUICK_CANDIDATES = {
     "fresh1": "{fresh: {hidden_size: 32, num_layers: 1, num_heads: 2, intermediate_size: 64}}"
 }
@@ -58,6 +59,7 @@ def run_candidate(name: str, ref: str, args: argparse.Namespace) -> dict[str, fl
         args.sweep,
         f"name=drafts_{name}",
         f"models.draft={ref}",
+        *args.base,  # the quick mode's micro sweep, under the one-draft reduction
         *ONE_DRAFT,
         f"output_dir={args.out}",
         f"tracking.uri=sqlite:///{args.out / 'mlflow.db'}",
@@ -76,7 +78,7 @@ def run_candidate(name: str, ref: str, args: argparse.Namespace) -> dict[str, fl
     figures |= _cells(folder / "report" / "cells.csv")
     figures["draft_parameters"] = _parameters(folder / "drafts")
     # the training's own seconds (finished.json), also when a re-run reuses the draft
-    finished = next((folder / "drafts").glob("*/finished.json"))
+    finished = folder / "drafts" / DRAFT_FOLDER / "finished.json"
     figures["train_seconds"] = round(json.loads(finished.read_text())["seconds"], 1)
     print(f"{name}: {_row(figures)} ({seconds:.0f} s)", flush=True)
     return figures
@@ -106,8 +108,7 @@ def _parameters(drafts: Path) -> int:
     """Distinct parameters of the finished draft (a tied head counted once)."""
     from transformers import AutoModelForCausalLM
 
-    (folder,) = [path for path in drafts.iterdir() if (path / "finished.json").exists()]
-    model = AutoModelForCausalLM.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(drafts / DRAFT_FOLDER)
     return sum(p.numel() for p in model.parameters())  # parameters() yields a tied weight once
 
 
@@ -156,11 +157,12 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     args = parser.parse_args()
     candidates = dict(QUICK_CANDIDATES if args.quick else CANDIDATES)
+    args.base = []
     if args.quick:
         from quick import QUICK_OVERRIDES
 
         args.sweep = "sweeps/tiny.yaml"
-        args.overrides = [*QUICK_OVERRIDES, "distill.steps=2", "eval.timing_precision=0.5", *args.overrides]
+        args.base = [*QUICK_OVERRIDES, "distill.steps=2", "eval.timing_precision=0.5"]
     if args.candidate:
         try:
             candidates = dict(item.split("=", 1) for item in args.candidate)

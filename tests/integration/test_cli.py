@@ -41,7 +41,7 @@ def test_help_lists_only_implemented_commands() -> None:
 
     result = specray("--help")
     assert result.returncode == 0
-    listed = set(re.findall(r"^│ ([a-z]+)\s{2,}\S", result.stdout, flags=re.M))
+    listed = set(re.findall(r"^│ ([a-z][a-z-]*)\s{2,}\S", result.stdout, flags=re.M))
     commands = {c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands}
     registered = commands | {g.name for g in app.registered_groups}
     assert listed == registered
