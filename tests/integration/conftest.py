@@ -26,22 +26,22 @@ from tests.sweeps import run_cli, smoke_command
 # them test_result_keys.py at 3 minutes). The seconds are a fresh clone's CI, two modules at a time
 # (benchmarks/README.md, "The test suite on a fresh clone"); a module not named runs after these.
 LONGEST_FIRST = (
-    "test_faults.py",  # 346 s
-    "test_chaos.py",  # 344
-    "test_benchmarks_quick.py",  # 334
-    "test_distill_ray.py",  # 288
-    "test_real_model.py",  # 272 (fetch, dequantise, the quick sweep: measured two modules at a time)
-    "test_tune.py",  # 230
-    "test_result_keys.py",  # 188
-    "test_submit.py",  # 150
-    "test_export.py",  # 145
-    "test_mlflow_ui.py",  # 118
-    "test_garden.py",  # 115
-    "test_plan_once.py",  # 113
-    "test_teacher_pool.py",  # 111
-    "test_sweep.py",  # 103
-    "test_eval_pool.py",  # 97
-    "test_two_nodes.py",  # 87
+    "test_benchmarks_quick.py",  # 384 s
+    "test_faults.py",  # 380
+    "test_distill_ray.py",  # 326
+    "test_chaos.py",  # 310
+    "test_result_keys.py",  # 299
+    "test_real_model.py",  # 251 (fetch, dequantise, the quick sweep, before it went online-only)
+    "test_tune.py",  # 203
+    "test_eval_pool.py",  # 145
+    "test_submit.py",  # 142
+    "test_garden.py",  # 112
+    "test_sweep.py",  # 110
+    "test_mlflow_ui.py",  # 108
+    "test_two_nodes.py",  # 106
+    "test_teacher_pool.py",  # 89
+    "test_export.py",  # 76
+    "test_plan_once.py",  # 75
 )
 
 
