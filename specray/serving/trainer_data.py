@@ -34,6 +34,7 @@ from typing import Any
 
 from specray.config import SweepSpec
 from specray.data.examples import Example
+from specray.draft import Draft
 from specray.errors import DataError, SpecError
 from specray.files import file_sha256, write_json, write_text
 
@@ -80,10 +81,7 @@ def read_run(source: str, tracking_uri: str | None = None, work: Path | None = N
         raise SpecError(f"{source}: no such folder (an MLflow run id needs --tracking-uri)")
     if folder.is_dir() and is_tune_folder(folder):
         results = read_tune_folder(folder)  # refuses a tune without its full-budget drafts
-        drafts = tune_drafts(folder)
-        recipes = {d.recipe: dict(d.mixture) for d in drafts if d.trained}
-        tuned = tuple(name for name in recipes if name.startswith("tuned:"))
-        return RunData(results.spec, recipes, source, "tune", tuned)
+        return _tune(results.spec, tune_drafts(folder), source)
     if not folder.is_dir():
         from specray.config import load_spec
         from specray.names import TUNE_SPEC
@@ -94,15 +92,19 @@ def read_run(source: str, tracking_uri: str | None = None, work: Path | None = N
         found = fetch_tune_report(tracking_uri, source, work / "records")
         if found is not None:
             report = found[0]
-            drafts = tune_drafts(report)
-            recipes = {d.recipe: dict(d.mixture) for d in drafts if d.trained}
-            tuned = tuple(name for name in recipes if name.startswith("tuned:"))
-            return RunData(load_spec(report / TUNE_SPEC), recipes, f"mlflow:{source}", "tune", tuned)
+            return _tune(load_spec(report / TUNE_SPEC), tune_drafts(report), f"mlflow:{source}")
     results = read_sweep(source, tracking_uri, work)  # refuses an unfinished sweep
     plan = plan_sweep(results.spec)
     recipes = {d.recipe: dict(d.mixture) for d in plan.drafts}
     singles = tuple(dict.fromkeys(f"tau_kd={tau:g}" for tau in results.spec.teacher.temperatures))
     return RunData(results.spec, recipes, results.source, "sweep", singles)
+
+
+def _tune(spec: SweepSpec, drafts: Sequence[Draft], source: str) -> RunData:
+    """A tune's recipes: Table 3's drafts at the full budget; its winner (`tuned:`) is the default."""
+    recipes = {d.recipe: dict(d.mixture) for d in drafts if d.trained}
+    tuned = tuple(name for name in recipes if name.startswith("tuned:"))
+    return RunData(spec, recipes, source, "tune", tuned)
 
 
 def choose_recipes(run: RunData, taus: Sequence[float] = (), names: Sequence[str] = ()) -> list[Recipe]:
@@ -129,10 +131,9 @@ def _on_grid(tau: float, grid: Sequence[float]) -> float:
 def _recipe(run: RunData, name: str, grid: Sequence[float]) -> Recipe:
     from specray.distill.inputs import parse_mixture
 
-    if name.startswith("tau_kd="):
-        tau = float(name.removeprefix("tau_kd="))
-        if any(abs(tau - t) < 1e-9 for t in grid):
-            return Recipe(f"tau_kd={tau:g}", {_on_grid(tau, grid): 1.0})
+    tau = _number(name.removeprefix("tau_kd=")) if name.startswith("tau_kd=") else None
+    if tau is not None and any(abs(tau - t) < 1e-9 for t in grid):
+        return Recipe(f"tau_kd={tau:g}", {_on_grid(tau, grid): 1.0})
     if name == "tuned" and run.kind == "tune":
         name = run.default[0]
     matches = [n for n in run.recipes if n == name or n.split("/", 1)[-1] == name]
@@ -150,6 +151,13 @@ def _recipe(run: RunData, name: str, grid: Sequence[float]) -> Recipe:
         f"--recipe {name!r}: not a recipe of the run ({known}), nor a mixture τ:w,τ:w over its τ_kd grid "
         f"({', '.join(f'{t:g}' for t in grid)})"
     )
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def user_turn(example: Example) -> str:
