@@ -122,11 +122,8 @@ def interval(before: Counters, after: Counters, seconds: float) -> Observed:
         f"{DRAFT_TOKENS}_total": (before.draft_tokens, after.draft_tokens),
         f"{ACCEPTED}_total": (before.accepted, after.accepted),
     }
-    for k in sorted(set(before.per_position) | set(after.per_position)):
-        pairs[f"{PER_POSITION}_total{{position={k}}}"] = (
-            before.per_position.get(k, 0.0),
-            after.per_position.get(k, 0.0),
-        )
+    positions = _positions(before, after)
+    pairs |= {f"{PER_POSITION}_total{{position={k}}}": pair for k, pair in positions.items()}
     for name, (old, new) in pairs.items():
         if new < old:
             raise DataError(
@@ -143,7 +140,7 @@ def interval(before: Counters, after: Counters, seconds: float) -> Observed:
         drafts=after.drafts - before.drafts,
         draft_tokens=after.draft_tokens - before.draft_tokens,
         accepted=after.accepted - before.accepted,
-        per_position={k: new - old for k, (old, new) in _positions(before, after).items()},
+        per_position={k: new - old for k, (old, new) in positions.items()},
     )
 
 

@@ -30,13 +30,16 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specray.config import SweepSpec
 from specray.data.examples import Example
 from specray.draft import Draft
 from specray.errors import DataError, SpecError
 from specray.files import file_sha256, write_json, write_text
+
+if TYPE_CHECKING:
+    from specray.sweep.plan import SweepPlan
 
 EXPORT_FORMAT = 1
 FORMATS = ("specforge", "speculators")
@@ -65,6 +68,7 @@ class RunData:
     source: str
     kind: str  # "sweep" or "tune"
     default: tuple[str, ...] = field(default=())  # the recipes exported when none is asked for
+    plan: SweepPlan | None = None  # the run's plan where reading it made one (a sweep's), else made on use
 
 
 def read_run(source: str, tracking_uri: str | None = None, work: Path | None = None) -> RunData:
@@ -97,7 +101,7 @@ def read_run(source: str, tracking_uri: str | None = None, work: Path | None = N
     plan = plan_sweep(results.spec)
     recipes = {d.recipe: dict(d.mixture) for d in plan.drafts}
     singles = tuple(dict.fromkeys(f"tau_kd={tau:g}" for tau in results.spec.teacher.temperatures))
-    return RunData(results.spec, recipes, results.source, "sweep", singles)
+    return RunData(results.spec, recipes, results.source, "sweep", singles, plan)
 
 
 def _tune(spec: SweepSpec, drafts: Sequence[Draft], source: str) -> RunData:
@@ -181,7 +185,7 @@ def export_data(
     bad = [f for f in formats if f not in FORMATS]
     if bad:
         raise SpecError(f"--format {bad[0]!r}: choose from {', '.join(FORMATS)}")
-    plan = plan_sweep(run.spec)
+    plan = run.plan or plan_sweep(run.spec)
     keys = plan.shards[0].keys  # replicate 0's teacher sample (teacher.replicate_shards: one per replicate)
     examples = {e.id: e for e in plan.shards[0].examples}
     needed = sorted({tau for recipe in recipes for tau in recipe.mixture})
