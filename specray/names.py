@@ -10,4 +10,5 @@ BASELINE = "non-distill"  # the draft as it is, un-distilled: every distilled dr
 # what a finished `specray tune` leaves in its report folder for the export (`<output_dir>/<name>/tune/
 # report`, its parent run's `report` artifact): the drafts Table 3 compares, its cells' step costs, its spec
 TUNE_REPORT = "report"
+TUNE_STATE = "tune.json"  # the search's state file beside it: what marks a folder as a tune's
 TUNE_DRAFTS, TUNE_STEP_COSTS, TUNE_SPEC = "drafts.json", "step_costs.json", "spec.yaml"

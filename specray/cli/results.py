@@ -302,6 +302,7 @@ def render(results: Mapping[str, Any]) -> str:
         f"<!-- results {results['name']} -->",
         f"`{results['command']}` at `{results['commit']}` on {results['date']}; {hardware}.",
         f"Source: `docs/results/{results['name']}.json`, {results['recorded_by']}.",
+        *([f"**Older than the code:** {results['older']}."] if results.get("older") else []),
         "",
         "| figure | value |",
         "|---|---:|",
@@ -353,6 +354,11 @@ def rendered(text: str, results: Mapping[str, Mapping[str, Any]]) -> str:
 CODE = re.compile(r"^ {0,3}(`{3,}|~{3,}).*?^ {0,3}\1|(`+).+?\2", re.DOTALL | re.MULTILINE)
 
 
+def transcribed(results: Mapping[str, Any]) -> bool:
+    """Whether a results file holds figures copied from a page rather than written by the run itself."""
+    return "transcribed" in results.get("recorded_by", "")
+
+
 def quote_problems(text: str, results: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """What a page quotes that its results files do not say: stale blocks, and inline figures that name no
     results file or figure, or show another value than the file's (markers shown in code are examples)."""
@@ -361,6 +367,11 @@ def quote_problems(text: str, results: Mapping[str, Mapping[str, Any]]) -> list[
         name = match.group(1)
         if name not in results:
             problems.append(f"results block {name}: no docs/results/{name}.json")
+        elif transcribed(results[name]) and not results[name].get("older"):
+            problems.append(
+                f"results block {name}: transcribed from an older page; re-record it, or say in the file's "
+                "`older` field how much older than the code it is"
+            )
         elif match.group(0) != render(results[name]):
             problems.append(f"results block {name}: differs from docs/results/{name}.json; re-render it")
     for name, path, shown in INLINE.findall(CODE.sub("", text)):

@@ -4,7 +4,7 @@ An algorithm is a training-data source (`distill.data_sources`, DistillSpec Tabl
 the dataset's ground truth, SeqKD on teacher samples, ImitKD on ground truth and student samples, f-Distill
 on teacher and student samples, GKD on student samples only); the divergence is `distill.divergence`. A
 sweep that lists several of either has one online draft per (τ_kd, divergence, data source), tagged with
-both (`sweep.plan.DraftPlan.info`); this section compares them at each (τ_dec, γ), where the other figures
+both (`specray.draft.Draft`); this section compares them at each (τ_dec, γ), where the other figures
 of the report (τ_kd × τ_dec) average an online τ_kd's drafts over the two axes. It is left out when a sweep
 varies neither.
 

@@ -3,7 +3,7 @@ into the draft's figures, their spread beside them, and how a cell's variance sp
 test prompts. Pure: frames in, frames out.
 
 A replicate's cells carry its draft's `recipe` (the name without `/r<k>`) and `replicate` (0 … N−1), from
-the draft descriptions (`sweep.plan.DraftPlan.info`). Every figure and table of the report reads the mean
+the draft descriptions (`specray.draft.Draft`). Every figure and table of the report reads the mean
 over replicates under the recipe's name, so a sweep with one replicate reads exactly as before.
 """
 

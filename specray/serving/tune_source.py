@@ -19,12 +19,11 @@ from pathlib import Path
 from specray.config import SweepSpec, load_spec
 from specray.draft import Draft
 from specray.errors import SpecError
-from specray.names import TUNE_DRAFTS, TUNE_REPORT, TUNE_SPEC, TUNE_STEP_COSTS
+from specray.names import TUNE_DRAFTS, TUNE_REPORT, TUNE_SPEC, TUNE_STATE, TUNE_STEP_COSTS
 from specray.report.tables import TUNE_CELLS_FILE
 from specray.serving.source import DraftDirs, SweepResults, read_sweep
 from specray.specdec.records import CellRecord, StepCosts
 
-TUNE_STATE = "tune.json"  # the search's state file (`sweep/tune/run.py`): what marks a tune folder
 REPORT_ONLY = ("recipe", "replicate")  # what the tune's cell rows add to `CellRecord.flat()`
 
 

@@ -69,12 +69,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def sweep_key(spec: SweepSpec, with_tune: bool = False) -> str:
-    """Identity of a sweep's work: every setting that changes a result, the grid or the report (with
-    `with_tune`, the search too); not where it is tracked or how it runs (`specray.keys.spec_key`)."""
-    return spec_key(spec, with_tune)
-
-
 class Tracker:
     """A sweep's MLflow experiment, with run lookup by tags so a resumed sweep finds its own runs."""
 
@@ -139,7 +133,7 @@ class Tracker:
     def _parent(self, spec: SweepSpec, role: str, name_prefix: str, resume: bool) -> tuple[str, bool]:
         """With `resume`, the newest unfinished run of this role and sweep key, set RUNNING again; else a new
         run with the resolved spec as params and as `spec.yaml`. -> (run id, resumed)."""
-        key = sweep_key(spec, with_tune=role == "tune")
+        key = spec_key(spec, with_tune=role == "tune")
         self.sweep = spec.name
         if resume:
             for run in self._find(f"tags.`{ROLE}` = '{role}' AND tags.`{SWEEP_KEY}` = '{key}'"):
@@ -349,11 +343,6 @@ class Tracker:
                 self._call(self.client.set_registered_model_alias, name, alias, version)
             elif alias in current:
                 self._call(self.client.delete_registered_model_alias, name, alias)
-
-    def version_by_alias(self, name: str, alias: str) -> tuple[str, str]:
-        """(version, source) that alias `alias` of registered model `name` points at."""
-        version = self._call(self.client.get_model_version_by_alias, name, alias)
-        return str(version.version), version.source
 
 
 def open_tracker(uri: str, experiment: str) -> Tracker:

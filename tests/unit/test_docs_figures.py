@@ -23,7 +23,7 @@ import typer
 from pydantic import BaseModel, Tag
 
 from specray.cli import app
-from specray.cli.results import BLOCK, INLINE, load_results, quote_problems
+from specray.cli.results import BLOCK, INLINE, load_results, quote_problems, render, transcribed
 from specray.config import SweepSpec
 from specray.faults import POINTS as FAULT_POINTS
 from tests.conftest import REPO
@@ -255,6 +255,21 @@ def test_a_stale_results_block_fails() -> None:
     assert quote_problems(stale, RESULTS) == [
         f"results block {name}: differs from docs/results/{name}.json; re-render it"
     ]
+
+
+def test_a_transcribed_block_must_say_how_old_it_is() -> None:
+    text = (REPO / "docs" / "results.md").read_text()
+    name = next(n for n in BLOCK.findall(text) if not transcribed(RESULTS[n]))
+    copied = dict(RESULTS[name], recorded_by="transcribed from docs/results.md at 507e38e")
+    copied.pop("older", None)
+    problems = quote_problems(text, {**RESULTS, name: copied})
+    assert problems == [
+        f"results block {name}: transcribed from an older page; re-record it, or say in the file's `older` "
+        "field how much older than the code it is"
+    ]
+    dated = copied | {"older": "its run is 193 commits older than this page"}
+    assert quote_problems(text.replace(render(RESULTS[name]), render(dated)), {**RESULTS, name: dated}) == []
+    assert "**Older than the code:** its run is 193 commits older than this page." in render(dated)
 
 
 def _shown(name: str, path: str) -> str:

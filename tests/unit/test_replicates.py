@@ -43,6 +43,21 @@ def test_replicates_add_drafts_and_replicate_0_keeps_the_key_of_a_run_without_th
     assert twin.key_inputs["shards"] == again.key_inputs["shards"]  # one teacher sample by default
 
 
+def test_the_demo_is_replicate_0_of_the_study() -> None:
+    """`make study` after `make demo` trains and evaluates only what the demo did not: every shard, draft
+    and cell of sweeps/demo.yaml has its key in sweeps/study.yaml's plan."""
+    demo = plan_sweep(load_spec(REPO / "sweeps" / "demo.yaml"))
+    study = plan_sweep(load_spec(REPO / "sweeps" / "study.yaml"))
+    assert [s.keys for s in demo.shards] == [s.keys for s in study.shards]
+    assert demo.step_costs_key == study.step_costs_key and demo.baseline.key == study.baseline.key
+    assert [d.key for d in demo.drafts] == [d.key for d in study.drafts if d.replicate == 0]
+    assert len(study.drafts) == 3 * len(demo.drafts)
+    demo_cells = {job.key for job in demo.cell_jobs(None)}
+    study_cells = {job.key for job in study.cell_jobs(None)}
+    assert demo_cells < study_cells and len(demo_cells) == len(demo.cell_jobs(None))
+    assert set(study.spec.eval.temperatures) - set(demo.spec.eval.temperatures) == {1.5, 2.0}
+
+
 def test_replicate_r_is_the_draft_of_seed_plus_r() -> None:
     """The same weights are the same key: replicate 1 of seed 0 is replicate 0 of seed 1."""
     replicate = list(plan_sweep(load_spec(TINY, ["distill.replicates=2"])).drafts)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -145,12 +144,3 @@ def table3_markdown(frame: pd.DataFrame, tuned_label: str, title: str) -> str:
 
 def _percent(gain: float) -> str:
     return f"{gain:+.1%}"
-
-
-def write_table3(frame: pd.DataFrame, markdown: str, out_dir: Path) -> tuple[Path, Path]:
-    """`table3.md` and `table3.csv` in `out_dir`; returns both paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    md, csv = out_dir / "table3.md", out_dir / "table3.csv"
-    md.write_text(markdown)
-    frame.to_csv(csv, index=False)
-    return md, csv

@@ -27,12 +27,11 @@ from specray.sweep.stages import Stages
 from specray.sweep.tracked import DraftRuns
 from specray.sweep.tune.space import Recipe, budget_spec, final_budget, tune_grid
 
-SEARCH_DIR, TRIALS_DIR, BASELINES_DIR, FINAL_DIR, REPORT_DIR, CELLS_DIR = (
+SEARCH_DIR, TRIALS_DIR, BASELINES_DIR, FINAL_DIR, CELLS_DIR = (
     "search",
     "trials",
     "baselines",
     "final",
-    "report",
     "cells",
 )
 TUNED = "tuned:"  # prefix of the winner's name in records: its recipe may equal a baseline's

@@ -30,7 +30,7 @@ from specray.sweep.tune.space import Recipe, at_budget, baseline_recipe, final_b
 
 
 @dataclass(frozen=True)
-class Searched:
+class Finalists:
     """What the search leaves for the full budget: per objective τ_dec the best single τ_kd and the manual
     recipe (chosen on validation at the search budget), the winner's recipe, and each recipe's search-budget
     draft (for the rank agreement: recipe name at the full budget -> its search-budget draft)."""
@@ -66,30 +66,30 @@ class Retrained:
         return [draft for draft in self.drafts if draft.recipe == recipe]
 
 
-def retrain(run: Tune, searched: Searched) -> Retrained:
+def retrain(run: Tune, finalists: Finalists) -> Retrained:
     """Train (or reuse) every full-budget draft and measure it: every single τ_kd once on validation, the
     contenders' replicates on validation and the test sets."""
     spec, steps = run.spec, final_budget(run.spec)
     single = {tau: baseline_recipe(spec, {tau: 1.0}, steps) for tau in spec.teacher.temperatures}
-    manual = {tau_dec: baseline_recipe(spec, mixture, steps) for tau_dec, mixture in searched.manual.items()}
-    tuned = at_budget(searched.winner, steps)
-    recipes = {single[tau].name: single[tau] for tau in searched.single.values()}
+    manual = {tau_dec: baseline_recipe(spec, mixture, steps) for tau_dec, mixture in finalists.manual.items()}
+    tuned = at_budget(finalists.winner, steps)
+    recipes = {single[tau].name: single[tau] for tau in finalists.single.values()}
     recipes |= {recipe.name: recipe for recipe in manual.values()} | {TUNED + tuned.name: tuned}
     replicates = range(spec.tune.replicates)
     planned = [run.draft(recipe) for recipe in single.values()]
     planned += [run.draft(recipe, r, name=name) for name, recipe in recipes.items() for r in replicates]
-    searched_folders = {d.key: d.folder for d in searched.drafts.values()}  # equal budgets: the search's
+    searched_folders = {d.key: d.folder for d in finalists.drafts.values()}  # equal budgets: the search's
     planned = [replace(d, folder=searched_folders.get(d.key, d.folder)) for d in planned]
     everything = list({d.name: d for d in one_folder_per_key(planned)}.values())
     compared = [d for d in everything if d.recipe in recipes]
     run.distil(everything, "final", "retrained drafts")  # stage names: results files key them (no commas)
     validation = run.evaluate(everything, [VALIDATION], "retrained validation")
     tests = run.evaluate(compared, list(spec.eval.test_sets), "retrained test sets")
-    labels = {single[tau].name: f"{tau:g}" for tau in searched.single.values()}
+    labels = {single[tau].name: f"{tau:g}" for tau in finalists.single.values()}
     labels |= {r.name: "+".join(f"{tau:g}" for tau in sorted(r.mixture)) for r in manual.values()}
     contenders = Contenders(
         tuned=TUNED + tuned.name,
-        single={tau_dec: single[tau].name for tau_dec, tau in searched.single.items()},
+        single={tau_dec: single[tau].name for tau_dec, tau in finalists.single.items()},
         manual={tau_dec: recipe.name for tau_dec, recipe in manual.items()},
         labels=labels | {TUNED + tuned.name: tuned.mixture_tag},
     )
@@ -106,7 +106,7 @@ def draft_objectives(records: Sequence[CellRecord], taus_dec: Sequence[float]) -
 
 
 def rank_rows(
-    searched: Searched, retrained: Retrained, search_validation: Sequence[CellRecord], taus: Sequence[float]
+    finalists: Finalists, retrained: Retrained, search_validation: Sequence[CellRecord], taus: Sequence[float]
 ) -> pd.DataFrame:
     """One row per recipe retrained at the full budget (a recipe once, however many names it has): its
     validation objective at the search budget (its search draft's) and at the full budget (the mean over
@@ -114,7 +114,7 @@ def rank_rows(
     search = draft_objectives(search_validation, taus)
     full = draft_objectives(retrained.validation, taus)
     rows, seen = [], set()
-    for recipe, searched_draft in searched.drafts.items():
+    for recipe, searched_draft in finalists.drafts.items():
         replicates = retrained.replicates(recipe)
         if not replicates or replicates[0].key in seen or searched_draft.name not in search:
             continue

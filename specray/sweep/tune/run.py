@@ -37,7 +37,9 @@ from specray.config import SweepSpec
 from specray.draft import representative
 from specray.errors import SpecError
 from specray.files import write_atomic
+from specray.keys import spec_key
 from specray.locks import output_folder
+from specray.names import TUNE_REPORT, TUNE_STATE
 from specray.report.composition import Composition
 from specray.report.table3 import RankAgreement, gain_intervals, rank_agreement
 from specray.specdec.records import StepCosts
@@ -46,7 +48,7 @@ from specray.sweep.progress import SweepDisplay
 from specray.sweep.stages import Stages
 from specray.sweep.tracked import DraftRuns, sweep_data
 from specray.sweep.tune.baselines import table3
-from specray.sweep.tune.driver import REPORT_DIR, SEARCH_DIR, Tune
+from specray.sweep.tune.driver import SEARCH_DIR, Tune
 from specray.sweep.tune.final import Retrained, draft_objectives, rank_rows, retrain
 from specray.sweep.tune.outputs import (
     CELLS_FILE,
@@ -59,15 +61,13 @@ from specray.sweep.tune.outputs import (
 from specray.sweep.tune.search import SearchFailed, TrialRecord
 from specray.sweep.tune.search_stage import SearchRecord, search_budget
 from specray.sweep.tune.space import check_tune, final_budget, steps_budget
-from specray.tracking.client import open_tracker, sweep_key
+from specray.tracking.client import open_tracker
 from specray.tracking.lineage import draft_model
 from specray.tracking.names import BEST
 
 __all__ = ["SearchFailed", "TuneOutcome", "run_tune", "tune_dir"]
 
 log = logging.getLogger(__name__)
-
-STATE_FILE = "tune.json"
 
 
 @dataclass
@@ -95,7 +95,7 @@ def _claim(out: Path, spec: SweepSpec, resume: bool) -> None:
     search this call must not touch."""
     from ray.tune import Tuner
 
-    path, key = out / STATE_FILE, sweep_key(spec, with_tune=True)
+    path, key = out / TUNE_STATE, spec_key(spec, with_tune=True)
     saved = json.loads(path.read_text()).get("key", key) if path.exists() else key
     if not resume and Tuner.can_restore(out / SEARCH_DIR):
         raise SpecError(
@@ -130,7 +130,7 @@ def _run_tune(spec: SweepSpec, resume: bool, show_progress: bool) -> TuneOutcome
         run.cost = stages.time_steps()
         tracker.log_metrics(parent, {"cost_ratio": run.cost.cost_ratio(run.cost.batch_sizes[0])})
         searched = search_budget(run, parent, resume)
-        retrained = retrain(run, searched.searched)
+        retrained = retrain(run, searched.finalists)
     return _finish(run, parent, resumed, searched, retrained)
 
 
@@ -157,7 +157,7 @@ def _finish(
         winner,
         composition.table3,
         markdown,
-        run.out / REPORT_DIR,
+        run.out / TUNE_REPORT,
         registered,
         searched.trials,
         rank,
@@ -172,7 +172,7 @@ def _write_report(
 ) -> tuple[Composition, RankAgreement, str]:
     """The report folder (`outputs.py`), logged to the parent run: Table 3 with its intervals, the rank
     agreement, the search's own Table 3, the cells, the trials and the export's records."""
-    spec, report_dir = run.spec, run.out / REPORT_DIR
+    spec, report_dir = run.spec, run.out / TUNE_REPORT
     assert run.cost is not None
     cells = cells_json([*retrained.validation, *retrained.tests], retrained.recipes)
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -181,7 +181,7 @@ def _write_report(
     table = table3(retrained.tests, retrained.contenders, retrained.recipes)
     composition = Composition(table, pd.DataFrame(cells))
     taus = spec.tune.objective_temperatures
-    rank = rank_agreement(rank_rows(searched.searched, retrained, searched.validation, taus))
+    rank = rank_agreement(rank_rows(searched.finalists, retrained, searched.validation, taus))
     composition = replace(composition, table3=gain_intervals(composition), rank=rank.recipes)
     title = (
         f"Table 3 — {spec.name}: tuned mixture vs best single τ_kd vs manual recipe ({spec.tune.paradigm}), "

@@ -24,7 +24,7 @@ from specray.specdec.records import CellRecord
 from specray.sweep.plan import VALIDATION
 from specray.sweep.tune.baselines import Contenders, manual_recipe, peaks, table3, table3_markdown
 from specray.sweep.tune.driver import SEARCH_DIR, TRIALS_DIR, TUNED, Tune
-from specray.sweep.tune.final import Searched
+from specray.sweep.tune.final import Finalists
 from specray.sweep.tune.search import TrialRecord, record_trials, search
 from specray.sweep.tune.space import baseline_recipe, final_budget, steps_budget
 from specray.sweep.tune.trial import TrialContext
@@ -35,7 +35,7 @@ class SearchRecord:
     """What the search budget measured: its drafts' validation and test cells (every γ), its own Table 3,
     every trial and the winner."""
 
-    searched: Searched
+    finalists: Finalists
     validation: list[CellRecord]
     tests: list[CellRecord]
     table: pd.DataFrame
@@ -76,9 +76,9 @@ def search_budget(run: Tune, parent: str, resume: bool) -> SearchRecord:
     drafts |= {baseline_recipe(spec, d.mixture, final).name: d for d in unique_manual}
     drafts[TUNED + winner.recipe.name] = tuned
     manual_mixtures = {tau_dec: dict(d.mixture) for tau_dec, d in manual.items()}
-    searched = Searched(peak, manual_mixtures, winner.recipe, drafts)
+    finalists = Finalists(peak, manual_mixtures, winner.recipe, drafts)
     markdown = table3_markdown(frame, tag, title)
-    return SearchRecord(searched, validation, tests, frame, markdown, trials, winner, tuned)
+    return SearchRecord(finalists, validation, tests, frame, markdown, trials, winner, tuned)
 
 
 def trial_context(run: Tune) -> TrialContext:
