@@ -50,6 +50,27 @@ def sweep_dir(spec: SweepSpec) -> Path:
     return Path(spec.output_dir) / spec.name
 
 
+def other_sweeps(folder: Path) -> list[Path]:
+    """The other sweeps' folders under the output directory that holds `folder` (a sweep's own)."""
+    here = folder.absolute()
+    if not here.parent.is_dir():
+        return []
+    return sorted(p for p in here.parent.iterdir() if p.is_dir() and p != here)
+
+
+def published_draft(own: Path, key: str) -> Path:
+    """Where the draft of `key` planned at `own` (`<output dir>/<sweep>/drafts/<name>`) is: `own` when it
+    holds a finished draft (or a damaged one, which the survey sets aside and trains again there); else the
+    folder of that name in another sweep under the same output directory that finished it under the same
+    key — read there, never written (sweeps/study.yaml reuses sweeps/demo.yaml's drafts so); else `own`."""
+    from specray.distill.checkpoints import FINISHED_FILE, is_finished
+
+    if (own / FINISHED_FILE).is_file():
+        return own
+    found = (o / "drafts" / own.name for o in other_sweeps(own.parent.parent))
+    return next((folder for folder in found if is_finished(folder, key)), own)
+
+
 @dataclass(frozen=True)
 class ShardPlan:
     """One teacher sample: the train prompts, sampled by `spec`'s teacher at every τ_kd of its grid with
@@ -164,7 +185,8 @@ def plan_sweep(spec: SweepSpec, validation: bool = False) -> SweepPlan:
             for mixture in recipes:
                 for divergence, data_source in variants(spec, paradigm):
                     axes = (replicate, divergence, data_source)
-                    drafts.append(plan_draft(spec, sample.keys, paradigm, mixture, *axes, root=root))
+                    draft = plan_draft(spec, sample.keys, paradigm, mixture, *axes, root=root)
+                    drafts.append(replace(draft, folder=published_draft(draft.folder, draft.key)))
     student = model_path(spec.models.draft, spec.models)
     baseline_inputs = draft_key_inputs(spec, None, {}, {})
     baseline = Draft(BASELINE, None, {}, Path(student), digest(baseline_inputs), baseline_inputs, spec)

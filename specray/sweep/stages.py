@@ -208,8 +208,11 @@ class Stages:
                     plan.student_path, list(e.batch_sizes), list(e.gamma)
                 )
                 known = replace(measured, key=plan.step_costs_key, key_inputs=dict(plan.step_costs_inputs))
-                write_json(step_costs_file(plan.folder, known.key), known.to_json())
                 log.info("%s", known.describe())
+            if (
+                known.key and not step_costs_file(plan.folder, known.key).exists()
+            ):  # measured, or another sweep's
+                write_json(step_costs_file(plan.folder, known.key), known.to_json())
             self.display.advance(reused=reused)
         return known
 
@@ -239,6 +242,11 @@ class Stages:
             found = read_cells(folder) if saved is None else saved
             saved = {key: labelled(record) for key, record in found.items()}
             survey, todo = cell_stage(jobs, saved, folder)
+            for key in {
+                job.key for job in jobs if job.key in saved
+            }:  # another sweep's: into this one's folder
+                if not (folder / f"{key}.json").exists():
+                    write_json(folder / f"{key}.json", found[key].to_json(), indent=None)
             on_records([replace(saved[job.key], draft=job.draft) for job in jobs if job.key in saved], True)
             self.display.advance(survey.reused, reused=True)
 

@@ -20,7 +20,7 @@ from specray.draft import Draft
 from specray.keys import curve_inputs, describe_change
 from specray.specdec.cells import fixed_step_costs
 from specray.specdec.records import CellRecord, EvalJob, StepCosts
-from specray.sweep.plan import SweepPlan
+from specray.sweep.plan import SweepPlan, other_sweeps
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,9 @@ def survey(plan: SweepPlan) -> Survey:
     cost_plan, cost = step_costs_stage(plan)
     folder = plan.folder / CELLS_DIR
     saved = read_cells(folder)
-    cells_plan, _ = cell_stage(plan.cell_jobs(cost), saved, folder)
+    jobs = plan.cell_jobs(cost)
+    saved |= other_sweeps_cells(plan, {job.key for job in jobs} - set(saved))
+    cells_plan, _ = cell_stage(jobs, saved, folder)
     if cost is None and cells_plan.todo:
         cells_plan.note = "analytic cells are keyed by the step costs, which are measured first"
     return Survey([shards, draft_plan, cost_plan, cells_plan], drafts_todo, cost, saved)
@@ -125,6 +127,16 @@ def read_cells(folder: Path) -> dict[str, CellRecord]:
     return cells
 
 
+def other_sweeps_cells(plan: SweepPlan, keys: set[str]) -> dict[str, CellRecord]:
+    """The records of cells under `keys` that other sweeps under the same output directory saved (the
+    study reuses the demo's cells so; the run copies them into its own folder as it reuses them)."""
+    found: dict[str, CellRecord] = {}
+    for other in other_sweeps(plan.folder) if keys else []:
+        if (other / CELLS_DIR).is_dir():
+            found |= {key: record for key, record in read_cells(other / CELLS_DIR).items() if key in keys}
+    return found
+
+
 def cell_stage(
     jobs: Sequence[EvalJob], saved: Mapping[str, CellRecord], folder: Path | None = None
 ) -> tuple[StagePlan, list[EvalJob]]:
@@ -165,15 +177,17 @@ def _closest_change(candidates: Sequence[CellRecord], inputs: Mapping[str, Any])
 
 
 def step_costs_stage(plan: SweepPlan) -> tuple[StagePlan, StepCosts | None]:
-    """The step costs: fixed by the spec's c, reused when measured under the same key in this sweep, or
-    to measure."""
+    """The step costs: fixed by the spec's c, reused when measured under the same key in this sweep (or in
+    another under the same output directory), or to measure."""
     stage, spec, out = StagePlan("step costs"), plan.spec, plan.folder
     if spec.eval.draft_cost_ratio is not None:
         stage.note = f"c fixed at {spec.eval.draft_cost_ratio:g} (eval.draft_cost_ratio)"
         return stage, fixed_step_costs(spec.eval)
     inputs = plan.step_costs_inputs
-    saved = read_step_costs(out, plan.step_costs_key)
-    if saved is not None:
+    mine = read_step_costs(out, plan.step_costs_key)
+    theirs = (read_step_costs(other, plan.step_costs_key) for other in other_sweeps(out))
+    saved = mine or next((costs for costs in theirs if costs is not None), None)
+    if saved is not None:  # another sweep's under the same key: the run copies them into its own folder
         stage.reused, stage.note = 1, saved.describe()
         return stage, saved
     stage.todo = 1

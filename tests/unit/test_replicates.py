@@ -3,16 +3,25 @@ names, and how the report averages them and judges the claims over them."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from specray.config import load_spec
+from specray.distill.checkpoints import FINISHED_FILE, FinishedDraft, weight_checksums
 from specray.draft import Draft
+from specray.files import write_json
 from specray.keys import train_shard_keys
 from specray.report import paired, verdicts
 from specray.report.replicates import replicate_means, replicate_spread, variance_table
+from specray.specdec.cells import fixed_step_costs
+from specray.specdec.records import CellRecord
 from specray.sweep.plan import plan_sweep
+from specray.sweep.survey import CELLS_DIR, step_costs_file, survey
 from tests.conftest import REPO
 from tests.unit.test_verdicts import DIFFICULTY, cell
 
@@ -161,3 +170,40 @@ def test_one_replicate_reads_as_before() -> None:
     assert replicate_means(frame) is frame
     assert replicate_spread(frame, frame).empty
     assert variance_table(paired.prompt_cells(frame)).empty
+
+
+def test_a_sweep_reuses_what_another_sweep_under_its_output_directory_made_under_the_same_keys(
+    tmp_path: Path,
+) -> None:
+    """sweeps/study.yaml after sweeps/demo.yaml: the demo's finished drafts are read where they are, its
+    step costs and cells are reused (and copied into the study's folder by the run); an unfinished draft or
+    a draft of another key is not."""
+    out = f"output_dir={tmp_path}"
+    demo = plan_sweep(load_spec(REPO / "sweeps" / "demo.yaml", [out]))
+    first, second, *_ = demo.drafts
+    publish_fake(first.folder, first.key)
+    publish_fake(second.folder, "another key")
+    costs = fixed_step_costs(load_spec(REPO / "sweeps" / "demo.yaml", ["eval.draft_cost_ratio=0.2"]).eval)
+    costs = replace(costs, key=demo.step_costs_key)
+    write_json(step_costs_file(demo.folder, demo.step_costs_key), costs.to_json())
+    job = demo.cell_jobs(costs)[0]
+    record = CellRecord.of(job, costs.cost_ratio(1), 0.0, {"acceptance_rate": 0.5})
+    write_json(demo.folder / CELLS_DIR / f"{job.key}.json", record.to_json())
+
+    study = plan_sweep(load_spec(REPO / "sweeps" / "study.yaml", [out]))
+    by_name = {d.name: d for d in study.drafts}
+    assert by_name[first.name].folder == first.folder  # read in the demo's folder
+    assert by_name[second.name].folder == study.drafts_dir / second.folder.name  # another key: trained here
+    assert by_name[first.name + "/r1"].folder.parent == study.drafts_dir
+    found = survey(study)
+    stages = {stage.stage: stage for stage in found.stages}
+    assert (stages["drafts"].reused, stages["step costs"].reused) == (1, 1)
+    assert found.step_costs == costs and stages["cells"].reused == 1
+    assert not (study.folder / CELLS_DIR).exists()  # the survey writes nothing
+
+
+def publish_fake(folder: Path, key: str) -> None:
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(b"weights")
+    marker = FinishedDraft(fingerprint=key, weights_sha256=weight_checksums(folder))
+    (folder / FINISHED_FILE).write_text(json.dumps(marker.to_json()))
