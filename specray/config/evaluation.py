@@ -189,6 +189,13 @@ class TuneSpec(Frozen):
     subset_size: int = Field(default=3, ge=1)
     objective_temperatures: list[Temperature] = Field(default=[0.8, 1.0], min_length=1)
     max_concurrent_trials: int = Field(default=2, ge=1)
+    early_stopping: Literal["asha", "none"] = Field(
+        default="asha",
+        description="asha: ASHA stops weak trials early, by when they report (cheaper; two runs can pick "
+        "different winners); none: every trial runs its whole budget and the searcher proposes each batch of "
+        "max_concurrent_trials trials once the previous batch has ended, so the search's choices depend on "
+        "the trials' results only and the same command picks the same winner",
+    )
     asha_grace_period: int = Field(default=1, ge=1, description="in distillation reports")
     asha_reduction_factor: int = Field(default=2, ge=2)
     paradigm: Paradigm = "offline"

@@ -5,7 +5,11 @@ Searcher: Optuna TPE (`tune.search: optuna`, behind a ConcurrencyLimiter) or ran
 objective's estimate from the probe; a trial ASHA stops early therefore reaches Optuna with its estimate at
 the step where it was stopped — lower than it would have ended, which is the direction ASHA judged.
 Scheduler: ASHA on `acceptance_estimate`, with the KD step as time (`max_t` = the step budget, grace period
-= `tune.asha_grace_period` reports).
+= `tune.asha_grace_period` reports); its stops depend on when trials report, so two runs can choose
+differently. With `tune.early_stopping: none` no trial stops early and Optuna proposes trials in batches of
+`tune.max_concurrent_trials`, each from the results of every earlier batch: the choices then depend on the
+trials' results only, and a trial's draft is its recipe's (seeded by `distill.seed`), so the same command on
+the same machine picks the same winner.
 
 Trials go to MLflow once the search returns, from Tune's own record of every result (`ResultGrid`): one
 child run per trial with its config and recipe as params, its curves at their KD steps, its measured
@@ -74,7 +78,10 @@ def _search_alg(t: TuneSpec) -> Any:
         from ray.tune.search.optuna import OptunaSearch
 
         optuna = OptunaSearch(metric=OBJECTIVE, mode="max", seed=t.seed)
-        return ConcurrencyLimiter(optuna, max_concurrent=t.max_concurrent_trials)
+        # batch: the next trials are proposed once every running one has ended, from the same history
+        # whatever order they ended in (Tune's default proposes one as soon as any trial ends)
+        batch = t.early_stopping == "none"
+        return ConcurrencyLimiter(optuna, max_concurrent=t.max_concurrent_trials, batch=batch)
     from ray.tune.search import BasicVariantGenerator
 
     return BasicVariantGenerator(max_concurrent=t.max_concurrent_trials, random_state=t.seed)
@@ -82,20 +89,24 @@ def _search_alg(t: TuneSpec) -> Any:
 
 def _tuner(spec: SweepSpec, trainable: Any, path: Path, on_trial_end: Callable[[], None] | None) -> Any:
     from ray import tune
-    from ray.tune.schedulers import ASHAScheduler
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
     t = spec.tune
-    asha = ASHAScheduler(
-        time_attr="step",
-        metric=ACCEPTANCE_ESTIMATE,
-        mode="max",
-        max_t=steps_budget(spec),
-        grace_period=t.asha_grace_period * spec.distill.report_every,
-        reduction_factor=t.asha_reduction_factor,
+    scheduler = (
+        FIFOScheduler()
+        if t.early_stopping == "none"
+        else ASHAScheduler(
+            time_attr="step",
+            metric=ACCEPTANCE_ESTIMATE,
+            mode="max",
+            max_t=steps_budget(spec),
+            grace_period=t.asha_grace_period * spec.distill.report_every,
+            reduction_factor=t.asha_reduction_factor,
+        )
     )
     tune_config = tune.TuneConfig(
         search_alg=_search_alg(t),
-        scheduler=asha,
+        scheduler=scheduler,
         num_samples=t.num_samples,
         trial_dirname_creator=_trial_dirname,
         reuse_actors=False,
