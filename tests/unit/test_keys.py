@@ -104,6 +104,7 @@ def _candidates(value: Any) -> list[Any]:
             "random",
             "subset",
             "chat",
+            "none",
             value + "x",
         ]
     if value is None:
