@@ -180,6 +180,11 @@ class Chaos:
             return "exited"
         kill = {"node": self._kill_node, "driver": self._kill_driver, "ray": self._kill_ray}
         target = kill.get(fault.kind, self._kill_actor)(fault)
+        # a stage's processes can come up after its phase began (Ray Train starts its workers seconds after
+        # its controller): wait for one while the phase lasts, rather than skip by how fast they started
+        while target is None and fault.kind in STAGE and self.reached(fault.phase) == "ready":
+            time.sleep(POLL_S)
+            target = self._kill_actor(fault)
         if target is None:
             self.skipped.append(fault)
             self.say(f"skipped: {fault.line()} (no target)")

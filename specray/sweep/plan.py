@@ -127,11 +127,6 @@ class SweepPlan:
     def drafts_dir(self) -> Path:
         return self.folder / "drafts"
 
-    def shards_of(self, draft: Draft) -> ShardPlan:
-        """The teacher sample a draft trains on."""
-        sample = draft.replicate if self.spec.teacher.replicate_shards else 0
-        return self.shards[sample]
-
     def cell_jobs(
         self,
         costs: StepCosts | None,

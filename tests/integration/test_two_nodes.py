@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +46,7 @@ from tests.sweeps import (
     finished_drafts,
     smoke_command,
 )
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 RAY = str(Path(sys.executable).parent / "ray")
@@ -90,7 +91,9 @@ class LocalCluster:
         args = [f"--address={self.address}", f"--num-cpus={cpus}", f"--resources={resources}"]
         args += [f"--temp-dir={self.temp_dir / name}", *(f"--{k}={v}" for k, v in ports.items())]
         self.nodes[name] = _ray_start(args, self.temp_dir / f"{name}.log", self.env)
-        return _wait_for(lambda: self.node_ids().get(name), f"node {name}", 180, self.nodes[name])
+        return wait_until(
+            lambda: self.node_ids().get(name), f"node {name}", 180, ignore=STARTING, alive=[self.nodes[name]]
+        )
 
     def state(self, resource: str) -> list[dict]:
         """Rows of the state API (`actors`, `nodes`), dead ones included."""
@@ -185,17 +188,7 @@ def _processes_of(temp_dir: Path, token: str) -> list[int]:
     return pids
 
 
-def _wait_for(condition: Callable[[], object], what: str, timeout_s: float, *processes: subprocess.Popen):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        with contextlib.suppress(OSError, KeyError, ValueError):  # the dashboard is still starting
-            value = condition()
-            if value:
-                return value
-        for process in processes:
-            assert process.poll() is None, f"{process.args[:3]} exited with {process.returncode} ({what})"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
+STARTING = (OSError, KeyError, ValueError)  # the dashboard's state API is still starting
 
 
 @contextlib.contextmanager
@@ -212,7 +205,13 @@ def local_cluster(head_cpus: int = 1) -> Iterator[LocalCluster]:
     args += [f"--temp-dir={temp_dir}", "--disable-usage-stats", *(f"--{k}={v}" for k, v in ports.items())]
     try:
         cluster.nodes["head"] = _ray_start(["--head", *args], temp_dir / "head.log", env)
-        _wait_for(lambda: "head" in cluster.node_ids(), "the head", 180, cluster.nodes["head"])
+        wait_until(
+            lambda: "head" in cluster.node_ids(),
+            "the head",
+            180,
+            ignore=STARTING,
+            alive=[cluster.nodes["head"]],
+        )
         cluster.start_worker()
         yield cluster
     finally:
@@ -254,16 +253,32 @@ def test_a_two_node_sweep_survives_losing_its_worker_node_in_two_stages(
         # 1. mid teacher stage: freeze the replica on worker_1 as soon as it is up (so the stage cannot end
         # before the node is lost, however fast it runs), wait until the head's replica has returned
         # batches, lose worker_1; its batches go to the head's replica, and a replacement node joins
-        frozen = _wait_for(
-            lambda: cluster.alive_pids("TeacherActor", first), "a replica on worker_1", 600, sweep
+        frozen = wait_until(
+            lambda: cluster.alive_pids("TeacherActor", first),
+            "a replica on worker_1",
+            600,
+            ignore=STARTING,
+            alive=[sweep],
         )
         os.kill(frozen[0], signal.SIGSTOP)
-        _wait_for(lambda: any(first_parts.glob("part-*.parquet")), "teacher batches", 600, sweep)
+        wait_until(
+            lambda: any(first_parts.glob("part-*.parquet")),
+            "teacher batches",
+            600,
+            ignore=STARTING,
+            alive=[sweep],
+        )
         teachers = cluster.actors_by_node("TeacherActor")
         cluster.kill_raylet("worker_1")  # the frozen process stays, dead to Ray, until the node is stopped
         second = cluster.start_worker()
         # 2. mid distillation (one run per node): lose the replacement while a Ray Train worker runs there
-        _wait_for(lambda: _alive_on(cluster, "RayTrainWorker", second), "a run on worker_2", 600, sweep)
+        wait_until(
+            lambda: _alive_on(cluster, "RayTrainWorker", second),
+            "a run on worker_2",
+            600,
+            ignore=STARTING,
+            alive=[sweep],
+        )
         cluster.kill_raylet("worker_2")
         returncode = sweep.wait(timeout=900)
     finally:
