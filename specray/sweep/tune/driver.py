@@ -22,7 +22,7 @@ from specray.config import SweepSpec
 from specray.distill.checkpoints import is_finished
 from specray.draft import Draft, draft_folder_name, plan_draft, replicate_name
 from specray.specdec.records import CellRecord, StepCosts
-from specray.sweep.plan import SweepPlan, plan_shards
+from specray.sweep.plan import SweepPlan, other_sweeps, plan_shards
 from specray.sweep.stages import Stages
 from specray.sweep.tracked import DraftRuns
 from specray.sweep.tune.space import Recipe, budget_spec, final_budget, tune_grid
@@ -85,8 +85,7 @@ class Tune:
         """Where a `specray run` publishes a draft of this folder name: this sweep's drafts, then any other
         sweep's under the same output directory."""
         own = self.plan.drafts_dir / folder_name
-        others = sorted(Path(self.spec.output_dir).glob(f"*/drafts/{folder_name}"))
-        return [own, *(o for o in others if o.absolute() != own.absolute())]
+        return [own, *(other / "drafts" / folder_name for other in other_sweeps(self.plan.folder))]
 
     def distil(self, drafts: list[Draft], role: str, stage: str) -> None:
         """Train (or reuse) `drafts` through the stage runner, each logged to a child run tagged `role`.
