@@ -9,7 +9,7 @@ Import-light (no torch, no Ray, no MLflow).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -27,10 +27,12 @@ __all__ = [
     "PARADIGMS",
     "Draft",
     "check_request",
+    "control_name",
     "draft_folder_name",
     "draft_name",
     "mixture_tag",
     "one_draft",
+    "plan_control",
     "plan_draft",
     "replicate_name",
     "representative",
@@ -44,6 +46,12 @@ def draft_name(paradigm: str, mixture: Mapping[float, float]) -> str:
     if len(mixture) == 1:
         return f"{paradigm}/tau_kd={float(next(iter(mixture))):g}"
     return f"{paradigm}/mix=" + mixture_tag(mixture)
+
+
+def control_name(paradigm: str, tau: float, weights: Sequence[float]) -> str:
+    """`offline/tau_kd=0.8/samples=1,1,1`: a control (`plan_control`) of a mixture whose weights are
+    `weights`, reading as many teacher samples at the one τ_kd `tau`."""
+    return f"{paradigm}/tau_kd={float(tau):g}/samples=" + ",".join(f"{w:g}" for w in weights)
 
 
 def variant_name(name: str, divergence: str = "", data_source: str = "") -> str:
@@ -116,6 +124,10 @@ class Draft:
     data_source: str = ""
     # the teacher shards it trains on, by τ_kd of its mixture (their digests are in `key_inputs`)
     shards: Mapping[float, ShardKey] = field(default_factory=dict, compare=False, repr=False)
+    # a control (`plan_control`): its weight per teacher sample of its one τ_kd, and those samples' shards,
+    # by sample index (sample 0 is `shards`' own); {} for every other draft
+    samples: Mapping[int, float] = field(default_factory=dict, compare=False)
+    sample_shards: Mapping[int, ShardKey] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def trained(self) -> bool:
@@ -133,6 +145,14 @@ class Draft:
         return next(iter(self.mixture)) if len(self.mixture) == 1 else None
 
     @property
+    def components(self) -> dict[float, float]:
+        """What its training rows are drawn from, with their weights: the mixture's τ_kd, or a control's
+        sample indices (as floats: the training data keys its rows by component)."""
+        if self.samples:
+            return {float(j): float(w) for j, w in sorted(self.samples.items())}
+        return dict(self.mixture)
+
+    @property
     def train_spec(self) -> SweepSpec:
         """The spec this draft trains under (a baseline has none: it is not trained)."""
         if self.spec is None:
@@ -145,6 +165,8 @@ class Draft:
         tau_kd = "" if self.tau_kd is None else f"{self.tau_kd:g}"
         tags = {"paradigm": self.paradigm or "none", "tau_kd": tau_kd, "mixture": mixture_tag(self.mixture)}
         tags |= {"divergence": self.divergence, "data_source": self.data_source}
+        if self.samples:
+            tags["samples"] = ",".join(f"{w:g}" for _, w in sorted(self.samples.items()))
         return tags | {"replicate": str(self.replicate)}
 
     def to_json(self) -> dict[str, Any]:
@@ -159,7 +181,7 @@ class Draft:
             "divergence": self.divergence,
             "data_source": self.data_source,
             "recipe": self.recipe,
-        }
+        } | ({"samples": {str(j): w for j, w in sorted(self.samples.items())}} if self.samples else {})
 
     @classmethod
     def from_json(cls, payload: Mapping[str, Any]) -> Draft:
@@ -176,6 +198,7 @@ class Draft:
             replicate=int(payload.get("replicate", 0)),
             divergence=payload.get("divergence") or "",
             data_source=payload.get("data_source") or "",
+            samples={int(j): float(w) for j, w in (payload.get("samples") or {}).items()},
         )
 
 
@@ -238,3 +261,48 @@ def one_draft(spec: SweepSpec, paradigm: str, mixture: Mapping[float, float], fo
     from specray.keys import train_shard_keys
 
     return plan_draft(spec, train_shard_keys(spec), paradigm, mixture, folder=folder)
+
+
+def plan_control(
+    spec: SweepSpec,
+    samples: Sequence[ShardKey],
+    weights: Sequence[float],
+    paradigm: str,
+    replicate: int = 0,
+    *,
+    name: str | None = None,
+    folder: Path | Callable[[str], Path],
+) -> Draft:
+    """The control of a mixture of k τ_kd with `weights`: k teacher samples of the train prompts at one τ_kd
+    (`samples`: their shards, sample 0 the sweep's own shard at that τ_kd), drawn by the mixture's weights.
+    It reads as many distinct teacher responses per prompt as the mixture, at one temperature, and trains
+    with the mixture's steps, seeds and replicate: what a mixture gains over it is the temperatures', not
+    the extra samples'."""
+    from specray.keys import digest, draft_key_inputs
+
+    taus = {key.tau for key in samples}
+    if len(taus) != 1 or len(set(samples)) != len(samples) or len(samples) != len(weights) or not samples:
+        raise ValueError(f"a control needs distinct shards of one τ_kd, one per weight: {samples}, {weights}")
+    tau = taus.pop()
+    check_request(spec, paradigm, {tau: 1.0})
+    if any(not w > 0 for w in weights):
+        raise SpecError(f"a control's weights must be > 0, got {list(weights)}")
+    name = name or replicate_name(control_name(paradigm, tau, weights), replicate)
+    own = spec.for_draft(paradigm, replicate)
+    drawn = [(float(w), key.digest) for w, key in zip(weights, samples, strict=True)]
+    inputs = draft_key_inputs(own, paradigm, {tau: 1.0}, {tau: samples[0].digest}, drawn)
+    key = digest(inputs)
+    where = folder(key) if callable(folder) else folder
+    return Draft(
+        name,
+        paradigm,
+        {tau: 1.0},
+        where,
+        key,
+        inputs,
+        own,
+        replicate,
+        shards={tau: samples[0]},
+        samples=dict(enumerate(float(w) for w in weights)),
+        sample_shards=dict(enumerate(samples)),
+    )

@@ -290,9 +290,15 @@ def canonical_mixture(mixture: Mapping[float, float]) -> str:
 
 
 def draft_key_inputs(
-    spec: SweepSpec, paradigm: str | None, mixture: Mapping[float, float], shard_digests: Mapping[float, str]
+    spec: SweepSpec,
+    paradigm: str | None,
+    mixture: Mapping[float, float],
+    shard_digests: Mapping[float, str],
+    samples: Sequence[tuple[float, str]] = (),
 ) -> dict[str, Any]:
-    """What a draft's weights depend on. `paradigm` None is the un-distilled draft (the student itself)."""
+    """What a draft's weights depend on. `paradigm` None is the un-distilled draft (the student itself).
+    `samples`: a control's (weight, shard digest) per teacher sample of its one τ_kd (`draft.plan_control`);
+    only a control's inputs have them."""
     inputs: dict[str, Any] = {"student": model_id(spec.models.draft, spec.models)}
     if paradigm is None:
         return inputs
@@ -311,6 +317,9 @@ def draft_key_inputs(
         "shards": {f"{float(t):g}": shard_digests[t] for t in sorted(mixture)},
         "device": train_device_kind(spec.distill.num_gpus_per_worker, spec.distill.cpu_autocast),
     }
+    if samples:
+        total = sum(weight for weight, _ in samples)
+        inputs["samples"] = [[f"{weight / total:.6g}", shard] for weight, shard in samples]
     return inputs
 
 

@@ -230,6 +230,14 @@ class TuneSpec(Frozen):
         "recipe, the best single τ_kd, the manual recipe), replicate r with distill.seed + r: Table 3's "
         "intervals and the composition verdict then cover training too",
     )
+    controls: bool = Field(
+        default=False,
+        description="also train, per mixture Table 3 compares, its control: as many teacher samples per "
+        "prompt as the mixture has τ_kd, all at the best single τ_kd (sample j with teacher.seed + j), "
+        "drawn by the mixture's weights, with the same steps and replicates. A mixture's gain over its "
+        "control is the temperatures', not the extra samples' (the teacher generates the extra samples once, "
+        "cached)",
+    )
 
     @field_validator("objective_temperatures", "paradigms", "divergences", "onpolicy_fractions")
     @classmethod

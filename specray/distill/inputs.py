@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from transformers import PreTrainedTokenizerBase
 
+    from specray.data.shards import ShardKey
     from specray.draft import Draft
 
 
@@ -32,7 +33,7 @@ class DistillInputs:
 
     draft_path: str
     target_path: str
-    rows: dict[float, list[TrainRow]]  # per τ_kd of the mixture
+    rows: dict[float, list[TrainRow]]  # per component of the draft (`Draft.components`)
     probe_prompts: list[list[int]]
 
 
@@ -44,13 +45,16 @@ def prepare_inputs(draft: Draft, splits: Mapping[str, Sequence[Example]] | None 
     from specray.data.shards import is_complete, read_shard
 
     spec, paradigm = draft.train_spec, draft.paradigm or ""
-    weights = check_request(spec, paradigm, draft.mixture)
-    missing = [tau for tau in weights if tau not in draft.shards or not is_complete(draft.shards[tau])]
+    check_request(spec, paradigm, draft.mixture)
+    shards = component_shards(draft)
+    missing = sorted({tau for tau in draft.mixture if tau not in draft.shards})
+    missing += sorted({key.tau for key in shards.values() if not is_complete(key)} - set(missing))
     if missing:
+        samples = f" (the control's {len(shards)} teacher samples)" if draft.samples else ""
         raise DataError(
-            f"no teacher shards yet for τ_kd {missing}; run `specray generate` on this sweep first"
+            f"no teacher shards yet for τ_kd {missing}{samples}; run `specray generate` on this sweep first"
         )
-    tables = {tau: read_shard(draft.shards[tau]) for tau in weights}
+    tables = {component: read_shard(key) for component, key in shards.items()}
     draft_path = resolve_model_path(spec.models.draft, spec.models)
     target_path = resolve_model_path(spec.models.target, spec.models)
     tokenizer = load_tokenizer(target_path, spec.models.target.trust_remote_code)
@@ -67,10 +71,19 @@ def prepare_inputs(draft: Draft, splits: Mapping[str, Sequence[Example]] | None 
         table = next(iter(tables.values()))
         truth = ground_truth_responses(table, outputs, tokenizer, spec.teacher.max_new_tokens)
     rows = {
-        tau: rows_from_table(table, tau, spec.data.max_prompt_tokens, truth) for tau, table in tables.items()
+        component: rows_from_table(table, shards[component].tau, spec.data.max_prompt_tokens, truth)
+        for component, table in tables.items()
     }
     probe = probe_prompts(splits["validation"], tokenizer, spec.data)
     return DistillInputs(draft_path, target_path, rows, probe)
+
+
+def component_shards(draft: Draft) -> dict[float, ShardKey]:
+    """The teacher shard each component of the draft's training data is read from (`Draft.components`):
+    a mixture's τ_kd shards, or a control's teacher samples at its one τ_kd."""
+    if draft.samples:
+        return {float(j): draft.sample_shards[j] for j in sorted(draft.samples)}
+    return {tau: draft.shards[tau] for tau in draft.mixture if tau in draft.shards}
 
 
 def ground_truth_responses(

@@ -166,7 +166,8 @@ def _optimization(
 
 def _setup(draft: Draft, inputs: DistillInputs, session: Session) -> _Run:
     spec, paradigm, run_fingerprint = draft.train_spec, draft.paradigm or "", draft.key
-    mixture = check_request(spec, paradigm, draft.mixture)
+    check_request(spec, paradigm, draft.mixture)
+    mixture = draft.components  # a mixture's τ_kd, or a control's teacher samples
     d = spec.distill
     torch.manual_seed(d.seed)
     model, saved = _load_student(spec, inputs, session, run_fingerprint)

@@ -31,6 +31,7 @@ from specray.report.paired import (
 
 COMPOSITION = "composition gains 12–20% at high τ_dec"
 CONTENDERS = {"manual recipe": "manual draft", "tuned mixture": "tuned draft"}
+TEMPERATURE = "a mixture beats as many samples at the best single τ_kd"
 
 
 @dataclass(frozen=True)
@@ -60,30 +61,62 @@ def composition_gains(composition: Composition | None) -> list[Verdict]:
     return verdicts
 
 
+def control_gains(composition: Composition | None) -> list[Verdict]:
+    """Effect, per test set at the highest τ_dec of Table 3, for each contender that has a control
+    (`tune.controls`): S(mixture) / S(control) − 1, the control reading as many teacher samples per prompt
+    at the best single τ_kd, drawn by the mixture's weights. Claimed: a gain (judged by its sign): the
+    temperatures, not the extra samples, make the mixture's gain. No rows without controls."""
+    definition = "S(mixture) / S(its samples at the best single τ_kd) − 1 at the highest τ_dec"
+    if composition is None or composition.table3.empty:
+        return []
+    tables = prompt_cells(composition.cells)
+    verdicts = []
+    highest = composition.table3.loc[composition.table3.groupby("test_set").tau_dec.idxmax()]
+    for row in highest.to_dict("records"):
+        for label in CONTENDERS:
+            if isinstance(row.get(f"{label.split()[0]} control draft"), str):
+                verdicts.append(control_verdict(tables, row, label, definition))
+    return verdicts
+
+
+def control_verdict(tables: Mapping[str, PromptCells], row: Mapping, label: str, definition: str) -> Verdict:
+    """One contender's gain over its control in one Table 3 row, with its interval."""
+    who = label.split()[0]
+    return _composition_verdict(
+        tables, row, label, CONTENDERS[label], definition, reference=f"{who} control draft", claim=TEMPERATURE
+    )
+
+
 def _composition_verdict(
-    tables: Mapping[str, PromptCells], row: Mapping, label: str, column: str, definition: str
+    tables: Mapping[str, PromptCells],
+    row: Mapping,
+    label: str,
+    column: str,
+    definition: str,
+    reference: str = "single draft",
+    claim: str = COMPOSITION,
 ) -> Verdict:
     test_set, tau_dec = str(row["test_set"]), float(row["tau_dec"])
     scope = f"{label}, τ_dec {tau_dec:g} ({test_set})"
     table = tables.get(test_set)
-    single_name, contender_name = row.get("single draft"), row.get(column)
+    single_name, contender_name = row.get(reference), row.get(column)
     single, contender = (
         (table.row(single_name, tau_dec), table.row(contender_name, tau_dec))
         if table is not None and single_name and contender_name
         else (None, None)
     )
+    who = label.split()[0]
     if table is None or single is None or contender is None:
-        point = row[f"{label.split()[0]} gain"]
+        point = row[f"{who} gain" if claim == COMPOSITION else f"{who} vs control"]
         reason = "no per-prompt values in the tune records: no interval"
-        return Verdict(COMPOSITION, scope, definition, float(point), np.nan, np.nan, INCONCLUSIVE, reason)
+        return Verdict(claim, scope, definition, float(point), np.nan, np.nan, INCONCLUSIVE, reason)
 
     def statistic(index: Mapping[str, np.ndarray]) -> np.ndarray:
         i = index[test_set]
         return table.speedup(contender, i) / table.speedup(single, i) - 1.0
 
-    return _against_band(
-        judged(COMPOSITION, scope, definition, +1, statistic, {test_set: prompt_count(table)})
-    )
+    result = judged(claim, scope, definition, +1, statistic, {test_set: prompt_count(table)})
+    return _against_band(result) if claim == COMPOSITION else result
 
 
 PAPER_GAIN = (0.12, 0.20)  # TempSpec's composition gains at high τ_dec

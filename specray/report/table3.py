@@ -24,9 +24,9 @@ import numpy as np
 import pandas as pd
 
 from specray.metrics import SPEEDUP
-from specray.report.composition import CONTENDERS, Composition, composition_gains
+from specray.report.composition import CONTENDERS, Composition, composition_gains, control_verdict
 from specray.report.distillspec_prompts import spearman
-from specray.report.paired import Verdict
+from specray.report.paired import Verdict, prompt_cells
 from specray.report.tables import markdown_table
 
 WEAK_RHO = 0.5
@@ -38,21 +38,26 @@ MIN_RECIPES = 4  # fewer leave a resampled ρ mostly undefined (ties, constant r
 def gain_intervals(composition: Composition) -> pd.DataFrame:
     """`composition.table3` with, per contender, its gain's 95% interval (`<label> gain 95% CI`), the
     replicates that agree (`<label> replicates agree`) and the verdict against the paper's 12–20%."""
-    rows = []
+    rows, tables = [], prompt_cells(composition.cells)
     for _, row in composition.table3.iterrows():
         one = replace(composition, table3=pd.DataFrame([row]))
         verdicts = composition_gains(one)  # one per contender, in CONTENDERS' order
         extra: dict[str, object] = {}
         for (label, _), verdict in zip(CONTENDERS.items(), verdicts, strict=True):
             extra |= _interval_columns(label.split()[0], verdict)
+            if isinstance(row.get(f"{label.split()[0]} control draft"), str):  # `tune.controls`
+                versus = control_verdict(tables, row.to_dict(), label, "")
+                extra |= _interval_columns(f"{label.split()[0]} vs control", versus)
         rows.append(row.to_dict() | extra)
     return pd.DataFrame(rows)
 
 
 def _interval_columns(who: str, verdict: Verdict) -> dict[str, object]:
+    """`who`: a contender (its gain over the best single τ_kd) or `<contender> vs control`."""
+    gain = who if who.endswith("control") else f"{who} gain"
     return {
-        f"{who} gain low": verdict.low,
-        f"{who} gain high": verdict.high,
+        f"{gain} low": verdict.low,
+        f"{gain} high": verdict.high,
         f"{who} replicates agree": verdict.agreeing or "-",
         f"{who} verdict": verdict.verdict,
     }
@@ -87,6 +92,15 @@ def table3_frame(table: pd.DataFrame) -> pd.DataFrame:
                 row[f"{who}: replicates agree"] = r[f"{who} replicates agree"]
             else:
                 row[f"{who} gain"] = f"{r[f'{who} gain']:+.1%}"
+        for who in ("manual", "tuned"):  # `tune.controls`: the gain over the same samples at one τ_kd
+            if isinstance(r.get(f"{who} control draft"), str):
+                row[f"{who} control"] = f"{r[f'{who} control']}: {r[f'{who} control speedup_model']:.3f}"
+                versus = f"{who} vs control"
+                if f"{versus} low" in r:
+                    row[f"{versus} [95% CI]"] = _gain(r[versus], r[f"{versus} low"], r[f"{versus} high"])
+                    row[f"{versus}: replicates agree"] = r[f"{versus} replicates agree"]
+                else:
+                    row[versus] = f"{r[versus]:+.1%}"
         shown.append(row)
     return pd.DataFrame(shown)
 
@@ -171,7 +185,9 @@ TABLE3_NOTE = (
     "manual recipe around it and the tuned mixture, each retrained at the full budget with `tune.replicates` "
     "seeds and measured on the test sets (analytic `speedup_model`, mean over replicates). A gain's 95% "
     "interval covers training replicates and test prompts (two levels); `replicates agree`: how many "
-    "replicates show a gain on their own.\n"
+    "replicates show a gain on their own. With `tune.controls`, each mixture's control (as many teacher "
+    "samples per prompt at the best single τ_kd, drawn by the mixture's weights) and the mixture's gain "
+    "over it: above 0, the temperatures make the gain, not the extra samples.\n"
 )
 
 

@@ -19,7 +19,7 @@ import pandas as pd
 
 from specray.metrics import ACCEPTANCE_RATE, PER_PROMPT_BETA_SUM, PER_PROMPT_TOKENS
 from specray.names import BASELINE
-from specray.report.composition import Composition, composition_gains, sweep_mixture_gains
+from specray.report.composition import Composition, composition_gains, control_gains, sweep_mixture_gains
 from specray.report.paired import (
     INCONCLUSIVE,
     PromptCells,
@@ -356,7 +356,7 @@ def all_verdicts(
     tables = prompt_cells(cells)
     checks = (speedup_falls, diagonal_best, higher_neighbour, kd_helps_most_at_high, online_beats_offline)
     verdicts = [v for check in (*checks, out_of_domain, u_curve) for v in check(tables)]
-    verdicts += composition_gains(composition) + sweep_mixture_gains(tables)
+    verdicts += composition_gains(composition) + control_gains(composition) + sweep_mixture_gains(tables)
     return verdicts + curves_part_late(curves)
 
 

@@ -20,7 +20,7 @@ from mlflow.tracking import MlflowClient
 
 from specray.distill.checkpoints import FINISHED_FILE
 from specray.names import TUNE_DRAFTS
-from specray.report.composition import composition_gains
+from specray.report.composition import composition_gains, control_gains
 from specray.report.tables import load_composition
 from specray.serving.command import run_export
 from specray.sweep.tune.run import TuneOutcome
@@ -127,7 +127,7 @@ class ResumedSearch:
 def resumed_search(micro_zoo, tmp_path_factory) -> ResumedSearch:
     root = tmp_path_factory.mktemp("tune")
     # teacher.seed=3: no shards yet, so the driver must generate them — before the search, never during it
-    extra = ("teacher.seed=3", "tune.max_concurrent_trials=2", "tune.replicates=2")
+    extra = ("teacher.seed=3", "tune.max_concurrent_trials=2", "tune.replicates=2", "tune.controls=true")
     overrides = micro_overrides(micro_zoo, root, *extra)
     log, pickled = root / "events.jsonl", root / "outcome.pkl"
     env = os.environ | {
@@ -232,6 +232,11 @@ def test_a_search_reads_cached_shards_logs_every_trial_and_registers_the_winner(
     assert {"offline/tau_kd=0", "offline/tau_kd=1", "offline/mix=0:1,1:1", "offline/mix=0:1,1:1/r1"} <= final
     single = outcome.table["single draft"].iloc[0]
     assert f"{single}/r1" in final and all(not name.endswith("@2") for name in final)
+    # tune.controls: the manual recipe's control (2 samples at the best single τ_kd), both replicates
+    tau_kd = outcome.table["single tau_kd"].iloc[0]
+    assert {f"offline/tau_kd={tau_kd}/samples=1,1", f"offline/tau_kd={tau_kd}/samples=1,1/r1"} <= final
+    controls = [e for e in resumed_search.events if e["event"] == "generate" and e["taus"] == [float(tau_kd)]]
+    assert controls, "the control's second sample was not generated"
 
     name, version = outcome.registered
     registered = client.get_model_version(name, version)
@@ -262,6 +267,10 @@ def test_a_search_reads_cached_shards_logs_every_trial_and_registers_the_winner(
     assert all(np.isfinite([v.low, v.high]).all() and v.low <= v.effect <= v.high for v in verdicts)
     assert all(v.replicates == 2 and v.agreeing in ("0/2", "1/2", "2/2") for v in verdicts)  # training too
     assert composition.rank is not None and len(composition.rank) == len(rank)
+    versus = control_gains(composition)  # each mixture against its samples at the best single τ_kd
+    assert {v.scope.split(",")[0] for v in versus} >= {"manual recipe"} and len(versus) >= 2
+    assert all(np.isfinite([v.low, v.high]).all() and v.replicates == 2 for v in versus)
+    assert frame["manual vs control"].notna().all() and "manual vs control [95% CI]" in outcome.markdown
 
     # `specray export` of the tune run: its candidates are Table 3's full-budget drafts, every replicate
     candidates = {d["key"] for d in json.loads((report / TUNE_DRAFTS).read_text())["drafts"]}

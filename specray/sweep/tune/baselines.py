@@ -15,7 +15,7 @@ gain of the manual recipe and of the tuned mixture over the best single τ_kd.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -63,6 +63,14 @@ class Contenders:
     single: dict[float, str]
     manual: dict[float, str]
     labels: dict[str, str]  # draft name -> what the table shows (τ_kd, recipe or mixture)
+    # per contender with a control (`tune.controls`: "manual", "tuned"), per τ_dec, its control's name
+    controls: dict[str, dict[float, str]] = field(default_factory=dict)
+
+    @property
+    def names(self) -> set[str]:
+        """Every recipe the table compares (the contenders' and their controls')."""
+        controls = {name for by_tau in self.controls.values() for name in by_tau.values()}
+        return {*self.single.values(), *self.manual.values(), self.tuned, *controls}
 
 
 def table3(
@@ -90,7 +98,11 @@ def table3(
             single = cell[(contenders.single[tau_dec], test_set, tau_dec)]
             manual = cell[(contenders.manual[tau_dec], test_set, tau_dec)]
             tuned = cell[(contenders.tuned, test_set, tau_dec)]
-            rows.append(_row(test_set, tau_dec, single, manual, tuned, contenders))
+            row = _row(test_set, tau_dec, single, manual, tuned, contenders)
+            for who, names in contenders.controls.items():
+                control = cell[(names[tau_dec], test_set, tau_dec)]
+                row |= _control_columns(who, row[f"{who} speedup_model"], control, contenders)
+            rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -115,6 +127,17 @@ def _row(
         "single draft": single["draft"],
         "manual draft": manual["draft"],
         "tuned draft": tuned["draft"],
+    }
+
+
+def _control_columns(who: str, speedup: float, control: Mapping, c: Contenders) -> dict:
+    """A contender's control (its samples at the best single τ_kd) and the contender's gain over it."""
+    return {
+        f"{who} control": c.labels[control["draft"]],
+        f"{who} control acceptance_rate": control[ACCEPTANCE_RATE],
+        f"{who} control speedup_model": control[SPEEDUP_MODEL],
+        f"{who} vs control": relative_gain(speedup, control[SPEEDUP_MODEL]),
+        f"{who} control draft": control["draft"],
     }
 
 

@@ -20,9 +20,10 @@ from pathlib import Path
 
 from specray.config import SweepSpec
 from specray.distill.checkpoints import is_finished
-from specray.draft import Draft, draft_folder_name, plan_draft, replicate_name
+from specray.draft import Draft, control_name, draft_folder_name, plan_control, plan_draft, replicate_name
+from specray.keys import shard_key
 from specray.specdec.records import CellRecord, StepCosts
-from specray.sweep.plan import SweepPlan, other_sweeps, plan_shards
+from specray.sweep.plan import ShardPlan, SweepPlan, other_sweeps, plan_shards
 from specray.sweep.stages import Stages
 from specray.sweep.tracked import DraftRuns
 from specray.sweep.tune.space import Recipe, budget_spec, final_budget, tune_grid
@@ -81,6 +82,27 @@ class Tune:
 
         return plan_draft(spec, keys, recipe.paradigm, recipe.mixture, replicate, name=name, folder=folder)
 
+    def control(self, recipe: Recipe, tau: float, replicate: int = 0) -> Draft:
+        """Replicate `replicate` of the control of `recipe` (a mixture of k τ_kd) at the τ_kd `tau`
+        (`draft.plan_control`): k teacher samples of the train prompts at `tau`, sample j with the
+        replicate's teacher.seed + j·stride (stride: the replicates when each has its own teacher sample,
+        so no two replicates share a sample), weighted like the mixture's τ_kd in ascending order; at the
+        recipe's budget, in the tune's own folder."""
+        spec, train = budget_spec(self.spec, recipe), self.plan.splits["train"]
+        teacher = spec.for_replicate(replicate).teacher
+        stride = self.spec.tune.replicates if teacher.replicate_shards else 1
+        weights = [weight for _, weight in sorted(recipe.mixture.items())]
+        samples = [
+            shard_key(spec, train, tau, teacher.max_new_tokens, teacher.seed + j * stride)
+            for j in range(len(weights))
+        ]
+        steps, final = int(recipe.distill["steps"]), final_budget(self.spec)
+        name = budget_name(control_name(recipe.paradigm, tau, weights), steps, final)
+        name = replicate_name(name, replicate)
+        where = self.out / (FINAL_DIR if steps == final else BASELINES_DIR)
+        folder = (where / draft_folder_name(name)).absolute()
+        return plan_control(spec, samples, weights, recipe.paradigm, replicate, name=name, folder=folder)
+
     def _sweep_folders(self, folder_name: str) -> list[Path]:
         """Where a `specray run` publishes a draft of this folder name: this sweep's drafts, then any other
         sweep's under the same output directory."""
@@ -96,6 +118,15 @@ class Tune:
         own = [d for d in unique if any(first.keys.get(tau) != key for tau, key in d.shards.items())]
         if own:  # replicates with their own teacher sample (teacher.replicate_shards)
             self.stages.generate([plan_shards(d.train_spec, train) for d in own])
+        samples = {  # the controls' further samples at their one τ_kd
+            key: d.train_spec
+            for d in unique
+            for key in d.sample_shards.values()
+            if first.keys.get(key.tau) != key
+        }
+        if samples:
+            plans = [ShardPlan(spec, tuple(train), {key.tau: key}) for key, spec in samples.items()]
+            self.stages.generate(plans, stage="control samples")
         self.stages.distil(unique, self.runs.draft_done, stage=stage)
 
     def evaluate(self, drafts: list[Draft], test_sets: list[str], stage: str) -> list[CellRecord]:

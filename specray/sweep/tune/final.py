@@ -58,8 +58,7 @@ class Retrained:
     @property
     def compared(self) -> list[Draft]:
         """The drafts Table 3 compares: every replicate of its contenders (the export's candidates)."""
-        c = self.contenders
-        names = {*c.single.values(), *c.manual.values(), c.tuned}
+        names = self.contenders.names
         return [draft for draft in self.drafts if draft.recipe in names]
 
     def replicates(self, recipe: str) -> list[Draft]:
@@ -78,20 +77,33 @@ def retrain(run: Tune, finalists: Finalists) -> Retrained:
     replicates = range(spec.tune.replicates)
     planned = [run.draft(recipe) for recipe in single.values()]
     planned += [run.draft(recipe, r, name=name) for name, recipe in recipes.items() for r in replicates]
+    controls: dict[str, dict[float, str]] = {}
+    if spec.tune.controls:  # each mixture's samples at that τ_dec's best single τ_kd
+        mixtures = {"manual": manual, "tuned": dict.fromkeys(finalists.single, tuned)}
+        for who, by_tau_dec in mixtures.items():
+            for tau_dec, recipe in by_tau_dec.items():
+                if len(recipe.mixture) < 2:
+                    continue  # one τ_kd: its own samples; nothing to control
+                drafts = [run.control(recipe, finalists.single[tau_dec], r) for r in replicates]
+                controls.setdefault(who, {})[tau_dec] = drafts[0].recipe
+                planned += drafts
     searched_folders = {d.key: d.folder for d in finalists.drafts.values()}  # equal budgets: the search's
     planned = [replace(d, folder=searched_folders.get(d.key, d.folder)) for d in planned]
     everything = list({d.name: d for d in one_folder_per_key(planned)}.values())
-    compared = [d for d in everything if d.recipe in recipes]
+    compared_recipes = set(recipes) | {name for by_tau in controls.values() for name in by_tau.values()}
+    compared = [d for d in everything if d.recipe in compared_recipes]
     run.distil(everything, "final", "retrained drafts")  # stage names: results files key them (no commas)
     validation = run.evaluate(everything, [VALIDATION], "retrained validation")
     tests = run.evaluate(compared, list(spec.eval.test_sets), "retrained test sets")
     labels = {single[tau].name: f"{tau:g}" for tau in finalists.single.values()}
     labels |= {r.name: "+".join(f"{tau:g}" for tau in sorted(r.mixture)) for r in manual.values()}
+    labels |= {d.recipe: f"{d.tau_kd:g} × {len(d.samples)} samples" for d in everything if d.samples}
     contenders = Contenders(
         tuned=TUNED + tuned.name,
         single={tau_dec: single[tau].name for tau_dec, tau in finalists.single.items()},
         manual={tau_dec: recipe.name for tau_dec, recipe in manual.items()},
         labels=labels | {TUNED + tuned.name: tuned.mixture_tag},
+        controls={who: by_tau for who, by_tau in controls.items() if len(by_tau) == len(finalists.single)},
     )
     return Retrained(tuple(everything), contenders, tuple(validation), tuple(tests))
 

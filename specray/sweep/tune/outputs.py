@@ -30,7 +30,7 @@ from specray.config.loading import dump_spec
 from specray.draft import Draft, split_replicate
 from specray.files import write_json, write_text
 from specray.names import TUNE_DRAFTS, TUNE_SPEC, TUNE_STEP_COSTS
-from specray.report.composition import Composition, composition_gains
+from specray.report.composition import Composition, composition_gains, control_gains
 from specray.report.table3 import RankAgreement, table3_section
 from specray.report.tables import TABLE3_FILE, TUNE_CELLS_FILE, TUNE_RANK_FILE, markdown_table
 from specray.report.verdicts import verdict_frame
@@ -73,7 +73,7 @@ def write_tables(
     write_text(folder / "table3_search.md", search_markdown)
     table = "\n".join(table3_section(composition, rank))
     write_text(folder / "table3.md", f"# {title}\n\n{table}\n")
-    verdicts = markdown_table(verdict_frame(composition_gains(composition)))
+    verdicts = markdown_table(verdict_frame(composition_gains(composition) + control_gains(composition)))
     sections = [f"# {title}\n", table, "## Composition verdicts\n", verdicts]
     sections += ["## The search's own record\n", search_markdown.replace("# ", "### ", 1)]
     markdown = "\n".join(sections) + "\n"

@@ -213,6 +213,9 @@ def _gains(frame: pd.DataFrame, prefix: str = "") -> dict[str, float]:
         where = f"{row['test_set']}/tau_dec_{row['tau_dec']:g}"
         metrics[f"{prefix}tuned_gain/{where}"] = row["tuned gain"]
         metrics[f"{prefix}manual_gain/{where}"] = row["manual gain"]
+        for who in ("tuned", "manual"):  # `tune.controls`
+            if f"{who} vs control" in row:
+                metrics[f"{prefix}{who}_vs_control/{where}"] = row[f"{who} vs control"]
     return metrics
 
 
@@ -225,6 +228,10 @@ def _figures(spec: SweepSpec, table: pd.DataFrame, rank: RankAgreement, trials: 
         for who in ("tuned", "manual"):
             columns = {"gain": f"{who} gain", "gain_low": f"{who} gain low", "gain_high": f"{who} gain high"}
             gains[f"{who}_{where}"] = {key: _finite(row.get(column)) for key, column in columns.items()}
+            versus = f"{who} vs control"  # `tune.controls`: the gain over the same samples at one τ_kd
+            if versus in row:
+                columns = {"gain": versus, "gain_low": f"{versus} low", "gain_high": f"{versus} high"}
+                gains[f"{who}_vs_control_{where}"] = {key: _finite(row.get(c)) for key, c in columns.items()}
     completed = sum(t.status == "completed" for t in trials)
     return {
         "search_steps": steps_budget(spec),
