@@ -27,16 +27,15 @@ def run(
     with user_errors():
         spec = load_spec(sweep, overrides or [])  # a bad spec is refused before the heavy imports below
         check_named_files(spec)  # so is a mistyped data path or model folder, by its field
-        from specray.sweep.plan import plan_sweep, sweep_dir
+        from specray.sweep.plan import sweep_dir
         from specray.sweep.run import run_sweep
-        from specray.sweep.survey import survey
+        from specray.sweep.startup import dry_run as planned
 
         if spec.models.garden:
             _run_garden(spec, dry_run)
             return
         if dry_run:
-            plan = plan_sweep(spec)
-            _print_plan(plan, survey(plan), drafts=True)
+            _print_plan(*planned(spec), drafts=True)
             return
         set_threads()
         with resumable(sweep_dir(spec)):
@@ -64,14 +63,16 @@ def _run_garden(spec, dry_run: bool) -> None:  # noqa: ANN001 (a SweepSpec; impo
     from specray.garden.plan import check_garden, garden_models
     from specray.garden.run import run_garden
     from specray.sweep.plan import sweep_dir
+    from specray.sweep.startup import dry_run as planned
 
-    check_garden(spec)
+    plan, _ = planned(spec, check_garden)
     labels = [m.label for m in garden_models(spec)]
     typer.echo(
         f"garden {spec.name}: targets {', '.join(labels)} (teacher {labels[-1]}); distils {len(labels) - 1} "
         f"targets and {2 * len(labels) - 1} drafts, then measures every point at batch 1"
     )
     if dry_run:
+        typer.echo(f"  train split {len(plan.splits['train'])} prompts, in {plan.folder}; nothing run")
         return
     set_threads()
     with resumable(sweep_dir(spec)):
@@ -242,6 +243,9 @@ def tune(
     sweep: Path = SweepArg,
     overrides: list[str] = OverridesArg,
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted search."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the search's budgets and what of its inputs is on disk; run nothing."
+    ),
 ) -> None:
     """Search τ_kd mixtures with Ray Tune (Optuna TPE + ASHA), retrain the winner, the best single τ_kd and
     the paper's manual recipe at the full budget (tune.final_steps, tune.replicates each) and print Table 3
@@ -250,6 +254,9 @@ def tune(
 
     with user_errors():
         spec = stage_spec(sweep, overrides, "specray tune")
+        if dry_run:
+            _print_tune_plan(spec)
+            return
         set_threads()
         try:
             with resumable(tune_dir(spec), "--resume"):
@@ -269,6 +276,33 @@ def tune(
         typer.echo(f"  {stage:18s} {seconds:8.1f}s   peak memory in use {peak:.2f} GiB")
     typer.echo(f"report: {outcome.report_dir}")
     record_run(spec, outcome, "tune")  # docs/results/*.json, when SPECRAY_RECORD names one
+
+
+def _print_tune_plan(spec) -> None:  # noqa: ANN001 (a SweepSpec; imported lazily)
+    """`specray tune --dry-run`: the checks and the plan every driver starts with, the search's budgets,
+    and what of the shards and step costs is on disk."""
+    from specray.sweep.startup import dry_run
+    from specray.sweep.tune import tune_dir
+    from specray.sweep.tune.space import check_tune, final_budget, steps_budget
+
+    plan, found = dry_run(spec, check_tune, validation=True)
+    t = spec.tune
+    sets = ", ".join(f"{name} ({len(p.examples)} prompts)" for name, p in plan.prompt_sets.items())
+    typer.echo(f"plan for tune {spec.name} in {tune_dir(spec)}:")
+    typer.echo(f"  train split {len(plan.splits['train'])} prompts; prompt sets: {sets}")
+    typer.echo(
+        f"  search: {t.num_samples} trials ({t.search}, space {t.space}, early stopping {t.early_stopping}), "
+        f"{t.max_concurrent_trials} at a time, {steps_budget(spec)} steps each, scored on validation at "
+        f"τ_dec {', '.join(f'{x:g}' for x in t.objective_temperatures)}; baselines: "
+        f"{len(spec.teacher.temperatures)} single τ_kd and the manual recipe (top {t.manual_top_k})"
+    )
+    controls = " and each mixture's control" if t.controls else ""
+    typer.echo(
+        f"  full budget: {final_budget(spec)} steps; the winner, the best single τ_kd and the manual "
+        f"recipe{controls}, {t.replicates} replicate(s) each, on {', '.join(spec.eval.test_sets)}"
+    )
+    for line in found.lines()[:1] + found.lines()[2:3]:  # the teacher shards and the step costs
+        typer.echo(f"  {line}")
 
 
 def _print_plan(plan, found, drafts: bool = False) -> None:  # noqa: ANN001 (SweepPlan, Survey: lazy)

@@ -40,16 +40,15 @@ from specray.garden.plan import (
     pair_spec,
 )
 from specray.keys import digest, model_id
-from specray.locks import output_folder
 from specray.metrics import LATENCY_MS_PER_TOKEN, QUALITY
 from specray.models.sources import resolve_model_path
 from specray.report.garden import figures, write_garden_report
 from specray.specdec.garden_points import MEASURE_FORMAT, GardenPoint, PointResult
 from specray.specdec.workers import measure_garden_points
-from specray.sweep.plan import SPEC_FILE, ShardPlan, SweepPlan, plan_shards, plan_sweep, sweep_dir
-from specray.sweep.preflight import preflight
+from specray.sweep.plan import SPEC_FILE, ShardPlan, SweepPlan, plan_shards
 from specray.sweep.progress import SweepDisplay
 from specray.sweep.stages import Stages
+from specray.sweep.startup import started
 from specray.tracking.client import Tracker, open_tracker
 from specray.tracking.names import garden_metric
 
@@ -82,14 +81,12 @@ class Distilled:
 
 def run_garden(spec: SweepSpec, show_progress: bool = True) -> GardenOutcome:
     """Run (or resume) the garden; its folder is held for the run (a second run on it is refused)."""
-    with output_folder(sweep_dir(spec)):
-        preflight(spec)
-        check_garden(spec)
-        return _run_garden(spec, show_progress)
+    with started(spec, check_garden) as plan:
+        return _run_garden(plan, show_progress)
 
 
-def _run_garden(spec: SweepSpec, show_progress: bool) -> GardenOutcome:
-    plan = plan_sweep(spec)
+def _run_garden(plan: SweepPlan, show_progress: bool) -> GardenOutcome:
+    spec = plan.spec
     root = plan.folder / GARDEN_DIR
     write_text(plan.folder / SPEC_FILE, dump_spec(spec))
     tracker = open_tracker(spec.tracking.uri, spec.experiment)

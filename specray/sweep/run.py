@@ -24,16 +24,15 @@ from specray.cluster.runtime import ray_session
 from specray.config import ModelRef, SweepSpec, dump_spec
 from specray.distill.curves import CurvePoint, curves_to_json
 from specray.draft import Draft
-from specray.files import check_writable, write_text
-from specray.locks import output_folder
+from specray.files import write_text
 from specray.models.loading import load_tokenizer
 from specray.report.build import build_report
 from specray.specdec.cells import workload_json
 from specray.specdec.records import CellRecord, StepCosts
-from specray.sweep.plan import SPEC_FILE, SweepPlan, plan_sweep, sweep_dir
-from specray.sweep.preflight import preflight
+from specray.sweep.plan import SPEC_FILE, SweepPlan
 from specray.sweep.progress import SweepDisplay
 from specray.sweep.stages import Stages
+from specray.sweep.startup import started
 from specray.sweep.survey import StagePlan, Survey, survey
 from specray.sweep.tracked import DraftRuns, log_missing, sweep_data
 from specray.tracking.client import describe_sweep, open_tracker
@@ -59,16 +58,14 @@ def run_sweep(
 ) -> SweepOutcome:
     """Run (or resume) the whole sweep; returns where the report is and what was measured. The sweep's
     output folder is held for the whole run: a second run on it is refused (`locks.FolderInUse`)."""
-    check_writable(sweep_dir(spec), "output_dir", "choose another with output_dir=PATH")
-    with output_folder(sweep_dir(spec)):
-        return _run_sweep(spec, show_progress, on_plan)
+    with started(spec) as plan:
+        return _run_sweep(plan, show_progress, on_plan)
 
 
 def _run_sweep(
-    spec: SweepSpec, show_progress: bool, on_plan: Callable[[SweepPlan, Survey], None] | None
+    plan: SweepPlan, show_progress: bool, on_plan: Callable[[SweepPlan, Survey], None] | None
 ) -> SweepOutcome:
-    plan = plan_sweep(spec)
-    preflight(spec)
+    spec = plan.spec
     write_text(plan.folder / SPEC_FILE, dump_spec(spec))  # the settings its results are keyed by (export)
     found = survey(plan)
     if on_plan is not None:

@@ -321,6 +321,19 @@ def test_a_killed_search_resumes_without_rerunning_finished_trials(resumed_searc
 
     again = subprocess.run(resumed_search.command(), cwd=resumed_search.root, capture_output=True, text=True)
     assert again.returncode == 2 and "already holds a search: add --resume" in again.stderr
+    # --dry-run: the plan every driver starts with, against the disk; nothing run, nothing written
+    state = sorted(p.name for p in resumed_search.out.rglob("*"))
+    dry = subprocess.run(
+        resumed_search.command("--dry-run"), cwd=resumed_search.root, capture_output=True, text=True
+    )
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    assert (
+        "search: 3 trials (optuna, space weights, early stopping asha), 2 at a time, 2 steps each"
+        in dry.stdout
+    )
+    assert "each mixture's control, 2 replicate(s) each" in dry.stdout
+    assert "teacher shards  2 reused, 0 to compute" in dry.stdout and "Started a local Ray" not in dry.stderr
+    assert sorted(p.name for p in resumed_search.out.rglob("*")) == state
 
 
 def test_cli_refuses_bad_tune_settings_before_starting_ray(micro_zoo, tmp_path) -> None:
@@ -329,3 +342,7 @@ def test_cli_refuses_bad_tune_settings_before_starting_ray(micro_zoo, tmp_path) 
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "tune.objective_temperatures: [0.5] not in eval.temperatures [0.0, 1.0]" in result.stderr
     assert "Started a local Ray instance" not in result.stderr
+    dry = subprocess.run(
+        [SPECRAY, "tune", str(SMOKE), *bad, "--dry-run"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert dry.returncode == 2 and "tune.objective_temperatures: [0.5] not in" in dry.stderr

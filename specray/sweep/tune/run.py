@@ -38,14 +38,14 @@ from specray.draft import representative
 from specray.errors import SpecError
 from specray.files import write_atomic
 from specray.keys import spec_key
-from specray.locks import output_folder
 from specray.names import TUNE_REPORT, TUNE_STATE
 from specray.report.composition import Composition
 from specray.report.table3 import RankAgreement, gain_intervals, rank_agreement
 from specray.specdec.records import StepCosts
-from specray.sweep.plan import plan_sweep, sweep_dir
+from specray.sweep.plan import SweepPlan, sweep_dir
 from specray.sweep.progress import SweepDisplay
 from specray.sweep.stages import Stages
+from specray.sweep.startup import started
 from specray.sweep.tracked import DraftRuns, sweep_data
 from specray.sweep.tune.baselines import table3
 from specray.sweep.tune.driver import SEARCH_DIR, Tune
@@ -110,17 +110,15 @@ def _claim(out: Path, spec: SweepSpec, resume: bool) -> None:
 def run_tune(spec: SweepSpec, resume: bool = False, show_progress: bool = True) -> TuneOutcome:
     """Run (or with `resume` continue) the search, its baselines and Table 3. Holds the sweep's output
     folder (its drafts and step costs are shared with `specray run`) for the whole search."""
-    check_tune(spec)
-    with output_folder(sweep_dir(spec)):
-        return _run_tune(spec, resume, show_progress)
+    with started(spec, check_tune, validation=True) as plan:
+        return _run_tune(plan, resume, show_progress)
 
 
-def _run_tune(spec: SweepSpec, resume: bool, show_progress: bool) -> TuneOutcome:
-    out = tune_dir(spec)
+def _run_tune(plan: SweepPlan, resume: bool, show_progress: bool) -> TuneOutcome:
+    spec, out = plan.spec, tune_dir(plan.spec)
     _claim(out, spec, resume)
     tracker = open_tracker(spec.tracking.uri, spec.experiment)  # unreachable MLflow fails before any work
     parent, resumed = tracker.tune_parent_run(spec, resume)
-    plan = plan_sweep(spec, validation=True)
     tracker.log_datasets(parent, sweep_data(plan).everything())
     display = SweepDisplay(enabled=show_progress)
     with ray_session(spec.ray), display, Stages(plan, display) as stages:
