@@ -385,6 +385,26 @@ def cell_key_inputs(
     return inputs
 
 
+def garden_point_key(
+    spec: SweepSpec, decodes: Mapping[str, Any], prompts_fingerprint: str, measure_format: int
+) -> str:
+    """A model garden's point: what it decodes (`decodes`: the kind of point, τ, γ, lenience, and the
+    models by what they are), on which prompts, how long, how often, with which seeds, on what (device and
+    threads: the latencies), measured by which version of the measurement (`measure_format`)."""
+    e = spec.eval
+    return digest(
+        {
+            "garden_point": measure_format,
+            "decodes": dict(decodes),
+            "prompts": prompts_fingerprint,
+            "max_new_tokens": e.max_new_tokens,
+            "repeats": e.repeats,
+            "seed": e.seed,
+            "device": {"num_cpus": e.num_cpus, "num_gpus": e.num_gpus},
+        }
+    )
+
+
 # ---------------------------------------------------------------- a sweep's teacher shards
 
 

@@ -60,8 +60,9 @@ def run(
 
 def _run_garden(spec, dry_run: bool) -> None:  # noqa: ANN001 (a SweepSpec; imported lazily)
     """A spec with `models.garden` runs DistillSpec's model garden (`specray/garden/`) instead of a sweep."""
+    from specray.distill.checkpoints import is_finished
     from specray.garden.plan import check_garden, garden_models
-    from specray.garden.run import run_garden
+    from specray.garden.run import plan_garden, run_garden
     from specray.sweep.plan import sweep_dir
     from specray.sweep.startup import dry_run as planned
 
@@ -72,7 +73,12 @@ def _run_garden(spec, dry_run: bool) -> None:  # noqa: ANN001 (a SweepSpec; impo
         f"targets and {2 * len(labels) - 1} drafts, then measures every point at batch 1"
     )
     if dry_run:
-        typer.echo(f"  train split {len(plan.splits['train'])} prompts, in {plan.folder}; nothing run")
+        garden = plan_garden(plan)
+        for made in [*garden.targets, *garden.drafts]:
+            done = "finished" if is_finished(made.draft.folder, made.draft.key) else "to distil"
+            typer.echo(f"  {made.role:6s} {made.draft.name:32s} key {made.draft.key[:12]}  {done}")
+        train = len(plan.splits["train"])
+        typer.echo(f"  {len(garden.points)} points; train split {train} prompts; nothing run")
         return
     set_threads()
     with resumable(sweep_dir(spec)):

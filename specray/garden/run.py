@@ -39,9 +39,9 @@ from specray.garden.plan import (
     model_label,
     pair_spec,
 )
-from specray.keys import digest, model_id
+from specray.keys import digest, garden_point_key, model_id
 from specray.metrics import LATENCY_MS_PER_TOKEN, QUALITY
-from specray.models.sources import resolve_model_path
+from specray.models.sources import model_path
 from specray.report.garden import figures, write_garden_report
 from specray.specdec.garden_points import MEASURE_FORMAT, GardenPoint, PointResult
 from specray.specdec.workers import measure_garden_points
@@ -85,15 +85,39 @@ def run_garden(spec: SweepSpec, show_progress: bool = True) -> GardenOutcome:
         return _run_garden(plan, show_progress)
 
 
-def _run_garden(plan: SweepPlan, show_progress: bool) -> GardenOutcome:
+@dataclass(frozen=True)
+class GardenPlan:
+    """The garden, planned once before Ray starts (as a sweep's `SweepPlan`): every model it distils, with
+    its key and folder, and every point of the plot with the models it decodes with."""
+
+    sweep: SweepPlan
+    targets: list[Distilled]  # the smaller targets, distilled from the teacher
+    drafts: list[Distilled]  # the draft distilled from every raw and every distilled target
+    points: list[GardenPoint]
+    table: GardenModels
+
+
+def plan_garden(plan: SweepPlan) -> GardenPlan:
+    """Every distillation and point of the garden of `plan.spec`, from the plan alone (model folders by
+    where they are or will be made, nothing built or loaded)."""
     spec = plan.spec
     root = plan.folder / GARDEN_DIR
-    write_text(plan.folder / SPEC_FILE, dump_spec(spec))
-    tracker = open_tracker(spec.tracking.uri, spec.experiment)
-    parent, _ = tracker.garden_run(spec)
     models = garden_models(spec)
     teacher, smaller = models[-1], models[:-1]
     student = GardenModel(model_label(spec.models.draft), spec.models.draft)
+    targets = [_distilled(plan, teacher, m, "target", root) for m in smaller]
+    raw_and_distilled = [*models, *(GardenModel(d.draft.name, d.ref) for d in targets)]
+    made = [_distilled(plan, m, student, "draft", root) for m in raw_and_distilled]
+    drafts = {m.label: d for m, d in zip(raw_and_distilled, made, strict=True)}
+    points = garden_points(spec, models, targets, drafts)
+    return GardenPlan(plan, targets, made, points, garden_model_table(spec, models, [*targets, *made]))
+
+
+def _run_garden(plan: SweepPlan, show_progress: bool) -> GardenOutcome:
+    spec, garden = plan.spec, plan_garden(plan)
+    write_text(plan.folder / SPEC_FILE, dump_spec(spec))
+    tracker = open_tracker(spec.tracking.uri, spec.experiment)
+    parent, _ = tracker.garden_run(spec)
     display = SweepDisplay(enabled=show_progress)
 
     def logged(made: Distilled, curves: list[CurvePoint]) -> None:
@@ -101,16 +125,11 @@ def _run_garden(plan: SweepPlan, show_progress: bool) -> GardenOutcome:
 
     with ray_session(spec.ray), display, Stages(plan, display) as stages:
         stages.models(spec.models.garden)
-        targets = [_distilled(plan, teacher, m, "target", root) for m in smaller]
-        _distil(stages, targets, "distill targets", logged)
-        raw_and_distilled = [*models, *(GardenModel(d.draft.name, d.ref) for d in targets)]
-        made = [_distilled(plan, m, student, "draft", root) for m in raw_and_distilled]
-        _distil(stages, made, "distill drafts", logged)
-        drafts = {m.label: d for m, d in zip(raw_and_distilled, made, strict=True)}
-        points = garden_points(spec, models, targets, drafts)
-        garden = garden_model_table(spec, models, [*targets, *made])
-        with display.stage("garden points", len(points), "point"):
-            results = measure_points(plan, stages, points, garden, root / "points", display)
+        _distil(stages, garden.targets, "distill targets", logged)
+        _distil(stages, garden.drafts, "distill drafts", logged)
+        with display.stage("garden points", len(garden.points), "point"):
+            folder = plan.folder / GARDEN_DIR / "points"
+            results = measure_points(plan, stages, garden.points, garden.table, folder, display)
     report = _report(spec, results, tracker, parent, plan.folder)
     tracker.finish(parent)
     return GardenOutcome(parent, report, results, display.summary)
@@ -172,7 +191,7 @@ def garden_points(
     """Every point of the plot (`specdec.garden_points.GardenPoint`); a point whose decodes another does
     (the teacher is its own distilled target) is listed once per curve but measured once."""
     e = spec.eval
-    path = lambda ref: resolve_model_path(ref, spec.models)  # noqa: E731
+    path = lambda ref: model_path(ref, spec.models)  # noqa: E731 (where it is or will be made)
     raw_draft = path(spec.models.draft)
     teacher = models[-1]
     distilled = [(d.draft.name, d.ref) for d in targets] + [(teacher.label, teacher.ref)]
@@ -217,31 +236,19 @@ def garden_model_table(
     named += [(d.ref, f"distilled/{d.draft.key}") for d in distilled]
     ids, load = {}, {}
     for ref, identity in named:
-        folder = resolve_model_path(ref, spec.models)
+        folder = model_path(ref, spec.models)
         ids[folder] = identity
         load[folder] = {"dtype": ref.dtype, "trust_remote_code": ref.trust_remote_code}
     return GardenModels(ids, load)
 
 
 def point_key(spec: SweepSpec, point: GardenPoint, models: GardenModels, prompts_fingerprint: str) -> str:
-    """What a point's figures depend on: the models it decodes with (by what they are, not where their
-    folders are), how (τ, γ, lenience), on which prompts, how long, how often, with which seeds, and on
-    what (device and threads: the latencies)."""
-    e = spec.eval
+    """A point's key (`keys.garden_point_key`): the models it decodes with by what they are, not where
+    their folders are."""
     decodes = {k: v for k, v in point.to_json().items() if k not in ("curve", "model", "target", "draft")}
     decodes["target"] = models.ids[point.target]
     decodes["draft"] = None if point.draft is None else models.ids[point.draft]
-    return digest(
-        {
-            "garden_point": MEASURE_FORMAT,
-            "decodes": decodes,
-            "prompts": prompts_fingerprint,
-            "max_new_tokens": e.max_new_tokens,
-            "repeats": e.repeats,
-            "seed": e.seed,
-            "device": {"num_cpus": e.num_cpus, "num_gpus": e.num_gpus},
-        }
-    )
+    return garden_point_key(spec, decodes, prompts_fingerprint, MEASURE_FORMAT)
 
 
 def garden_prompts(plan: SweepPlan, stages: Stages) -> tuple[list[list[int]], list[Any], str]:
