@@ -34,6 +34,7 @@ from specray.keys import (
     digest,
     draft_key_inputs,
     model_id,
+    shard_key,
     train_shard_keys,
 )
 from specray.models.sources import model_path
@@ -211,6 +212,17 @@ def variants(spec: SweepSpec, paradigm: str) -> list[tuple[str, str]]:
 def plan_shards(spec: SweepSpec, train: Sequence[Example]) -> ShardPlan:
     """The shard keys of one teacher sample of `train` (the spec's teacher, seed and τ_kd grid)."""
     return ShardPlan(spec, tuple(train), train_shard_keys(spec, train))
+
+
+def plan_samples(
+    spec: SweepSpec, train: Sequence[Example], tau: float, count: int, stride: int = 1
+) -> list[ShardKey]:
+    """The keys of `count` teacher samples of `train` at one τ_kd `tau` (a control's, `draft.plan_control`):
+    sample j drawn with the spec's teacher.seed + j·stride, so sample 0 is the spec's own shard at `tau`."""
+    teacher = spec.teacher
+    return [
+        shard_key(spec, train, tau, teacher.max_new_tokens, teacher.seed + j * stride) for j in range(count)
+    ]
 
 
 def plan_prompt_set(spec: SweepSpec, name: str, splits: Mapping[str, Sequence[Example]]) -> PromptSet:

@@ -21,9 +21,8 @@ from pathlib import Path
 from specray.config import SweepSpec
 from specray.distill.checkpoints import is_finished
 from specray.draft import Draft, control_name, draft_folder_name, plan_control, plan_draft, replicate_name
-from specray.keys import shard_key
 from specray.specdec.records import CellRecord, StepCosts
-from specray.sweep.plan import ShardPlan, SweepPlan, other_sweeps, plan_shards
+from specray.sweep.plan import ShardPlan, SweepPlan, other_sweeps, plan_samples, plan_shards
 from specray.sweep.stages import Stages
 from specray.sweep.tracked import DraftRuns
 from specray.sweep.tune.space import Recipe, budget_spec, final_budget, tune_grid
@@ -89,13 +88,9 @@ class Tune:
         so no two replicates share a sample), weighted like the mixture's τ_kd in ascending order; at the
         recipe's budget, in the tune's own folder."""
         spec, train = budget_spec(self.spec, recipe), self.plan.splits["train"]
-        teacher = spec.for_replicate(replicate).teacher
-        stride = self.spec.tune.replicates if teacher.replicate_shards else 1
+        stride = self.spec.tune.replicates if spec.teacher.replicate_shards else 1
         weights = [weight for _, weight in sorted(recipe.mixture.items())]
-        samples = [
-            shard_key(spec, train, tau, teacher.max_new_tokens, teacher.seed + j * stride)
-            for j in range(len(weights))
-        ]
+        samples = plan_samples(spec.for_replicate(replicate), train, tau, len(weights), stride)
         steps, final = int(recipe.distill["steps"]), final_budget(self.spec)
         name = budget_name(control_name(recipe.paradigm, tau, weights), steps, final)
         name = replicate_name(name, replicate)
