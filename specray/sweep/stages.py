@@ -99,6 +99,7 @@ class Stages:
         """Every teacher shard of `samples` (default: the plan's), one sample after another."""
         from specray.teacher.shards import generate_shards
 
+        self.release_pool()  # the teacher pool needs the CPUs (or GPUs) an eval pool would be holding
         samples = self.plan.shards if samples is None else samples
         sizes = [len(s.examples) * len(s.keys) for s in samples]
         with self.display.stage(stage, sum(sizes), "response"):
@@ -189,8 +190,9 @@ class Stages:
 
     def release_pool(self) -> None:
         """Close the eval pool (the next evaluation starts it again): its actors hold the CPUs (or GPUs)
-        that Train workers and Tune trials need — a driver that evaluates before it trains (the tune search)
-        would otherwise wait for them forever on a machine the pool fills (2 cores, `eval.replicas` 2)."""
+        that Train workers, Tune trials and the teacher pool need — a driver that evaluates before it trains
+        or generates (the tune search, then its controls' samples) would otherwise wait for them forever on a
+        machine the pool fills (2 cores, `eval.replicas` 2)."""
         if self._pool is not None:
             self._pool.close()
             self._pool = None

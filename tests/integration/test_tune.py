@@ -127,7 +127,10 @@ class ResumedSearch:
 def resumed_search(micro_zoo, tmp_path_factory) -> ResumedSearch:
     root = tmp_path_factory.mktemp("tune")
     # teacher.seed=3: no shards yet, so the driver must generate them — before the search, never during it
+    # eval.replicas=2: the eval pool fills both CPUs, so the controls' samples, generated after the search
+    # has evaluated, wait forever unless the pool is released for the teacher first
     extra = ("teacher.seed=3", "tune.max_concurrent_trials=2", "tune.replicates=2", "tune.controls=true")
+    extra += ("eval.replicas=2",)
     overrides = micro_overrides(micro_zoo, root, *extra)
     log, pickled = root / "events.jsonl", root / "outcome.pkl"
     env = os.environ | {

@@ -13,14 +13,9 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError
 from ray.train import ControllerError, WorkerGroupError
 from ray.util.queue import Empty
 
-from specray.distill.ray_train import (
-    MAX_FAILURES,
-    SCRATCH_DIR,
-    _fit_streaming,
-    _registered,
-    lost_in_controller,
-    scratch_folder,
-)
+from specray.distill.ray_2_60 import SCRATCH_DIR, lost_in_controller, scratch_folder
+from specray.distill.ray_2_60 import registered as _registered
+from specray.distill.ray_train import MAX_FAILURES, _fit_streaming
 
 
 def test_a_snapshot_read_mid_write_is_not_yet_registered(tmp_path: Path) -> None:
