@@ -213,10 +213,14 @@ def test_a_search_reads_cached_shards_logs_every_trial_and_registers_the_winner(
     trials = roles["trial"]
     assert sorted(r.data.tags[TRIAL_ID] for r in trials) == sorted(t.trial_id for t in outcome.trials)
     client = MlflowClient(uri)
+    points = []
     for run in trials:
         assert run.data.tags[PARENT] == parent.info.run_id
         assert {"w_tau_kd_0", "w_tau_kd_1", "mixture", "paradigm", "distill.steps"} <= set(run.data.params)
-        assert len(client.get_metric_history(run.info.run_id, "acceptance_estimate")) >= 2
+        points.append(len(client.get_metric_history(run.info.run_id, "acceptance_estimate")))
+    # a trial killed after its last checkpoint resumes with its draft finished and reports only its result;
+    # the trial that finished before the kill reported while it trained
+    assert min(points) >= 1 and max(points) >= 2, points
     best = [r for r in trials if r.data.tags.get(BEST) == "true"]
     assert [r.data.tags[TRIAL_ID] for r in best] == [winner.trial_id]
     assert best[0].data.metrics["objective"] == pytest.approx(winner.objective)
