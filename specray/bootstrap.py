@@ -81,8 +81,8 @@ def bootstrap_interval(
     def indices(of: Mapping[str, np.ndarray]) -> Any:
         return of if isinstance(prompts, Mapping) else of[""]
 
-    everything = indices({name: np.arange(n)[None, :] for name, n in sizes.items()})
-    effect = float(np.asarray(statistic(everything))[0])
+    all_prompts = indices({name: np.arange(n)[None, :] for name, n in sizes.items()})
+    effect = float(np.asarray(statistic(all_prompts))[0])
     with np.errstate(invalid="ignore", divide="ignore"):
         resampled = np.asarray(statistic(indices(joint_draws(sizes, resamples, seed))))
     return (effect, *percentile_interval(resampled))
@@ -118,9 +118,9 @@ def replicated_interval(
     def indices(of: Mapping[str, np.ndarray]) -> Any:
         return of if isinstance(prompts, Mapping) else of[""]
 
-    everything = indices({name: np.arange(n)[None, :] for name, n in sizes.items()})
-    value = float(effect(np.arange(replicates), everything)[0])
-    own = tuple(float(effect(np.array([r]), everything)[0]) for r in range(replicates))
+    all_prompts = indices({name: np.arange(n)[None, :] for name, n in sizes.items()})
+    value = float(effect(np.arange(replicates), all_prompts)[0])
+    own = tuple(float(effect(np.array([r]), all_prompts)[0]) for r in range(replicates))
     drawn = indices(joint_draws(sizes, resamples, seed))
     v_prompt = float(np.nanvar(effect(np.arange(replicates), drawn), ddof=1))
     if replicates < 2:

@@ -323,7 +323,7 @@ def _print_plan(plan, found, drafts: bool = False) -> None:  # noqa: ANN001 (Swe
         for sample in plan.shards:
             keys = ", ".join(f"{tau:g}:{key.digest[:12]}" for tau, key in sample.keys.items())
             typer.echo(f"  teacher shards (teacher.seed {sample.spec.teacher.seed}): {keys}")
-        for draft in plan.everything:
+        for draft in plan.evaluated:
             steps = draft.train_spec.distill.steps if draft.trained else 0
             typer.echo(f"  draft {draft.name:34s} key {draft.key[:12]}  {steps:5d} steps  {draft.folder}")
         typer.echo(

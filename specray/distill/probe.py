@@ -191,9 +191,9 @@ def _target_side(
     ]
     owner = torch.tensor([k * len(prompts) + i for k, i in rows for _ in range(int(tokens[k, i]))])
     probs = [warp(samples[k][i].logits, taus[k]) for k, i in rows]  # logits kept: keep_logits
-    everything = torch.cat(probs) if probs else torch.zeros(0, 0)  # [positions, vocab]
+    stacked = torch.cat(probs) if probs else torch.zeros(0, 0)  # [positions, vocab]
     at_tau = [(owner // len(prompts) == k).nonzero().flatten() for k in range(len(taus))]
-    by_tau = [(at, everything[at].to(target.device)) for at in at_tau]
+    by_tau = [(at, stacked[at].to(target.device)) for at in at_tau]
     prompt_ids, prompt_mask = left_pad(prompts, pad_token_id)
     return _TargetSide(taus, tokens, prompt_ids, prompt_mask, batches, owner.long(), by_tau)
 

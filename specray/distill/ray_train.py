@@ -10,20 +10,20 @@ Driver side: validate every request and read the shards before Ray starts (`prep
 a missing shard is one clear error, never a retried worker failure); pass the rows and resolved model paths
 to the workers (no worker reads the driver's cache or builds the zoo); run the trainer.
 
-Worker side (`train_worker.TrainWorkerSession`, one per draft): the loop's `Session` over Ray Train — DDP through
-`ray.train.torch.prepare_model` (gloo on CPU, NCCL on GPU), sums through `torch.distributed.all_reduce`,
-checkpoints through `ray.train.report(..., checkpoint=...)` (rank 0 writes, every rank reports: it is a
-barrier) and resume through `ray.train.get_checkpoint()`, which is the run's latest checkpoint: a session
-resumes from it only if it is its own draft's (each checkpoint names its draft key). At a draft's last step
-rank 0 publishes its last checkpoint as the draft (`checkpoints.publish`: marker written last) and moves on
-to the next. When a worker dies, `FailureConfig(max_failures)` makes the controller restart the whole worker
-group: it skips the drafts already published, resumes the one the latest checkpoint names and still ends it
-at `distill.steps` (the data order is a function of the step, so the resumed run is the uninterrupted one).
-Ray's run folder (checkpoints, its snapshot) lives in a work folder beside the drafts, keyed by the drafts'
-keys, so calling again after the driver itself died resumes too (Train V2 restores a run by storage path and
-name). The controller takes reports asynchronously: a checkpoint reported in the instant before a crash may
-not be registered, and the run then resumes from the one before it. On a multi-node cluster the drafts'
-folder must be on storage every node shares (NFS), as Ray Train requires of its storage path.
+Worker side (`train_worker.TrainWorkerSession`, one per draft): the loop's `Session` over Ray Train — DDP
+through `ray.train.torch.prepare_model` (gloo on CPU, NCCL on GPU), sums through
+`torch.distributed.all_reduce`, checkpoints through `ray.train.report(..., checkpoint=...)` (rank 0 writes,
+every rank reports: it is a barrier) and resume through `ray.train.get_checkpoint()`, which is the run's
+latest checkpoint: a session resumes from it only if it is its own draft's (each checkpoint names its draft
+key). At a draft's last step rank 0 publishes its last checkpoint as the draft (`checkpoints.publish`: marker
+written last) and moves on to the next. When a worker dies, `FailureConfig(max_failures)` makes the controller
+restart the whole worker group: it skips the drafts already published, resumes the one the latest checkpoint
+names and still ends it at `distill.steps` (the data order is a function of the step, so the resumed run is
+the uninterrupted one). Ray's run folder (checkpoints, its snapshot) lives in a work folder beside the drafts,
+keyed by the drafts' keys, so calling again after the driver itself died resumes too (Train V2 restores a run
+by storage path and name). The controller takes reports asynchronously: a checkpoint reported in the instant
+before a crash may not be registered, and the run then resumes from the one before it. On a multi-node cluster
+the drafts' folder must be on storage every node shares (NFS), as Ray Train requires of its storage path.
 
 Reports: rank 0 puts each curve point (and each publication) on a Ray queue (an actor on the driver's node),
 and the driver thread that called `distill` hands it to `report` while `fit` runs in a helper thread — so

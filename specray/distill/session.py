@@ -1,9 +1,9 @@
 """Where the train loop runs: the few things that differ between one plain process and a Ray Train worker.
 
 The loop (`loop.py`) talks only to a `Session`. `LocalSession` is the plain single-process one (rank 0 of
-1, checkpoints in a local folder, reports to a callback); `train_worker.TrainWorkerSession` is the Ray Train one (DDP,
-`ray.train.report`, `ray.train.get_checkpoint`). Keeping Ray behind this protocol is what lets the loop run
-and be tested without Ray.
+1, checkpoints in a local folder, reports to a callback); `train_worker.TrainWorkerSession` is the Ray Train
+one (DDP, `ray.train.report`, `ray.train.get_checkpoint`). Keeping Ray behind this protocol is what lets the
+loop run and be tested without Ray.
 """
 
 from __future__ import annotations

@@ -175,8 +175,8 @@ def build_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     replicated = cells_frame(cells, drafts)
     replicated.to_csv(out_dir / "cells.csv", index=False)  # every replicate's own rows
-    everything = replicate_means(replicated)  # every figure and table: the mean over replicates
-    frame = lossless(everything)  # the lossy cells and the ends have their own section (report/lossy.py)
+    means = replicate_means(replicated)  # every figure and table: the mean over replicates
+    frame = lossless(means)  # the lossy cells and the ends have their own section (report/lossy.py)
     probe_curves = figures.curve_frame(curves, drafts)
     at_best = (
         pd.concat([best_gamma(frame), frame[frame.estimator != "analytic"]]) if not frame.empty else frame
@@ -216,7 +216,7 @@ def build_report(
     peaks = peak_table(frame)
     sections += ["", markdown_table(peaks[peaks.tau_dec <= 1.0])]
     sections += _table2_section(at_best, peaks)
-    sections += _distillspec_section(frame, with_lists, everything, probe_curves, out_dir)
+    sections += _distillspec_section(frame, with_lists, means, probe_curves, out_dir)
     sections += categories.section(with_lists, workload)
     sections += entropy.section(with_lists)
     sections += ["## Table 3: composition of τ_kd (from `specray tune`)\n"]
@@ -228,7 +228,7 @@ def build_report(
         CONVERGENCE_NOTE,
         markdown_table(convergence_table(curves)),
     ]
-    sections += lossy.section(everything, out_dir, step_costs)
+    sections += lossy.section(means, out_dir, step_costs)
     sections += batching.section(frame, step_costs, out_dir)
     sections += [
         "\n## What servers report\n",
@@ -273,11 +273,11 @@ def _verdict_section(
 def _distillspec_section(
     frame: pd.DataFrame,
     with_lists: pd.DataFrame,
-    everything: pd.DataFrame,
+    means: pd.DataFrame,
     curves: pd.DataFrame,
     out_dir: Path,
 ) -> list[str]:
-    """KD algorithm × divergence (DistillSpec), only where the sweep varies either. `everything` keeps the
+    """KD algorithm × divergence (DistillSpec), only where the sweep varies either. `means` keeps the
     `ends` records (draft-alone quality, Fig. 5a)."""
     if not distillspec.varies(frame):
         return []
@@ -286,7 +286,7 @@ def _distillspec_section(
     lines += [f"![{p.stem}]({p.name})" for p in distillspec.acceptance_over_steps(curves, out_dir)]
     lines += ["", "Table D.1:\n", markdown_table(distillspec.table_d1(frame)), ""]
     pairs = distillspec_prompts.prompt_pairs(with_lists)
-    lines += distillspec_prompts.figure_lines(frame, everything, pairs, out_dir)
+    lines += distillspec_prompts.figure_lines(frame, means, pairs, out_dir)
     lines += ["", distillspec.VERDICT_NOTE, distillspec_prompts.VERDICT_NOTE]
     per_prompt = prompt_cells(with_lists)
     verdicts = [*distillspec.verdicts(per_prompt), *distillspec_prompts.verdicts(per_prompt, pairs)]

@@ -289,16 +289,16 @@ def _filled(value: object) -> bool:
 
 
 def figure_lines(
-    frame: pd.DataFrame, everything: pd.DataFrame, pairs: list[PromptPair], out_dir: Path
+    frame: pd.DataFrame, means: pd.DataFrame, pairs: list[PromptPair], out_dir: Path
 ) -> list[str]:
     """The report's Markdown for Fig. 3b, 3c (with each ρ and its interval) and 5a. `frame`: lossless cells;
-    `everything`: with the `ends` records."""
+    `means`: with the `ends` records."""
     lines = ["", FIG3B_NOTE, *_images(per_example(pairs, out_dir))]
     estimates = estimator_pairs(frame)
     found = rankings(estimates)
     lines += ["", FIG3C_NOTE, *([f"- {r.line}" for r in found] or ["- no cell was measured both ways"]), ""]
     lines += _images(estimator_ranking(estimates, found, out_dir))
-    return lines + ["", FIG5A_NOTE, *_images(quality_vs_efficiency(gains(everything), out_dir))]
+    return lines + ["", FIG5A_NOTE, *_images(quality_vs_efficiency(gains(means), out_dir))]
 
 
 def _images(paths: list[Path]) -> list[str]:

@@ -243,8 +243,8 @@ def judged(
     interval is the paired percentile bootstrap over prompts (`bootstrap.bootstrap_interval`); with several
     it covers training too (`bootstrap.replicated_interval`), and the verdict says how many replicates
     agree."""
-    everything = {name: np.arange(n)[None, :] for name, n in sizes.items()}
-    shape = np.shape(statistic(everything))
+    all_prompts = {name: np.arange(n)[None, :] for name, n in sizes.items()}
+    shape = np.shape(statistic(all_prompts))
     replicates = shape[-1] if len(shape) == 2 else 1
     if replicates == 1:
 

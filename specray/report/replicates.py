@@ -101,12 +101,12 @@ def variance_table(tables: Mapping[str, object]) -> pd.DataFrame:
         assert isinstance(table, PromptCells)
         prompts = prompt_count(table)
         drawn = draws(prompts)
-        everything = np.arange(prompts)[None, :]
+        all_prompts = np.arange(prompts)[None, :]
         per_paradigm: dict[str, list[tuple[float, float]]] = {}
         for row, cell in enumerate(table.cells.itertuples()):
             if cell.paradigm == BASELINE or table.replicates(row) < 2:
                 continue
-            own = table.speedup(row, everything)[0]  # each replicate's S on every prompt [R]
+            own = table.speedup(row, all_prompts)[0]  # each replicate's S on every prompt [R]
             resampled = table.speedup(row, drawn)  # [resamples, R]
             v_prompt = float(np.var(resampled, axis=0, ddof=1).mean())
             per_paradigm.setdefault(str(cell.paradigm), []).append((float(np.var(own, ddof=1)), v_prompt))

@@ -106,6 +106,6 @@ def verify_outcome(outcome: ExportOutcome, prompts_limit: int, seed: int = 0) ->
         "seed": seed,
     }
     # a declined band's best candidate is measured from the sweep's own draft folder (it is not exported)
-    candidates = {draft.name: draft.folder for draft in plan.everything if draft.folder.is_dir()}
+    candidates = {draft.name: draft.folder for draft in plan.evaluated if draft.folder.is_dir()}
     outcome.checks = verify_export(outcome.folder, prompts, settings, spec.models.target.dtype, candidates)
     return outcome.checks

@@ -92,7 +92,7 @@ def read_folder(folder: Path) -> SweepResults:
             f"{folder}: {len(missing)} cells of the current settings are missing (e.g. {missing[0]})"
         )
     resolve_model_path(spec.models.draft, spec.models)  # the un-distilled draft: the zoo's, if it is one
-    dirs = {draft.key: Path(draft.folder) for draft in plan.everything}
+    dirs = {draft.key: Path(draft.folder) for draft in plan.evaluated}
     return SweepResults(spec, [saved[job.key] for job in jobs], found.step_costs, dirs, str(folder))
 
 

@@ -120,7 +120,7 @@ class SweepPlan:
         return digest(self.step_costs_inputs)
 
     @property
-    def everything(self) -> tuple[Draft, ...]:
+    def evaluated(self) -> tuple[Draft, ...]:
         """The baseline and every distilled draft: what is evaluated."""
         return (self.baseline, *self.drafts)
 
@@ -140,7 +140,7 @@ class SweepPlan:
         whole = drafts is None and grid is None
         if whole and costs_key in self._cells:
             return list(self._cells[costs_key])
-        jobs = plan_jobs(grid or self.spec.eval, list(self.everything if drafts is None else drafts))
+        jobs = plan_jobs(grid or self.spec.eval, list(self.evaluated if drafts is None else drafts))
         keyed = [self._keyed(job, costs_key) for job in jobs]
         if whole:
             self._cells[costs_key] = keyed

@@ -95,7 +95,7 @@ def _run_sweep(
         test_set: {tau: [len(r) for r in rs] for tau, rs in by.items()} for test_set, by in outputs.items()
     }
     characters = token_characters(outputs, tokenizer)
-    drafts = list(plan.everything)
+    drafts = list(plan.evaluated)
     report = _report(spec, tracker, parent, records, drafts, curves, (lengths, characters), cost, plan.folder)
     stage_metrics = {f"stage_seconds/{k.replace(' ', '_')}": v["seconds"] for k, v in display.summary.items()}
     log_missing(tracker, parent, stage_metrics | cost_metrics(cost))

@@ -388,5 +388,5 @@ def describe_sweep(tracker: Tracker, parent: str, spec: SweepSpec, data: SweepDa
     and the drafts view."""
     tracker.describe_experiment(EXPERIMENT_NOTE)
     tracker.set_tags(parent, {NOTE: sweep_note(spec, drafts)})
-    tracker.log_datasets(parent, data.everything())
+    tracker.log_datasets(parent, data.datasets())
     tracker.save_runs_view(runs_view(spec))

@@ -70,7 +70,8 @@ class SweepData:
     shards: dict[float, DatasetRef]  # by τ_kd
     tests: tuple[DatasetRef, ...]
 
-    def everything(self) -> list[DatasetRef]:
+    def datasets(self) -> list[DatasetRef]:
+        """Every dataset of the sweep: the train split, each τ_kd shard, each test set."""
         return [self.train, *self.shards.values(), *self.tests]
 
     def for_draft(self, mixture: Mapping[float, float]) -> list[DatasetRef]:

@@ -38,7 +38,7 @@ def planned_keys(sweep: str, output_dir: Path) -> dict[str, dict[str, str]]:
     }
     return {
         "shards": shards,
-        "drafts": {draft.name: draft.key for draft in plan.everything},
+        "drafts": {draft.name: draft.key for draft in plan.evaluated},
         "step_costs": {"measured": plan.step_costs_key},
         "cells": {job.label: job.key for job in plan.cell_jobs(costs)},
     }

@@ -190,4 +190,4 @@ def test_a_sweep_is_described_before_any_work(tracker: Tracker) -> None:
     run = tracker.run(parent)
     assert run.info.run_name.startswith("smoke · sweep ") and "4 drafts" in run.data.tags[NOTE]
     logged = sorted((i.dataset.name, i.dataset.digest) for i in run.inputs.dataset_inputs)
-    assert logged == sorted((d.name, d.digest) for d in data.everything())
+    assert logged == sorted((d.name, d.digest) for d in data.datasets())

@@ -89,15 +89,15 @@ def retrain(run: Tune, finalists: Finalists) -> Retrained:
                 planned += drafts
     searched_folders = {d.key: d.folder for d in finalists.drafts.values()}  # equal budgets: the search's
     planned = [replace(d, folder=searched_folders.get(d.key, d.folder)) for d in planned]
-    everything = list({d.name: d for d in one_folder_per_key(planned)}.values())
+    full_budget = list({d.name: d for d in one_folder_per_key(planned)}.values())
     compared_recipes = set(recipes) | {name for by_tau in controls.values() for name in by_tau.values()}
-    compared = [d for d in everything if d.recipe in compared_recipes]
-    run.distil(everything, "final", "retrained drafts")  # stage names: results files key them (no commas)
-    validation = run.evaluate(everything, [VALIDATION], "retrained validation")
+    compared = [d for d in full_budget if d.recipe in compared_recipes]
+    run.distil(full_budget, "final", "retrained drafts")  # stage names: results files key them (no commas)
+    validation = run.evaluate(full_budget, [VALIDATION], "retrained validation")
     tests = run.evaluate(compared, list(spec.eval.test_sets), "retrained test sets")
     labels = {single[tau].name: f"{tau:g}" for tau in finalists.single.values()}
     labels |= {r.name: "+".join(f"{tau:g}" for tau in sorted(r.mixture)) for r in manual.values()}
-    labels |= {d.recipe: f"{d.tau_kd:g} × {len(d.samples)} samples" for d in everything if d.samples}
+    labels |= {d.recipe: f"{d.tau_kd:g} × {len(d.samples)} samples" for d in full_budget if d.samples}
     contenders = Contenders(
         tuned=TUNED + tuned.name,
         single={tau_dec: single[tau].name for tau_dec, tau in finalists.single.items()},
@@ -105,7 +105,7 @@ def retrain(run: Tune, finalists: Finalists) -> Retrained:
         labels=labels | {TUNED + tuned.name: tuned.mixture_tag},
         controls={who: by_tau for who, by_tau in controls.items() if len(by_tau) == len(finalists.single)},
     )
-    return Retrained(tuple(everything), contenders, tuple(validation), tuple(tests))
+    return Retrained(tuple(full_budget), contenders, tuple(validation), tuple(tests))
 
 
 def draft_objectives(records: Sequence[CellRecord], taus_dec: Sequence[float]) -> dict[str, float]:

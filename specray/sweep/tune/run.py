@@ -119,7 +119,7 @@ def _run_tune(plan: SweepPlan, resume: bool, show_progress: bool) -> TuneOutcome
     _claim(out, spec, resume)
     tracker = open_tracker(spec.tracking.uri, spec.experiment)  # unreachable MLflow fails before any work
     parent, resumed = tracker.tune_parent_run(spec, resume)
-    tracker.log_datasets(parent, sweep_data(plan).everything())
+    tracker.log_datasets(parent, sweep_data(plan).datasets())
     display = SweepDisplay(enabled=show_progress)
     with ray_session(spec.ray), display, Stages(plan, display) as stages:
         run = Tune(plan, out, stages, DraftRuns(tracker, parent, plan))

@@ -87,8 +87,8 @@ def trial_context(run: Tune) -> TrialContext:
     from specray.distill.inputs import prepare_inputs
 
     spec = run.spec
-    everything = run.draft(baseline_recipe(spec, dict.fromkeys(spec.teacher.temperatures, 1.0)))
-    inputs = prepare_inputs(everything, run.plan.splits)
+    all_tau_kd = run.draft(baseline_recipe(spec, dict.fromkeys(spec.teacher.temperatures, 1.0)))
+    inputs = prepare_inputs(all_tau_kd, run.plan.splits)
     assert run.cost is not None
     trials_dir = str(run.out / TRIALS_DIR)
     shard_keys = dict(run.plan.shards[0].keys)
