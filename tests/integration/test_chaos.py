@@ -1,5 +1,5 @@
 """A whole sweep under repeated, random faults finishes exactly once: the chaos supervisor's quick mode
-(benchmarks/chaos.py; docs/RELIABILITY.md has the long run's figures).
+(benchmarks/chaos/run.py; docs/RELIABILITY.md has the long run's figures).
 
 The three tests share one fault-free run of the quick sweep (the reference). The supervisor must pass on
 this repository, and must fail on a copy with a planted bug; the audit it ends with must find each kind of
@@ -28,7 +28,7 @@ PLANTED = ("specray/tracking/client.py", "        if resume:\n", "        if Fal
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from benchmarks.chaos import COMMON, QUICK, reference_run
+    from benchmarks.chaos.run import COMMON, QUICK, reference_run
 
     folder = tmp_path_factory.mktemp("chaos-reference")
     reference_run(folder, [*COMMON, *QUICK], REPO)
@@ -78,7 +78,7 @@ def test_a_planted_bug_makes_the_chaos_run_fail(reference: Path, tmp_path: Path)
 def test_the_audit_finds_what_a_fault_could_leave_behind(reference: Path, tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
-    from benchmarks.chaos_audit import Tree, audit
+    from benchmarks.chaos.audit import Tree, audit
 
     copy = tmp_path / "copy"
     shutil.copytree(reference, copy)
