@@ -211,7 +211,7 @@ MEASUREMENTS: dict[str, tuple[Callable[[argparse.Namespace], dict], Callable[[ar
 def _child(measurement: str, args: argparse.Namespace, **overrides: object) -> dict:
     """Run `measurement`'s child function in a fresh Python process with `overrides` on the arguments."""
     argv = [arg for key, value in (vars(args) | overrides).items() for arg in _flag(key, value)]
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", measurement, *argv]
+    command = [sys.executable, "-m", "benchmarks.compute.scale", "--child", measurement, *argv]
     env = dict(os.environ)
     if not args.default_malloc:
         env["MALLOC_MMAP_THRESHOLD_"] = str(MMAP_THRESHOLD)

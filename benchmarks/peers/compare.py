@@ -28,7 +28,7 @@ smollm2.yaml: 80/80 steps, batch 8, lr 5e-4, 10 warm-up steps, bf16 target and a
 at the sweep's report cadence, `distill.report_every`, where the convergence test reads the curve —
 `convergence.probe_due` —, checkpoints, publishing); TRL runs GKDTrainer (online) or SFTTrainer (offline) on
 the same rows (token ids: the shard's prompts, chat-template ones included) in the same order, with
-`bf16=True` where specray autocasts, checked at run time (`peers_trl.py`: settings, batches, and the dtype
+`bf16=True` where specray autocasts, checked at run time (`trl_side.py`: settings, batches, and the dtype
 of a matmul's output under autocast). What cannot be matched is printed under "not matched". The tools
 alternate which goes first across repeats.
 Figures: s/step (the optimizer steps alone), s per finished draft (from reading the shard to the saved
@@ -194,7 +194,15 @@ def run_job(args: argparse.Namespace) -> None:
 
 def spawn(args: argparse.Namespace, job: dict, folder: Path) -> dict:
     result = folder / f"result-{len(list(folder.iterdir()))}.json"
-    command = [sys.executable, __file__, "--job", json.dumps(job), "--result", str(result)]
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.peers.compare",
+        "--job",
+        json.dumps(job),
+        "--result",
+        str(result),
+    ]
     command += ["--tau-kd", str(args.tau_kd), "--sweep", args.sweep] + (["--quick"] if args.quick else [])
     command += list(args.overrides)
     subprocess.run(command, check=True)
@@ -407,7 +415,7 @@ def main() -> None:
     if args.record:  # docs/results/peers.json: the figures README.md quotes
         from specray.cli.results import write_results
 
-        command = " ".join(["python", "benchmarks/peers/compare.py", *sys.argv[1:]])
+        command = " ".join(["python", "-m", "benchmarks.peers.compare", *sys.argv[1:]])
         by = "recorded by `benchmarks/peers/compare.py --record`"
         write_results(Path(args.record), command, figures, {"Medians": rows}, recorded_by=by)
 

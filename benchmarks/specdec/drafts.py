@@ -30,7 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks import REPO
+
 CANDIDATES = {
     "cut1": "{cut: {layers: 1}}",
     "cut2": "{cut: {layers: 2}}",
@@ -68,7 +69,7 @@ def run_candidate(name: str, ref: str, args: argparse.Namespace) -> dict[str, fl
     print(f"{name}: {ref} (log: {log_path})", flush=True)
     start = time.monotonic()
     with log_path.open("w") as log:
-        done = subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=False)
+        done = subprocess.run(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=False)
     seconds = time.monotonic() - start
     if done.returncode:
         tail = "\n".join(log_path.read_text().splitlines()[-15:])
@@ -182,7 +183,7 @@ def main() -> None:
     if args.record:
         from specray.cli.results import write_results
 
-        command = " ".join(["python", "benchmarks/specdec/drafts.py", *sys.argv[1:]])
+        command = " ".join(["python", "-m", "benchmarks.specdec.drafts", *sys.argv[1:]])
         kept = (
             "draft_parameters",
             "c",

@@ -39,6 +39,13 @@ from specray.specdec.decoder import autoregressive_decode
 from specray.specdec.hf_compare import Comparison
 
 VOCAB = 32_000
+FIELDS = (  # LlamaConfig's names for the numbers of a shape below
+    "num_hidden_layers",
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+)
 SHAPES = {  # (layers, hidden, intermediate, heads, kv heads)
     "target": (22, 2048, 5632, 32, 4),  # TinyLlama-1.1B
     "draft": (2, 768, 3072, 12, 12),  # JackFram/llama-68m
@@ -49,17 +56,8 @@ SHAPES = {  # (layers, hidden, intermediate, heads, kv heads)
 
 def build(name: str, device: torch.device, dtype: torch.dtype, seed: int) -> LlamaForCausalLM:
     """A random-init Llama built directly on the device (a 1.1B init on CPU would take minutes)."""
-    layers, hidden, intermediate, heads, kv_heads = SHAPES[name]
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=hidden,
-        intermediate_size=intermediate,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        max_position_embeddings=2048,
-        tie_word_embeddings=False,
-    )
+    shape = dict(zip(FIELDS, SHAPES[name], strict=True))
+    config = LlamaConfig(vocab_size=VOCAB, max_position_embeddings=2048, tie_word_embeddings=False, **shape)
     torch.manual_seed(seed)
     with device:
         model = LlamaForCausalLM(config)

@@ -20,7 +20,7 @@ from tests.conftest import REPO
 from tests.waiting import CLI_TIMEOUT_S
 
 pytestmark = pytest.mark.integration
-CHAOS = REPO / "benchmarks" / "chaos.py"
+CHAOS = [sys.executable, "-m", "benchmarks.chaos.run"]  # from the repository root
 # the planted bug: a re-run after the driver died opens a new MLflow parent run instead of resuming its own
 # (the same sweep then has two parents, each with a child run per draft)
 PLANTED = ("specray/tracking/client.py", "        if resume:\n", "        if False:  # planted bug\n")
@@ -36,9 +36,10 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _chaos(out: Path, reference: Path, *options: str) -> tuple[subprocess.CompletedProcess, dict]:
-    command = [sys.executable, str(CHAOS), "--quick", "--seed", "0", "--out", str(out)]
+    command = [*CHAOS, "--quick", "--seed", "0", "--out", str(out)]
     result = subprocess.run(
         [*command, "--reference", str(reference), *options],
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=2 * CLI_TIMEOUT_S,  # a hung run, not a slow one, reaches this
