@@ -144,7 +144,8 @@ def main() -> None:
                     os.environ.update(RAY_DEFAULTS)
                 elif variant.endswith("+knobs"):
                     os.environ.update(LOCAL_TRAIN_ENV)
-                if repeat == 0 and variant != "plain":
+                # a Train run of its own (quick: left out, tests/integration/test_runtime.py runs it)
+                if repeat == 0 and variant != "plain" and not args.quick:
                     seen = train_env_seen_by_a_worker(Path(root) / f"seen-{variant}")
                     print(f"{variant}: a Train worker sees {seen}", flush=True)
                 cpu, start = busy_cpu_s(), time.perf_counter()

@@ -80,7 +80,8 @@ def measure(model_path: str, replicas: int, threads: int, requests, args) -> tup
     )
     with make_teacher_pool(spec, model_path) as pool:
         pids = [info["pid"] for info in ray.get([a.ready.remote() for a in pool.actors])] + [os.getpid()]
-        timed_pass(pool, requests[: args.batch_size * replicas], pids)  # warm-up: one batch per replica
+        if not args.quick:  # a smoke check times nothing worth a warm-up
+            timed_pass(pool, requests[: args.batch_size * replicas], pids)  # warm-up: one batch per replica
         best, responses = 0.0, {}
         for _ in range(args.repeats):
             seconds, responses, ours, others = timed_pass(pool, requests, pids)

@@ -54,7 +54,7 @@ from specray.sweep.tune.search import TrialRecord, search, summarise
 from specray.sweep.tune.search_stage import trial_context
 from specray.sweep.tune.space import baseline_recipe
 
-GRID, QUICK_GRID = "[0.0,0.2,0.4,0.6,0.8,1.0]", "[0.0,0.5,1.0]"
+GRID, QUICK_GRID = "[0.0,0.2,0.4,0.6,0.8,1.0]", "[0.0,1.0]"
 QUICK = (
     "distill.paradigms=[offline]",
     "distill.steps=4",
@@ -87,7 +87,8 @@ class NoRuns:
 def bench_spec(quick: bool, trials: int, output: Path) -> SweepSpec:
     subset = ["tune.space=subset", "tune.subset_size=2", f"tune.num_samples={trials}", f"output_dir={output}"]
     if quick:
-        return quick_spec([f"teacher.temperatures={QUICK_GRID}", *QUICK, *subset])
+        # quick: one τ_kd per recipe, so 2 recipes x the replicates are trained whole (4 drafts, not 6)
+        return quick_spec([f"teacher.temperatures={QUICK_GRID}", *QUICK, *subset, "tune.subset_size=1"])
     return load_spec(REPO / "sweeps" / "tune_tiny.yaml", [f"teacher.temperatures={GRID}", *subset])
 
 
