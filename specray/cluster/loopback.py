@@ -72,6 +72,7 @@ class LoopbackCluster:
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="srlb-", dir="/tmp")))
     ports: dict[str, int] = field(default_factory=dict)
     nodes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    node_id: dict[str, str] = field(default_factory=dict)  # name -> Ray's node id, once it registered
     started_workers: int = 0
 
     def __post_init__(self) -> None:
@@ -115,8 +116,10 @@ class LoopbackCluster:
                 )
             deadline = time.monotonic() + START_S
             while self.nodes[name].poll() is None and time.monotonic() < deadline:
-                if name in self.node_ids():
-                    return
+                with contextlib.suppress(*STARTING):
+                    if name in (alive := self.node_ids()):
+                        self.node_id[name] = alive[name]
+                        return
                 time.sleep(0.5)
             _end_group(self.nodes.pop(name), grace_s=0.0)
             log_tail = (self.root / f"{name}.log").read_text().strip().splitlines()[-1:]
@@ -135,13 +138,9 @@ class LoopbackCluster:
         return rows
 
     def node_ids(self) -> dict[str, str]:
-        """Name -> node id of this cluster's nodes that Ray lists alive (empty while the dashboard starts)."""
-        try:
-            rows = self.state("nodes")
-        except STARTING:
-            return {}
+        """Name -> node id of this cluster's nodes that Ray lists alive now (raises as `state` does)."""
         ids: dict[str, str] = {}
-        for node in rows:
+        for node in self.state("nodes"):
             if node["state"] == "ALIVE":
                 names = ["head"] if node["is_head_node"] else list(node.get("resources_total", {}))
                 ids |= {name: node["node_id"] for name in names if name in self.nodes}

@@ -103,7 +103,7 @@ def test_a_two_node_sweep_survives_losing_its_worker_node_in_two_stages(
     spec = load_spec(SMOKE, [f"output_dir={tmp_path}", *OVERRIDES])
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     command = smoke_command(tmp_path, uri, *OVERRIDES, f"ray.address={cluster.address}")
-    head, first = cluster.node_ids()["head"], cluster.node_ids()["worker_1"]
+    head, first = cluster.node_id["head"], cluster.node_id["worker_1"]
     first_parts = shard_dir(train_shard_keys(spec)[spec.teacher.temperatures[0]]) / PARTS_DIR
     with (tmp_path / "sweep.log").open("w") as log:
         sweep = subprocess.Popen(command, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env=cluster.env)
@@ -129,7 +129,7 @@ def test_a_two_node_sweep_survives_losing_its_worker_node_in_two_stages(
         )
         teachers = actors_by_node(cluster, "TeacherActor")
         kill_raylet(cluster, "worker_1")  # the frozen process stays, dead to Ray, until the node is stopped
-        second = cluster.node_ids()[cluster.start_worker()]
+        second = cluster.node_id[cluster.start_worker()]
         # 2. mid distillation (one run per node): lose the replacement while a Ray Train worker runs there
         wait_until(
             lambda: _alive_on(cluster, "RayTrainWorker", second),
