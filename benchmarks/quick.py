@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
+from benchmarks import REPO
 from specray.config import SweepSpec, load_spec
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _llama(hidden: int, intermediate: int, train_steps: int) -> dict:

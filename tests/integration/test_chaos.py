@@ -1,5 +1,5 @@
 """A whole sweep under repeated, random faults finishes exactly once: the chaos supervisor's quick mode
-(benchmarks/chaos.py; docs/RELIABILITY.md has the long run's figures).
+(benchmarks/chaos/run.py; docs/RELIABILITY.md has the long run's figures).
 
 The three tests share one fault-free run of the quick sweep (the reference). The supervisor must pass on
 this repository, and must fail on a copy with a planted bug; the audit it ends with must find each kind of
@@ -20,7 +20,7 @@ from tests.conftest import REPO
 from tests.waiting import CLI_TIMEOUT_S
 
 pytestmark = pytest.mark.integration
-CHAOS = REPO / "benchmarks" / "chaos.py"
+CHAOS = [sys.executable, "-m", "benchmarks.chaos.run"]  # from the repository root
 # the planted bug: a re-run after the driver died opens a new MLflow parent run instead of resuming its own
 # (the same sweep then has two parents, each with a child run per draft)
 PLANTED = ("specray/tracking/client.py", "        if resume:\n", "        if False:  # planted bug\n")
@@ -28,7 +28,7 @@ PLANTED = ("specray/tracking/client.py", "        if resume:\n", "        if Fal
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from benchmarks.chaos import COMMON, QUICK, reference_run
+    from benchmarks.chaos.run import COMMON, QUICK, reference_run
 
     folder = tmp_path_factory.mktemp("chaos-reference")
     reference_run(folder, [*COMMON, *QUICK], REPO)
@@ -36,9 +36,10 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _chaos(out: Path, reference: Path, *options: str) -> tuple[subprocess.CompletedProcess, dict]:
-    command = [sys.executable, str(CHAOS), "--quick", "--seed", "0", "--out", str(out)]
+    command = [*CHAOS, "--quick", "--seed", "0", "--out", str(out)]
     result = subprocess.run(
         [*command, "--reference", str(reference), *options],
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=2 * CLI_TIMEOUT_S,  # a hung run, not a slow one, reaches this
@@ -78,7 +79,7 @@ def test_a_planted_bug_makes_the_chaos_run_fail(reference: Path, tmp_path: Path)
 def test_the_audit_finds_what_a_fault_could_leave_behind(reference: Path, tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
-    from benchmarks.chaos_audit import Tree, audit
+    from benchmarks.chaos.audit import Tree, audit
 
     copy = tmp_path / "copy"
     shutil.copytree(reference, copy)

@@ -23,9 +23,10 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from specray.cluster.loopback import free_ports
 from specray.tracking.names import PARENT, ROLE
 from tests.conftest import REPO
-from tests.servers import free_ports, listening_addresses
+from tests.servers import listening_addresses
 from tests.sweeps import COARSE_TIMING
 from tests.waiting import CLI_TIMEOUT_S, wait_until
 

@@ -1,4 +1,4 @@
-"""The chaos supervisor's fault schedule (benchmarks/chaos_schedule.py): a seed reproduces it, and it keeps
+"""The chaos supervisor's fault schedule (benchmarks/chaos/schedule.py): a seed reproduces it, and it keeps
 inside what the sweep promises to survive."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from benchmarks.chaos import COUNTS, MAX_DELAY_S
-from benchmarks.chaos_schedule import MAX_POOL_FAULTS, PHASES, RESTARTS, STAGE, WHERE, draw_schedule
+from benchmarks.chaos.run import COUNTS, MAX_DELAY_S
+from benchmarks.chaos.schedule import MAX_POOL_FAULTS, PHASES, RESTARTS, STAGE, WHERE, draw_schedule
 from tests.conftest import REPO
 
 
@@ -21,10 +21,12 @@ def test_a_seed_reproduces_its_schedule_and_another_seed_draws_another(mode: str
 
 
 def test_the_script_prints_the_same_schedule_for_the_same_seed() -> None:
-    """What a user compares: two invocations of `chaos.py --schedule-only` (fresh interpreters, so nothing
-    like a hash seed can differ unnoticed)."""
-    command = [sys.executable, str(REPO / "benchmarks" / "chaos.py"), "--seed", "3", "--schedule-only"]
-    runs = [subprocess.run(command, capture_output=True, text=True, check=True).stdout for _ in range(2)]
+    """What a user compares: two invocations of `benchmarks.chaos.run --schedule-only` (fresh interpreters,
+    so nothing like a hash seed can differ unnoticed)."""
+    command = [sys.executable, "-m", "benchmarks.chaos.run", "--seed", "3", "--schedule-only"]
+    runs = [
+        subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=True).stdout for _ in range(2)
+    ]
     assert runs[0] == runs[1] and runs[0].count(" after ") == sum(COUNTS["long"].values())
 
 

@@ -1,4 +1,4 @@
-"""Regressions the chaos run (benchmarks/chaos.py) found: a sweep resumed after a fault must end as the
+"""Regressions the chaos run (benchmarks/chaos/run.py) found: a sweep resumed after a fault must end as the
 fault-free one does, each result once."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Our speculative decoder vs transformers' assisted generation on a GPU, through the same checked harness.
 
-    python3 benchmarks/gpu.py                       # CUDA: 1.1B target, 68M draft, bf16 (< 5 min on an H100)
-    python3 benchmarks/gpu.py --device cpu --small  # a smoke run of the same code on CPU (tiny shapes)
-    python3 benchmarks/gpu.py --quick               # the smallest smoke run, on CUDA if there is one
+    python3 -m benchmarks.specdec.gpu  # CUDA: 1.1B target, 68M draft, bf16 (< 5 min on an H100)
+    python3 -m benchmarks.specdec.gpu --device cpu --small  # the same code on CPU, tiny shapes
+    python3 -m benchmarks.specdec.gpu --quick  # the smallest smoke run, on CUDA if there is one
 
 The pair is built here from random weights (no download): a Llama-shaped target with TinyLlama-1.1B's shapes
 (22 layers, hidden 2048, GQA 32/4 heads) and a draft with llama-68m's (2 layers, hidden 768), both with a
@@ -11,13 +11,15 @@ softmax in fp32). Random weights make the acceptance rates arbitrary, but the ha
 are, and the cost-model limit uses the measured block efficiency. Prompts are random token ids, with EOS
 ignored so every decode is `--max-new-tokens` long.
 
-For each τ_dec in {0, 0.6, 1.0}: the comparison is checked first (benchmarks/harness.py: γ drafted tokens per
-step, only the temperature warper at τ on each side, same prompts/seeds/length), then timed side by side;
-then the target alone decodes the same prompts (tokens/s of plain autoregressive decoding, for the speedup).
+For each τ_dec in {0, 0.6, 1.0}: the comparison is checked first (benchmarks/specdec/harness.py: γ drafted
+tokens per step, only the temperature warper at τ on each side, same prompts/seeds/length), then timed side
+by side; then the target alone decodes the same prompts (tokens/s of plain autoregressive decoding, for the
+speedup).
 It prints tokens/s of each, the measured cost ratio c, acceptance both ways, and on the last lines
 `ours / HF` and `ours / limit` per τ.
 
-Runs on a bare machine with torch and transformers: imports no ray, mlflow or pydantic (specray.config).
+Runs from the repository root on a bare machine with torch and transformers (specray need not be
+installed): imports no ray, mlflow or pydantic (specray.config).
 """
 
 from __future__ import annotations
@@ -27,21 +29,23 @@ import os
 import platform
 import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-# specray need not be installed on the GPU machine; harness.py sits beside this file
-sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
+import torch
+import transformers
+from transformers import LlamaConfig, LlamaForCausalLM
 
-import torch  # noqa: E402
-import transformers  # noqa: E402
-from harness import Result, compare, report, summary  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
-
-from specray.specdec.decoder import autoregressive_decode  # noqa: E402
-from specray.specdec.hf_compare import Comparison  # noqa: E402
+from benchmarks.specdec.harness import Result, compare, report, summary
+from specray.specdec.decoder import autoregressive_decode
+from specray.specdec.hf_compare import Comparison
 
 VOCAB = 32_000
+FIELDS = (  # LlamaConfig's names for the numbers of a shape below
+    "num_hidden_layers",
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+)
 SHAPES = {  # (layers, hidden, intermediate, heads, kv heads)
     "target": (22, 2048, 5632, 32, 4),  # TinyLlama-1.1B
     "draft": (2, 768, 3072, 12, 12),  # JackFram/llama-68m
@@ -52,17 +56,8 @@ SHAPES = {  # (layers, hidden, intermediate, heads, kv heads)
 
 def build(name: str, device: torch.device, dtype: torch.dtype, seed: int) -> LlamaForCausalLM:
     """A random-init Llama built directly on the device (a 1.1B init on CPU would take minutes)."""
-    layers, hidden, intermediate, heads, kv_heads = SHAPES[name]
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=hidden,
-        intermediate_size=intermediate,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        max_position_embeddings=2048,
-        tie_word_embeddings=False,
-    )
+    shape = dict(zip(FIELDS, SHAPES[name], strict=True))
+    config = LlamaConfig(vocab_size=VOCAB, max_position_embeddings=2048, tie_word_embeddings=False, **shape)
     torch.manual_seed(seed)
     with device:
         model = LlamaForCausalLM(config)
@@ -127,8 +122,8 @@ def main() -> None:
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         sys.exit(
-            "benchmarks/gpu.py needs a CUDA GPU and torch.cuda.is_available() is False here.\n"
-            "For a CPU smoke run of the same code: python benchmarks/gpu.py --device cpu --small"
+            "benchmarks/specdec/gpu.py needs a CUDA GPU and torch.cuda.is_available() is False here.\n"
+            "For a CPU smoke run of the same code: python -m benchmarks.specdec.gpu --device cpu --small"
         )
     if device.type == "cpu" and not args.small:
         sys.exit("on CPU the 1.1B pair would take hours: add --small for the smoke run")

@@ -1,4 +1,4 @@
-"""Timing for benchmarks/specdec.py and gpu.py: our decoder and HF assisted generation side by side.
+"""Timing for benchmarks/specdec/decoder.py and gpu.py: our decoder and HF assisted generation side by side.
 
 Nothing is timed before `specray.specdec.hf_compare.verify_comparison` has checked that both sides do the
 same work (see that module for the transformers traps it guards against). Then each round times every

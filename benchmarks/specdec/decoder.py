@@ -1,11 +1,11 @@
 """Speculative decoding benchmark: every ratio is measured side by side in one run on the same pair.
 
-    .venv/bin/python benchmarks/specdec.py             # all three parts on the tiny zoo (cached on first use)
-    .venv/bin/python benchmarks/specdec.py --parts hf  # only [1], ours vs HF at τ ∈ {0, 0.6, 1.0}
-    .venv/bin/python benchmarks/specdec.py --quick     # a smoke check on a micro zoo (benchmarks/quick.py)
+    .venv/bin/python -m benchmarks.specdec.decoder     # all three parts on the tiny zoo (cached on first use)
+    .venv/bin/python -m benchmarks.specdec.decoder --parts hf  # only [1], ours vs HF at τ ∈ {0, 0.6, 1.0}
+    .venv/bin/python -m benchmarks.specdec.decoder --quick     # a smoke check on a micro zoo
 
 1. our exact speculative decoder vs transformers' assisted generation (`generate(assistant_model=...)`) at
-   each τ_dec, through benchmarks/harness.py: the two are first checked to do the same work (γ drafted
+   each τ_dec, through benchmarks/specdec/harness.py: the two are first checked to do the same work (γ drafted
    tokens per step, the temperature warper at τ and nothing else on each side, same prompts, seeds and
    length; `specray.specdec.hf_compare` lists the transformers traps this guards against), then timed side by
    side: wall time per emitted token, acceptance counted both ways, and the limit the measured forward-pass
@@ -31,9 +31,9 @@ from pathlib import Path
 
 import torch
 import transformers
-from harness import Result, compare, profile_sides, report, summary
-from quick import tiny_or_quick
 
+from benchmarks.quick import tiny_or_quick
+from benchmarks.specdec.harness import Result, compare, profile_sides, report, summary
 from specray.models.loading import load_model, load_tokenizer
 from specray.models.zoo import build_zoo
 from specray.specdec.analytic import AnalyticEstimator, Continuations, sample_continuations

@@ -1,7 +1,7 @@
 """Several drafts in one Ray Train run against one run per draft: wall and machine CPU seconds, side by side.
 
-    .venv/bin/python benchmarks/train_runs.py [--drafts 4] [--steps 100] [--repeats 2]
-    .venv/bin/python benchmarks/train_runs.py --quick   # a smoke check on a micro zoo (benchmarks/quick.py)
+    .venv/bin/python -m benchmarks.distill.train_runs [--drafts 4] [--steps 100] [--repeats 2]
+    .venv/bin/python -m benchmarks.distill.train_runs --quick   # a smoke check on a micro zoo
 
 Both variants train the same `--drafts` offline drafts, one per τ_kd from the highest of tiny.yaml's
 teacher temperatures down (distinct drafts: a run would publish a second draft of the same key from the
@@ -25,19 +25,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from benchmarks.train_overhead import busy_cpu_s, offline_spec  # noqa: E402
-from specray.cluster.runtime import ray_session  # noqa: E402
-from specray.distill.checkpoints import FINISHED_FILE  # noqa: E402
-from specray.distill.ray_train import distill, distill_drafts  # noqa: E402
-from specray.draft import one_draft  # noqa: E402
+from benchmarks.distill.train_overhead import busy_cpu_s, offline_spec
+from specray.cluster.runtime import ray_session
+from specray.distill.checkpoints import FINISHED_FILE
+from specray.distill.ray_train import distill, distill_drafts
+from specray.draft import one_draft
 
 
 def main() -> None:

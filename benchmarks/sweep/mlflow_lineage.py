@@ -1,9 +1,9 @@
 """What MLflow datasets and logged models add to a sweep's wall time: the tiny sweep's 22 distilled drafts
 and its un-distilled one, logged the old way and the new way, side by side in one run, per store.
 
-    .venv/bin/python benchmarks/mlflow_lineage.py                 # sqlite and an `mlflow server` over HTTP
-    .venv/bin/python benchmarks/mlflow_lineage.py --stores sqlite --repeats 1
-    .venv/bin/python benchmarks/mlflow_lineage.py --quick   # a smoke check (benchmarks/quick.py)
+    .venv/bin/python -m benchmarks.sweep.mlflow_lineage              # sqlite and an `mlflow server` over HTTP
+    .venv/bin/python -m benchmarks.sweep.mlflow_lineage --stores sqlite --repeats 1
+    .venv/bin/python -m benchmarks.sweep.mlflow_lineage --quick   # a smoke check (benchmarks/quick.py)
 
 old: what `finish_draft` did before: the HF folder as the draft run's artifacts (`log_artifacts`).
 new: what it does now: the run's datasets (`log_datasets`: its shard and the test sets) and the draft as a
@@ -32,8 +32,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from quick import tiny_or_quick
-
+from benchmarks.quick import tiny_or_quick
 from specray.models.zoo import build_zoo
 from specray.sweep.plan import plan_sweep
 from specray.sweep.tracked import sweep_data

@@ -3,15 +3,15 @@ its teacher engine against transformers' `model.generate`. Prints the ratios and
 
     pip install -e '.[peers]'                                                  # TRL, pinned
     .venv/bin/specray generate sweeps/tiny.yaml 'teacher.temperatures=[1.0]'   # the τ_kd shard, once
-    .venv/bin/python benchmarks/peers.py [--repeats 2] [--tau-kd 1.0]
-    .venv/bin/python benchmarks/peers.py --quick   # a smoke check on a micro zoo (benchmarks/quick.py)
+    .venv/bin/python -m benchmarks.peers.compare [--repeats 2] [--tau-kd 1.0]
+    .venv/bin/python -m benchmarks.peers.compare --quick   # a smoke check on a micro zoo
 
 On the real model pair (sweeps/smollm2.yaml: SmolLM2-135M-Instruct's GGUF file as the bf16 target, a 2-layer
 draft cut from it, chat-template prompts, training under bf16 autocast on the CPU), fewer steps:
 
     .venv/bin/specray models fetch smollm2-135m-instruct
     .venv/bin/specray generate sweeps/smollm2.yaml 'teacher.temperatures=[1.0]'
-    .venv/bin/python benchmarks/peers.py --sweep sweeps/smollm2.yaml --repeats 1 \
+    .venv/bin/python -m benchmarks.peers.compare --sweep sweeps/smollm2.yaml --repeats 1 \
         distill.steps=40 distill.online_steps=40
 
 Without TRL it prints one line saying how to install it and exits 0.
@@ -28,7 +28,7 @@ smollm2.yaml: 80/80 steps, batch 8, lr 5e-4, 10 warm-up steps, bf16 target and a
 at the sweep's report cadence, `distill.report_every`, where the convergence test reads the curve —
 `convergence.probe_due` —, checkpoints, publishing); TRL runs GKDTrainer (online) or SFTTrainer (offline) on
 the same rows (token ids: the shard's prompts, chat-template ones included) in the same order, with
-`bf16=True` where specray autocasts, checked at run time (`peers_trl.py`: settings, batches, and the dtype
+`bf16=True` where specray autocasts, checked at run time (`trl_side.py`: settings, batches, and the dtype
 of a matmul's output under autocast). What cannot be matched is printed under "not matched". The tools
 alternate which goes first across repeats.
 Figures: s/step (the optimizer steps alone), s per finished draft (from reading the shard to the saved
@@ -60,8 +60,8 @@ import time
 from pathlib import Path
 
 import torch
-from quick import REPO, quick_spec
 
+from benchmarks.quick import REPO, quick_spec
 from specray.config import SweepSpec, load_spec
 from specray.draft import one_draft
 
@@ -80,7 +80,7 @@ COLUMNS = (
     "α τ_dec=0",
     "α τ_dec=1",
 )
-INSTALL = "skipped: TRL is not installed; `pip install -e '.[peers]'` to run benchmarks/peers.py"
+INSTALL = "skipped: TRL is not installed; `pip install -e '.[peers]'` to run benchmarks/peers/compare.py"
 TINY = REPO / "sweeps" / "tiny.yaml"
 
 
@@ -166,8 +166,7 @@ def specray_job(spec: SweepSpec, paradigm: str, tau_kd: float, output: Path) -> 
 
 
 def trl_job(spec: SweepSpec, paradigm: str, tau_kd: float, output: Path) -> dict:
-    from peers_trl import run_trl
-
+    from benchmarks.peers.trl_side import run_trl
     from specray.models.sources import resolve_model_path
 
     draft = resolve_model_path(spec.models.draft, spec.models)
@@ -176,7 +175,7 @@ def trl_job(spec: SweepSpec, paradigm: str, tau_kd: float, output: Path) -> dict
 
 
 def teacher_job(spec: SweepSpec, batch: int, prompts: int, tau: float, hf_first: bool) -> dict:
-    from peers_eval import compare_generate
+    from benchmarks.peers.evaluation import compare_generate
 
     return compare_generate(spec, batch, prompts, tau, hf_first)
 
@@ -195,7 +194,15 @@ def run_job(args: argparse.Namespace) -> None:
 
 def spawn(args: argparse.Namespace, job: dict, folder: Path) -> dict:
     result = folder / f"result-{len(list(folder.iterdir()))}.json"
-    command = [sys.executable, __file__, "--job", json.dumps(job), "--result", str(result)]
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.peers.compare",
+        "--job",
+        json.dumps(job),
+        "--result",
+        str(result),
+    ]
     command += ["--tau-kd", str(args.tau_kd), "--sweep", args.sweep] + (["--quick"] if args.quick else [])
     command += list(args.overrides)
     subprocess.run(command, check=True)
@@ -397,7 +404,7 @@ def main() -> None:
         )
     print(_describe(spec), flush=True)
     print(f"{os.cpu_count()} cores, load average before: {os.getloadavg()[0]:.2f}", flush=True)
-    from peers_eval import draft_quality
+    from benchmarks.peers.evaluation import draft_quality
 
     with tempfile.TemporaryDirectory() as root:
         runs, drafts = measure_distillation(args, spec, Path(root))
@@ -408,8 +415,8 @@ def main() -> None:
     if args.record:  # docs/results/peers.json: the figures README.md quotes
         from specray.cli.results import write_results
 
-        command = " ".join(["python", "benchmarks/peers.py", *sys.argv[1:]])
-        by = "recorded by `benchmarks/peers.py --record`"
+        command = " ".join(["python", "-m", "benchmarks.peers.compare", *sys.argv[1:]])
+        by = "recorded by `benchmarks/peers/compare.py --record`"
         write_results(Path(args.record), command, figures, {"Medians": rows}, recorded_by=by)
 
 

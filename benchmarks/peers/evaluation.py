@@ -1,5 +1,5 @@
-"""benchmarks/peers.py's two measurements that need no TRL: teacher data from the pool's transformers engine
-against batched `model.generate`, and the quality of finished drafts.
+"""benchmarks/peers/compare.py's two measurements that need no TRL: teacher data from the pool's
+transformers engine against batched `model.generate`, and the quality of finished drafts.
 
 `compare_generate`: the same prompts — the sweep's train split in its template (`data.template`), encoded as
 the engine encodes a shard's request (a chat prompt holds its own special tokens) — cut into the same

@@ -1,7 +1,8 @@
 """One draft's acceptance-vs-KD-step curve on the tiny zoo: its last-quarter slope and its CPU time.
 
-    .venv/bin/python benchmarks/convergence.py [--paradigm online] [--tau-kd 1.0] [--steps 400] [OVERRIDE ...]
-    .venv/bin/python benchmarks/convergence.py --quick   # a smoke check on a micro zoo (benchmarks/quick.py)
+    .venv/bin/python -m benchmarks.distill.convergence [--paradigm online] [--tau-kd 1.0] [--steps 400]
+                                                       [OVERRIDE ...]
+    .venv/bin/python -m benchmarks.distill.convergence --quick   # a smoke check on a micro zoo
 
 Runs the plain train loop (`specray.distill.loop.train_draft`, one process, no Ray, 1 torch thread = one Ray
 Train worker's CPU) with sweeps/tiny.yaml's settings and any spec overrides (`distill.lr=1e-3`,
@@ -23,9 +24,9 @@ import time
 from pathlib import Path
 
 import torch
-from quick import tiny_or_quick
 from transformers.utils import logging as hf_logging
 
+from benchmarks.quick import tiny_or_quick
 from specray.distill.convergence import convergence, mean_acceptance
 from specray.distill.inputs import prepare_inputs
 from specray.distill.loop import train_draft

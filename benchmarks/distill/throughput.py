@@ -1,7 +1,7 @@
 """Distillation throughput: training tokens/s of offline (SeqKD) and online KD on the tiny zoo, and the ratio.
 
-    .venv/bin/python benchmarks/distill.py [--steps 30] [--repeats 2] [--threads 1] [--tau-kd 1.0]
-    .venv/bin/python benchmarks/distill.py --quick   # a smoke check on a micro zoo (benchmarks/quick.py)
+    .venv/bin/python -m benchmarks.distill.throughput [--steps 30] [--repeats 2] [--threads 1] [--tau-kd 1.0]
+    .venv/bin/python -m benchmarks.distill.throughput --quick   # a smoke check on a micro zoo
 
 Both paradigms run the plain train loop (`specray.distill.loop.train_draft`, one process, no Ray) for
 `--steps` steps each (online too, whatever tiny.yaml's online_steps) on the same spec — sweeps/tiny.yaml's
@@ -27,9 +27,9 @@ import tempfile
 from pathlib import Path
 
 import torch
-from quick import tiny_or_quick
 from transformers.utils import logging as hf_logging
 
+from benchmarks.quick import tiny_or_quick
 from specray.config import SweepSpec
 from specray.distill.inputs import DistillInputs, prepare_inputs
 from specray.distill.loop import train_draft

@@ -1,8 +1,8 @@
 """Which draft for a real target: draft candidates side by side by cost ratio c and acceptance.
 
     .venv/bin/specray models fetch smollm2-135m-instruct; scripts/fetch_data.sh   # once
-    .venv/bin/python benchmarks/drafts.py [--sweep sweeps/smollm2.yaml] [--record FILE]
-    .venv/bin/python benchmarks/drafts.py --quick   # a smoke check on a micro zoo (benchmarks/quick.py)
+    .venv/bin/python -m benchmarks.specdec.drafts [--sweep sweeps/smollm2.yaml] [--record FILE]
+    .venv/bin/python -m benchmarks.specdec.drafts --quick   # a smoke check on a micro zoo
 
 Each candidate (`--candidate NAME='YAML'`, repeatable; default: cuts of 1, 2 and 4 of the target's layers
 and a fresh 2-layer model of the target's width) is the sweep's `models.draft` in one `specray run` of the
@@ -30,7 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks import REPO
+
 CANDIDATES = {
     "cut1": "{cut: {layers: 1}}",
     "cut2": "{cut: {layers: 2}}",
@@ -68,7 +69,7 @@ def run_candidate(name: str, ref: str, args: argparse.Namespace) -> dict[str, fl
     print(f"{name}: {ref} (log: {log_path})", flush=True)
     start = time.monotonic()
     with log_path.open("w") as log:
-        done = subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=False)
+        done = subprocess.run(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=False)
     seconds = time.monotonic() - start
     if done.returncode:
         tail = "\n".join(log_path.read_text().splitlines()[-15:])
@@ -159,7 +160,7 @@ def main() -> None:
     candidates = dict(QUICK_CANDIDATES if args.quick else CANDIDATES)
     args.base = []
     if args.quick:
-        from quick import QUICK_OVERRIDES
+        from benchmarks.quick import QUICK_OVERRIDES
 
         args.sweep = "sweeps/tiny.yaml"
         args.base = [*QUICK_OVERRIDES, "distill.steps=2", "eval.timing_precision=0.5"]
@@ -182,7 +183,7 @@ def main() -> None:
     if args.record:
         from specray.cli.results import write_results
 
-        command = " ".join(["python", "benchmarks/drafts.py", *sys.argv[1:]])
+        command = " ".join(["python", "-m", "benchmarks.specdec.drafts", *sys.argv[1:]])
         kept = (
             "draft_parameters",
             "c",
@@ -198,7 +199,7 @@ def main() -> None:
             command,
             figures,
             {"Candidates": rows},
-            recorded_by="recorded by `benchmarks/drafts.py --record`",
+            recorded_by="recorded by `benchmarks/specdec/drafts.py --record`",
         )
 
 

@@ -1,10 +1,10 @@
 """Paper-scale memory at a 32,000-token vocabulary: the streaming analytic estimator's peak memory at 64 vs
 1,024 test prompts, and one online KD step's, chunked vs not.
 
-    .venv/bin/python benchmarks/scale.py [--only analytic|kd] [--threads 2]
+    .venv/bin/python -m benchmarks.compute.scale [--only analytic|kd] [--threads 2]
         analytic: [--analytic-prompts 64 1024] [--new-tokens 128] [--analytic-batch 16]
         kd:       [--batch 8] [--seq 512] [--prompt 64] [--chunk 256]
-    .venv/bin/python benchmarks/scale.py --quick   # a smoke check: tiny shapes, a few tokens (CI runs it)
+    .venv/bin/python -m benchmarks.compute.scale --quick  # a smoke check: tiny shapes, a few tokens
 
 Models: random-initialised Llama-shaped models built locally from `transformers.LlamaConfig` (no download),
 vocabulary 32,000 (Llama-2's), fp32 on CPU. The student is a draft-sized model whose embedding and LM head
@@ -45,7 +45,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks import REPO
+
 VOCAB = 32_000
 # glibc's malloc raises its mmap threshold after the first large free (up to 32 MiB) and then serves smaller
 # tensors from its heap, which it seldom gives back: peak RSS would then measure that caching pattern more
@@ -210,7 +211,7 @@ MEASUREMENTS: dict[str, tuple[Callable[[argparse.Namespace], dict], Callable[[ar
 def _child(measurement: str, args: argparse.Namespace, **overrides: object) -> dict:
     """Run `measurement`'s child function in a fresh Python process with `overrides` on the arguments."""
     argv = [arg for key, value in (vars(args) | overrides).items() for arg in _flag(key, value)]
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", measurement, *argv]
+    command = [sys.executable, "-m", "benchmarks.compute.scale", "--child", measurement, *argv]
     env = dict(os.environ)
     if not args.default_malloc:
         env["MALLOC_MMAP_THRESHOLD_"] = str(MMAP_THRESHOLD)

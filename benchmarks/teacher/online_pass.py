@@ -1,7 +1,8 @@
 """Online KD's teacher pass over student samples: the full forward against the one after kept prompt caches.
 
-    .venv/bin/python benchmarks/teacher_pass.py [--tau-kd 1.0] [--batches 100] [--repeats 2] [--steps 200]
-    .venv/bin/python benchmarks/teacher_pass.py --quick   # a smoke check on a micro zoo (benchmarks/quick.py)
+    .venv/bin/python -m benchmarks.teacher.online_pass [--tau-kd 1.0] [--batches 100] [--repeats 2]
+                                                      [--steps 200]
+    .venv/bin/python -m benchmarks.teacher.online_pass --quick   # a smoke check on a micro zoo
 
 Part 1 (the pass): `--batches` random batches of 8 rows of the τ_kd shard (the fresh half of a 16-row
 online batch) through the tiny zoo's target, 1 torch thread: `response_states` (prompt + response, padded)
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,15 +29,12 @@ from pathlib import Path
 import torch
 from transformers.utils import logging as hf_logging
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from benchmarks.quick import tiny_or_quick  # noqa: E402
-from specray.distill import loop  # noqa: E402
-from specray.distill.inputs import prepare_inputs  # noqa: E402
-from specray.distill.teacher_states import PromptStates, cached_response_states, response_states  # noqa: E402
-from specray.draft import one_draft  # noqa: E402
-from specray.models.loading import load_model, load_tokenizer  # noqa: E402
+from benchmarks.quick import tiny_or_quick
+from specray.distill import loop
+from specray.distill.inputs import prepare_inputs
+from specray.distill.teacher_states import PromptStates, cached_response_states, response_states
+from specray.draft import one_draft
+from specray.models.loading import load_model, load_tokenizer
 
 
 def passes(spec, inputs, tau_kd: float, batches: int, repeats: int) -> None:

@@ -15,7 +15,7 @@ worker's and an evaluator's setting):
   target, same prompts and seeds), with the 95% bootstrap interval of α and of the paired difference
   (prompts resampled). bf16 is worth using when it is faster and the difference's interval lies inside α's.
 
-    .venv/bin/python benchmarks/bf16.py [--draft DIR] [--prompts 48] [--quick]
+    .venv/bin/python -m benchmarks.compute.bf16 [--draft DIR] [--prompts 48] [--quick]
 
 The draft is a distilled draft folder, or by default the 2-layer cut of the target (un-distilled). Needs
 the model fetched (`specray models fetch smollm2-135m-instruct`) and `data/gsm8k/test.jsonl`
@@ -28,16 +28,15 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import torch
 
+from benchmarks import REPO
 from specray.bootstrap import bootstrap_interval
 from specray.ops import token_acceptance
 from specray.specdec.analytic import forced_batches, response_probs, sample_continuations
 
-REPO = Path(__file__).resolve().parents[1]
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}  # as load_model names them
 
 
@@ -142,8 +141,7 @@ def load_pair(args: argparse.Namespace):
 
 
 def _quick_pair(args: argparse.Namespace):
-    from quick import MICRO_ZOO
-
+    from benchmarks.quick import MICRO_ZOO
     from specray.config import ZooSpec
     from specray.data.synthetic import synthetic_corpus
     from specray.data.templates import format_prompt

@@ -1,4 +1,4 @@
-"""The chaos supervisor's loop (benchmarks/chaos.py runs it): the command, the schedule's faults as its
+"""The chaos supervisor's loop (benchmarks/chaos/run.py runs it): the command, the schedule's faults as its
 phases come, the command again after each driver or Ray death, until it exits 0.
 
 Phases are seen from the outside: a phase's actors are up (`ray::TeacherActor`, `ray::RayTrainWorker`,
@@ -16,8 +16,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.chaos_cluster import Cluster
-from benchmarks.chaos_schedule import PHASES, RESTARTS, STAGE, Fault
+from benchmarks.chaos.schedule import PHASES, RESTARTS, STAGE, Fault
+from benchmarks.chaos.targets import actors, groups, kill_all, live_worker
+from specray.cluster.loopback import LoopbackCluster
 
 NAME = "smoke"  # the sweep's name: its output folder is out/<NAME>
 ACTOR = {"teacher": "TeacherActor", "distill": "RayTrainWorker", "eval": "EvalWorker"}  # by phase
@@ -44,7 +45,7 @@ class Chaos:
     command: list[str]
     cwd: Path
     env: dict[str, str]
-    cluster: Cluster
+    cluster: LoopbackCluster
     expected_cells: int
     logs: Path
     timeout_s: float
@@ -121,7 +122,7 @@ class Chaos:
     # ------------------------------------------------------------ phases, seen from the outside
 
     def alive(self) -> set[str]:
-        return {phase for phase, name in ACTOR.items() if self.cluster.actors(name)}
+        return {phase for phase, name in ACTOR.items() if actors(self.cluster, name)}
 
     def cells_done(self) -> bool:
         return len(list((self.cwd / "out" / NAME / "cells").glob("*.json"))) >= self.expected_cells
@@ -197,7 +198,7 @@ class Chaos:
 
     def _kill_actor(self, fault: Fault) -> str | None:
         name = ACTOR[STAGE[fault.kind]]
-        targets = self.cluster.actors(name)
+        targets = actors(self.cluster, name)
         if not targets:
             return None
         pid, node = targets[fault.pick % len(targets)]
@@ -206,7 +207,7 @@ class Chaos:
 
     def _kill_node(self, fault: Fault) -> str | None:
         self.rejoin(now=True)  # the node to lose must be there
-        node = self.cluster.worker
+        node = live_worker(self.cluster)
         if node is None:
             return None
         self.cluster.kill_node(node)
@@ -224,8 +225,8 @@ class Chaos:
 
     def _kill_ray(self, fault: Fault) -> str:
         assert self.driver is not None
-        nodes = ", ".join(self.cluster.groups().values())
-        self.cluster.kill_all()
+        nodes = ", ".join(groups(self.cluster).values())
+        kill_all(self.cluster)
         self.say(f"ray ({fault.phase}): killed every process of {nodes}; waiting for the driver to exit")
         began = time.monotonic()
         try:
@@ -252,12 +253,12 @@ class Chaos:
         self.unplanned.append(f"{self.now:.1f}s: {', '.join(dead)} ended without a fault")
         self.say(f"{', '.join(dead)} ended without a fault; starting it again")
         if "head" in dead:
-            self.cluster.kill_all()
+            kill_all(self.cluster)
             self.rejoin_at = None
             self.cluster.start()
             return
         for name in dead:
             self.cluster.kill_node(name)
         self.rejoin(now=True)
-        if self.cluster.worker is None:
+        if live_worker(self.cluster) is None:
             self.say(f"{self.cluster.start_worker()} joined the cluster")

@@ -1,7 +1,7 @@
 """Each heavy stage's achieved FLOP/s against this machine's measured fp32 matmul peak.
 
-    .venv/bin/python benchmarks/stages.py [--threads 1] [--steps 40] [--zoo-threads 2]
-    .venv/bin/python benchmarks/stages.py --quick   # a smoke check on a micro zoo (benchmarks/quick.py)
+    .venv/bin/python -m benchmarks.compute.stages [--threads 1] [--steps 40] [--zoo-threads 2]
+    .venv/bin/python -m benchmarks.compute.stages --quick   # a smoke check on a micro zoo
 
 Prints one table: stage, seconds, GFLOP, GFLOP/s and the fraction of the peak measured at the same thread
 count. The stages are the work `make demo` spends its time on, on the tiny zoo at sweeps/tiny.yaml's settings:
@@ -38,11 +38,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from quick import tiny_or_quick
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import PreTrainedTokenizerFast
 from transformers.utils import logging as hf_logging
 
+from benchmarks.quick import tiny_or_quick
 from specray.config import SweepSpec
 
 TAU = 1.0

@@ -1,4 +1,5 @@
-"""The TRL side of benchmarks/peers.py: GKDTrainer (online KD) and SFTTrainer (offline SeqKD), specray's rows.
+"""The TRL side of benchmarks/peers/compare.py: GKDTrainer (online KD) and SFTTrainer (offline SeqKD),
+specray's rows.
 
 TRL runs as its users run it — models loaded with `from_pretrained`, a `datasets.Dataset`, TRL's own
 collators, its config objects and `trainer.train()` — and every setting the comparison depends on is read

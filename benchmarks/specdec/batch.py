@@ -1,8 +1,8 @@
 """The batch-aware speedup model against measured wall time: modelled / measured at each (B, τ).
 
-    .venv/bin/python benchmarks/batch.py                  # B ∈ {1, 4, 16}, τ ∈ {0, 1}, γ = 4, tiny zoo
-    .venv/bin/python benchmarks/batch.py --draft DIR      # a distilled draft (e.g. one of a sweep's drafts)
-    .venv/bin/python benchmarks/batch.py --quick          # a smoke check on a micro zoo (benchmarks/quick.py)
+    .venv/bin/python -m benchmarks.specdec.batch  # B ∈ {1, 4, 16}, τ ∈ {0, 1}, γ = 4, tiny zoo
+    .venv/bin/python -m benchmarks.specdec.batch --draft DIR  # a distilled draft (one of a sweep's drafts)
+    .venv/bin/python -m benchmarks.specdec.batch --quick  # a smoke check on a micro zoo
 
 First the step costs are timed as a sweep times them (`specdec.cost.measure_step_costs`: T_t(B, 1),
 T_t(B, γ+1), T_d(B) and the prefills, on the un-distilled draft at τ = 1). Then, at every (B, τ), B rows are
@@ -33,8 +33,8 @@ import statistics
 import time
 
 import torch
-from quick import tiny_or_quick
 
+from benchmarks.quick import tiny_or_quick
 from specray.models.loading import load_model, load_tokenizer
 from specray.models.zoo import build_zoo
 from specray.specdec.batched import batched_autoregressive_decode, batched_speculative_decode

@@ -1,8 +1,8 @@
 """Tune's search against exhaustive enumeration: on a space small enough to train whole, how far the recipe
 Tune picks is from the best one, and after how many trials its pick is within 1% of it.
 
-    .venv/bin/python benchmarks/tune_exhaustive.py [--replicates 3] [--trials 16] [--seeds 3] [--output DIR]
-    .venv/bin/python benchmarks/tune_exhaustive.py --quick   # a smoke check on a micro zoo
+    .venv/bin/python -m benchmarks.tune.exhaustive [--replicates 3] [--trials 16] [--seeds 3] [--output DIR]
+    .venv/bin/python -m benchmarks.tune.exhaustive --quick   # a smoke check on a micro zoo
 
 The space: sweeps/tune_tiny.yaml with `tune.space: subset`, `tune.subset_size: 2` over six τ_kd
 {0, 0.2, …, 1}: C(6, 2) = 15 recipes (equal parts of two τ_kd), each trained at the search budget
@@ -32,32 +32,29 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from benchmarks import REPO
+from benchmarks.quick import quick_spec
+from specray.bootstrap import ReplicatedInterval, replicated_interval
+from specray.cluster.runtime import ray_session
+from specray.config import SweepSpec, load_spec
+from specray.report.paired import PromptCells, prompt_cells
+from specray.sweep.plan import VALIDATION, plan_sweep
+from specray.sweep.progress import SweepDisplay
+from specray.sweep.stages import Stages
+from specray.sweep.tune.driver import Tune
+from specray.sweep.tune.final import draft_objectives
+from specray.sweep.tune.outputs import cells_json
+from specray.sweep.tune.search import TrialRecord, search, summarise
+from specray.sweep.tune.search_stage import trial_context
+from specray.sweep.tune.space import baseline_recipe
 
-from benchmarks.quick import quick_spec  # noqa: E402
-from specray.bootstrap import ReplicatedInterval, replicated_interval  # noqa: E402
-from specray.cluster.runtime import ray_session  # noqa: E402
-from specray.config import SweepSpec, load_spec  # noqa: E402
-from specray.report.paired import PromptCells, prompt_cells  # noqa: E402
-from specray.sweep.plan import VALIDATION, plan_sweep  # noqa: E402
-from specray.sweep.progress import SweepDisplay  # noqa: E402
-from specray.sweep.stages import Stages  # noqa: E402
-from specray.sweep.tune.driver import Tune  # noqa: E402
-from specray.sweep.tune.final import draft_objectives  # noqa: E402
-from specray.sweep.tune.outputs import cells_json  # noqa: E402
-from specray.sweep.tune.search import TrialRecord, search, summarise  # noqa: E402
-from specray.sweep.tune.search_stage import trial_context  # noqa: E402
-from specray.sweep.tune.space import baseline_recipe  # noqa: E402
-
-GRID, QUICK_GRID = "[0.0,0.2,0.4,0.6,0.8,1.0]", "[0.0,0.5,1.0]"
+GRID, QUICK_GRID = "[0.0,0.2,0.4,0.6,0.8,1.0]", "[0.0,1.0]"
 QUICK = (
     "distill.paradigms=[offline]",
     "distill.steps=4",
@@ -90,7 +87,8 @@ class NoRuns:
 def bench_spec(quick: bool, trials: int, output: Path) -> SweepSpec:
     subset = ["tune.space=subset", "tune.subset_size=2", f"tune.num_samples={trials}", f"output_dir={output}"]
     if quick:
-        return quick_spec([f"teacher.temperatures={QUICK_GRID}", *QUICK, *subset])
+        # quick: one τ_kd per recipe, so 2 recipes x the replicates are trained whole (4 drafts, not 6)
+        return quick_spec([f"teacher.temperatures={QUICK_GRID}", *QUICK, *subset, "tune.subset_size=1"])
     return load_spec(REPO / "sweeps" / "tune_tiny.yaml", [f"teacher.temperatures={GRID}", *subset])
 
 

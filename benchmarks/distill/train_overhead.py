@@ -1,8 +1,8 @@
 """What Ray Train adds to one draft: wall and machine CPU seconds of the same offline draft trained by the
 plain loop in a fresh process and by `specray.distill.ray_train.distill` (a TorchTrainer run), side by side.
 
-    .venv/bin/python benchmarks/train_overhead.py [--steps 100] [--repeats 2] [--tau-kd 1.0] [--knobs]
-    .venv/bin/python benchmarks/train_overhead.py --quick   # a smoke check (benchmarks/quick.py)
+    .venv/bin/python -m benchmarks.distill.train_overhead [--steps 100] [--repeats 2] [--tau-kd 1.0] [--knobs]
+    .venv/bin/python -m benchmarks.distill.train_overhead --quick   # a smoke check (benchmarks/quick.py)
 
 Every run trains the same draft (sweeps/tiny.yaml's distill settings, `--steps` offline steps, a curve point
 every 10, checkpoints every 100) into a fresh folder, one run at a time, the variants alternating so that a
@@ -38,14 +38,12 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from ray.train.v2._internal import constants as rc
 
-from ray.train.v2._internal import constants as rc  # noqa: E402
-
-from benchmarks.quick import tiny_or_quick  # noqa: E402
-from specray.cluster.runtime import LOCAL_TRAIN_ENV, ray_session, train_env_seen_by_a_worker  # noqa: E402
-from specray.config import SweepSpec  # noqa: E402
+from benchmarks import REPO
+from benchmarks.quick import tiny_or_quick
+from specray.cluster.runtime import LOCAL_TRAIN_ENV, ray_session, train_env_seen_by_a_worker
+from specray.config import SweepSpec
 
 # the installed Ray's own defaults, read where Ray keeps them (not copied: they change between versions)
 RAY_DEFAULTS = {
@@ -146,7 +144,8 @@ def main() -> None:
                     os.environ.update(RAY_DEFAULTS)
                 elif variant.endswith("+knobs"):
                     os.environ.update(LOCAL_TRAIN_ENV)
-                if repeat == 0 and variant != "plain":
+                # a Train run of its own (quick: left out, tests/integration/test_runtime.py runs it)
+                if repeat == 0 and variant != "plain" and not args.quick:
                     seen = train_env_seen_by_a_worker(Path(root) / f"seen-{variant}")
                     print(f"{variant}: a Train worker sees {seen}", flush=True)
                 cpu, start = busy_cpu_s(), time.perf_counter()

@@ -1,8 +1,8 @@
 """Teacher pool throughput: tokens/s with 1 and 2 replicas on the tiny zoo target, and their ratio.
 
-    .venv/bin/python benchmarks/teacher_pool.py [--prompts 256] [--max-new-tokens 48] [--repeats 3]
+    .venv/bin/python -m benchmarks.teacher.pool [--prompts 256] [--max-new-tokens 48] [--repeats 3]
                                                 [--threads-reference]
-    .venv/bin/python benchmarks/teacher_pool.py --quick   # a smoke check (benchmarks/quick.py)
+    .venv/bin/python -m benchmarks.teacher.pool --quick   # a smoke check (benchmarks/quick.py)
 
 Every configuration generates the same requests (same prompts, τ, seeds), so every configuration produces
 the same tokens — the script checks it — and tokens/s compare like for like. Replicas are CPU-bound Ray
@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 import ray
-from quick import MICRO_ZOO
 
+from benchmarks.quick import MICRO_ZOO
 from specray.config import TeacherSpec, ZooSpec
 from specray.data.synthetic import synthetic_corpus
 from specray.data.templates import format_prompt
@@ -80,7 +80,8 @@ def measure(model_path: str, replicas: int, threads: int, requests, args) -> tup
     )
     with make_teacher_pool(spec, model_path) as pool:
         pids = [info["pid"] for info in ray.get([a.ready.remote() for a in pool.actors])] + [os.getpid()]
-        timed_pass(pool, requests[: args.batch_size * replicas], pids)  # warm-up: one batch per replica
+        if not args.quick:  # a smoke check times nothing worth a warm-up
+            timed_pass(pool, requests[: args.batch_size * replicas], pids)  # warm-up: one batch per replica
         best, responses = 0.0, {}
         for _ in range(args.repeats):
             seconds, responses, ours, others = timed_pass(pool, requests, pids)

@@ -1,20 +1,20 @@
 """A whole sweep under repeated, random faults finishes exactly once: the chaos supervisor.
 
-    .venv/bin/python benchmarks/chaos.py --quick [--seed 0]   # >= 5 faults on a micro sweep (make test)
-    .venv/bin/python benchmarks/chaos.py [--seed 0]           # the long run: >= 30 faults, each kind >= 3x
+    .venv/bin/python -m benchmarks.chaos.run --quick [--seed 0]   # >= 5 faults on a micro sweep (make test)
+    .venv/bin/python -m benchmarks.chaos.run [--seed 0]          # the long run: >= 30 faults, each kind >= 3x
 
 What it does, in a folder of its own (`--out`, default a temp folder; each run its own output folder,
 MLflow store and SPECRAY_CACHE):
 1. a fault-free `specray run` of the sweep (sweeps/smoke.yaml widened by the mode's overrides: more drafts
    than Train slots), on the local Ray the driver starts itself, as a user runs it: the reference;
-2. a two-node Ray on 127.0.0.1 (`chaos_cluster.py`: a head and a worker node of 1 CPU each) and the same
-   `specray run` against it, with the zoo copied from the reference's cache (the zoo is not under test);
-   from a schedule drawn from `--seed` (`chaos_schedule.py`) it kills, at random moments of the stage the
+2. a two-node Ray on 127.0.0.1 (`specray.cluster.loopback`: a head and a worker node of 1 CPU each) and
+   the same `specray run` against it, with the zoo copied from the reference's cache (the zoo is not under
+   test); from a schedule drawn from `--seed` (`schedule.py`) it kills, at random moments of the stage the
    schedule names, a teacher replica, a Ray Train worker, an eval actor, the worker node (a replacement
    joins, as an autoscaler's would), the driver (SIGKILL), or the whole cluster (every process of it, as
    `ray stop --force` would, then started again on the same ports). After a driver or Ray death it runs
    the same command again, as a user would, until the command exits 0;
-3. the audit (`chaos_audit.py`): the finished tree against the reference's — keys, shard rows, draft
+3. the audit (`audit.py`): the finished tree against the reference's — keys, shard rows, draft
    weights, cells, report, MLflow — and exactly-once everywhere.
 
 It prints the schedule, each fault as it strikes (kind, time, target), the resumes, the audit's findings
@@ -38,14 +38,13 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from benchmarks.chaos_audit import Tree, audit  # noqa: E402
-from benchmarks.chaos_cluster import Cluster  # noqa: E402
-from benchmarks.chaos_schedule import PHASES, Fault, draw_schedule  # noqa: E402
-from benchmarks.chaos_supervisor import NAME, Chaos  # noqa: E402
-from benchmarks.quick import QUICK_OVERRIDES  # noqa: E402
+from benchmarks import REPO
+from benchmarks.chaos.audit import Tree, audit
+from benchmarks.chaos.schedule import PHASES, Fault, draw_schedule
+from benchmarks.chaos.supervisor import NAME, Chaos
+from benchmarks.chaos.targets import kill_all
+from benchmarks.quick import QUICK_OVERRIDES
+from specray.cluster.loopback import LoopbackCluster
 
 SPECRAY = str(Path(sys.executable).parent / "specray")
 SWEEP = REPO / "sweeps" / "smoke.yaml"
@@ -123,7 +122,7 @@ def chaos_run(folder: Path, reference: Path, overrides: list[str], schedule: lis
     """The same command under the schedule's faults, on a two-node cluster of its own."""
     (folder / "logs").mkdir(parents=True)
     shutil.copytree(reference / "cache" / "zoo", folder / "cache" / "zoo")  # the zoo is not under test
-    cluster = Cluster(environment(args.source, folder / "cache"))
+    cluster = LoopbackCluster(environment(args.source, folder / "cache"))
     expected = len(list((reference / "out" / NAME / "cells").glob("*.json")))
     chaos = Chaos(
         [*command(folder, overrides), f"ray.address={cluster.address}"],
@@ -143,7 +142,8 @@ def chaos_run(folder: Path, reference: Path, overrides: list[str], schedule: lis
     finally:
         if chaos.driver is not None and chaos.driver.poll() is None:
             os.killpg(chaos.driver.pid, signal.SIGKILL)
-        cluster.close()
+        kill_all(cluster)  # SIGKILL at once: the run is over, nothing needs a clean exit
+        cluster.stop()
     return chaos
 
 
@@ -203,7 +203,7 @@ def main() -> int:
     summary = verdict(chaos, problems, reference_s, chaos_s, args.seed, mode)
     (root / "chaos.json").write_text(json.dumps(summary, indent=1))
     if args.record is not None:
-        record(summary, args.record, " ".join(["python", "benchmarks/chaos.py", *sys.argv[1:]]))
+        record(summary, args.record, " ".join(["python", "-m", "benchmarks.chaos.run", *sys.argv[1:]]))
     return 0 if not problems else 1
 
 
@@ -235,7 +235,7 @@ def record(summary: dict, path: Path, command: str) -> None:
         "Faults injected": rows,
         "Problems the audit found": [{"problem": p} for p in summary["problems"]],
     }
-    by = "recorded by `benchmarks/chaos.py --record`"
+    by = "recorded by `benchmarks/chaos/run.py --record`"
     write_results(path, command, figures, tables, recorded_by=by, seed=summary["seed"], mode=summary["mode"])
 
 

@@ -1,0 +1,1 @@
+"""specray against what a user would otherwise pick: TRL's trainers and transformers' `model.generate`."""

@@ -1,0 +1,1 @@
+"""The teacher: the generator pool's throughput by replicas, online KD's teacher pass over student samples."""

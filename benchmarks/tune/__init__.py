@@ -1,0 +1,1 @@
+"""Ray Tune's mixture search against exhaustive enumeration."""
