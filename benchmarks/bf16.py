@@ -35,7 +35,7 @@ import torch
 
 from specray.bootstrap import bootstrap_interval
 from specray.ops import token_acceptance
-from specray.specdec.analytic import forced_batches, response_probs, sample_continuations
+from specray.specdec.continuations import forced_batches, response_probs, sample_continuations
 
 REPO = Path(__file__).resolve().parents[1]
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}  # as load_model names them

@@ -34,7 +34,8 @@ from specray.distill import probe as probe_module
 from specray.distill.curves import CurvePoint
 from specray.distill.loop import train_draft
 from specray.draft import one_draft
-from specray.specdec.analytic import AnalyticEstimator, ratio_ci95, sample_continuations
+from specray.specdec.analytic import AnalyticEstimator, ratio_ci95
+from specray.specdec.continuations import sample_continuations
 
 
 class OldProbe:
