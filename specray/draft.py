@@ -26,7 +26,6 @@ T = TypeVar("T")
 __all__ = [
     "PARADIGMS",
     "Draft",
-    "check_request",
     "control_name",
     "draft_folder_name",
     "draft_name",
@@ -202,8 +201,12 @@ class Draft:
         )
 
 
-def check_request(spec: SweepSpec, paradigm: str, mixture: Mapping[float, float]) -> dict[float, float]:
-    """The mixture as {τ_kd: weight}; SpecError naming the bad value before any work starts."""
+def _check_request(spec: SweepSpec, paradigm: str, mixture: Mapping[float, float]) -> dict[float, float]:
+    """The mixture as {τ_kd: weight}; SpecError naming the bad value before any work starts.
+
+    The one validation of a draft's request: `plan_draft` and `plan_control` make a `Draft` only from a
+    request that passes it, and everything downstream (the stages, the Train driver, its workers, the loop)
+    receives that record and does not check it again."""
     if paradigm not in PARADIGMS:
         raise SpecError(f"paradigm {paradigm!r} is not one of {', '.join(PARADIGMS)}")
     weights = {float(tau): float(weight) for tau, weight in mixture.items()}
@@ -243,7 +246,7 @@ def plan_draft(
     given, or a function of the key)."""
     from specray.keys import digest, draft_key_inputs
 
-    weights = check_request(spec, paradigm, mixture)
+    weights = _check_request(spec, paradigm, mixture)
     d = spec.distill
     varied = (divergence if d.varies_divergence else "", data_source if d.varies_data_source else "")
     name = name or replicate_name(variant_name(draft_name(paradigm, mixture), *varied), replicate)
@@ -284,7 +287,7 @@ def plan_control(
     if len(taus) != 1 or len(set(samples)) != len(samples) or len(samples) != len(weights) or not samples:
         raise ValueError(f"a control needs distinct shards of one τ_kd, one per weight: {samples}, {weights}")
     tau = taus.pop()
-    check_request(spec, paradigm, {tau: 1.0})
+    _check_request(spec, paradigm, {tau: 1.0})
     if any(not w > 0 for w in weights):
         raise SpecError(f"a control's weights must be > 0, got {list(weights)}")
     name = name or replicate_name(control_name(paradigm, tau, weights), replicate)

@@ -35,7 +35,7 @@ import torch
 from benchmarks import REPO
 from specray.bootstrap import bootstrap_interval
 from specray.ops import token_acceptance
-from specray.specdec.analytic import forced_batches, response_probs, sample_continuations
+from specray.specdec.continuations import forced_batches, response_probs, sample_continuations
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}  # as load_model names them
 

@@ -97,7 +97,8 @@ def analytic_child(args: argparse.Namespace) -> dict:
     """β of one draft along `args.prompts_n` random continuations in this (fresh) process."""
     import torch
 
-    from specray.specdec.analytic import AnalyticEstimator, Continuations
+    from specray.specdec.analytic import AnalyticEstimator
+    from specray.specdec.continuations import Continuations
 
     torch.set_num_threads(args.threads)
     target = _llama(args.target_hidden, args.target_layers, seed=1).eval()

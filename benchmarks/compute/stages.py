@@ -182,7 +182,8 @@ def teacher_generation(spec: SweepSpec, prompts: int = 128) -> tuple[float, floa
 
 
 def eval_analytic(spec: SweepSpec, prompts: int = 128) -> tuple[float, float]:
-    from specray.specdec.analytic import AnalyticEstimator, sample_continuations
+    from specray.specdec.analytic import AnalyticEstimator
+    from specray.specdec.continuations import sample_continuations
 
     target, draft, tokenizer, _ = _models(spec)
     ids = _test_prompts(spec, tokenizer, prompts)

@@ -34,7 +34,7 @@ from specray.distill.probe import AcceptanceProbe
 from specray.models.loading import load_model, load_tokenizer
 from specray.models.sources import resolve_model_path
 from specray.sampling import left_pad
-from specray.specdec.analytic import sample_continuations
+from specray.specdec.continuations import sample_continuations
 from specray.specdec.hf_compare import MisconfiguredComparison, expected_processors
 from specray.teacher.engines import TransformersEngine
 from specray.teacher.generation import GenerationRequest

@@ -251,7 +251,7 @@ def run_trl(spec: SweepSpec, paradigm: str, tau_kd: float, output: Path, draft: 
     tokenizer = AutoTokenizer.from_pretrained(draft, trust_remote_code=trust)
     if tokenizer.pad_token_id is None:  # what specray's load_tokenizer does (and a TRL user must)
         tokenizer.pad_token = tokenizer.eos_token
-    # fp32 master weights, as specray's student (`distill/loop.py`); autocast does the bf16
+    # fp32 master weights, as specray's student (`distill/loop_setup.py`); autocast does the bf16
     student = AutoModelForCausalLM.from_pretrained(draft, dtype=torch.float32, trust_remote_code=trust)
     _record_matmuls(student, "student", record)
     if paradigm == "online":

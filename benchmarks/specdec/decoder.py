@@ -36,7 +36,8 @@ from benchmarks.quick import tiny_or_quick
 from benchmarks.specdec.harness import Result, compare, profile_sides, report, summary
 from specray.models.loading import load_model, load_tokenizer
 from specray.models.zoo import build_zoo
-from specray.specdec.analytic import AnalyticEstimator, Continuations, sample_continuations
+from specray.specdec.analytic import AnalyticEstimator
+from specray.specdec.continuations import Continuations, sample_continuations
 from specray.specdec.cost import measure_step_costs
 from specray.specdec.empirical import run_empirical
 from specray.specdec.evaluator import EvalJob, EvalSettings, Evaluator

@@ -10,9 +10,9 @@ against `cached_response_states` (the response only, after the prompts' kept KV 
 in the same order, alternating per repeat; the largest difference between the two is printed too.
 
 Part 2 (a whole draft): one online draft of sweeps/tiny.yaml for `--steps` steps through the plain loop
-(`train_draft`, no Ray), with the kept teacher states only (`loop.kept_prompt_states` returning None: every
-student sample's teacher pass in full, as before the prompt caches) and with the prompt caches, process CPU
-seconds and the final loss of each (the same up to fp round-off).
+(`train_draft`, no Ray), with the kept teacher states only (`loop_setup.kept_prompt_states` returning
+None: every student sample's teacher pass in full, as before the prompt caches) and with the prompt caches,
+process CPU seconds and the final loss of each (the same up to fp round-off).
 
 Needs the tiny zoo and the τ_kd shard: `specray generate sweeps/tiny.yaml 'teacher.temperatures=[1.0]'`
 (`--quick` makes its own).
@@ -30,7 +30,7 @@ import torch
 from transformers.utils import logging as hf_logging
 
 from benchmarks.quick import tiny_or_quick
-from specray.distill import loop
+from specray.distill import loop, loop_setup
 from specray.distill.inputs import prepare_inputs
 from specray.distill.teacher_states import PromptStates, cached_response_states, response_states
 from specray.draft import one_draft
@@ -81,16 +81,16 @@ def passes(spec, inputs, tau_kd: float, batches: int, repeats: int) -> None:
 
 def whole_draft(spec, inputs, tau_kd: float) -> None:
     results = {}
-    kept_prompts = loop.kept_prompt_states
+    kept_prompts = loop_setup.kept_prompt_states
     for name in ("states only", "states + prompt caches"):
-        loop.kept_prompt_states = (lambda *args: None) if name == "states only" else kept_prompts
+        loop_setup.kept_prompt_states = (lambda *args: None) if name == "states only" else kept_prompts
         started = time.process_time()
         with tempfile.TemporaryDirectory() as root:
             curves = loop.train_draft(
                 one_draft(spec, "online", {tau_kd: 1.0}, Path(root) / "d"), inputs=inputs
             ).curves
         results[name] = (time.process_time() - started, curves[-1].loss)
-    loop.kept_prompt_states = kept_prompts
+    loop_setup.kept_prompt_states = kept_prompts
     base = results["states only"][0]
     print(f"one online draft, {spec.distill.steps} steps:")
     for name, (cpu, loss) in results.items():

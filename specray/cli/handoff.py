@@ -91,7 +91,8 @@ def export_data(
 ) -> None:
     """Write a finished run's teacher data — chosen τ_kd, or a recipe in its proportions — as SpecForge and
     speculators training files, with a manifest (rows per τ_kd, sha256) and the trainers' commands."""
-    from specray.serving.trainer_data import check_export, choose_recipes, export_data, read_run
+    from specray.serving.trainer_data import check_export, export_data
+    from specray.serving.trainer_recipes import choose_recipes, read_run
 
     with user_errors():
         taus = _numbers(tau_kd, "--tau-kd") if tau_kd else []

@@ -1,8 +1,10 @@
-"""What one distillation run is asked to do, validated and resolved before any training starts.
+"""What one distillation run reads, resolved and checked before any training starts.
 
-`prepare_inputs` is the edge: a bad paradigm or τ_kd, a missing shard or incompatible models fail here with
-one clear error (SpecError, DataError, ModelError). Under Ray it runs on the driver, before Ray starts, and
-its result travels to the workers — so no worker reads the driver's cache or builds the zoo.
+`prepare_inputs` is the edge for the run's data and models: a missing shard or incompatible models fail here
+with one clear error (DataError, ModelError). The request itself (paradigm, τ_kd, weights, workers) was
+validated once, where the draft was planned (`draft.plan_draft`); a `Draft` is that validated request, and
+nothing downstream checks it again. Under Ray it runs on the driver, before Ray starts, and its result
+travels to the workers — so no worker reads the driver's cache or builds the zoo.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from typing import TYPE_CHECKING
 from specray.data.examples import Example
 from specray.distill.data import TrainRow, rows_from_table
 from specray.distill.probe import probe_prompts
-from specray.draft import check_request
 from specray.errors import DataError, SpecError
 from specray.models.loading import check_same_vocabulary, load_tokenizer
 from specray.models.sources import resolve_model_path
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class DistillInputs:
-    """Everything the loop reads, resolved and validated once (under Ray: on the driver, before Ray)."""
+    """Everything the loop reads, resolved and checked once (under Ray: on the driver, before Ray)."""
 
     draft_path: str
     target_path: str
@@ -38,14 +39,13 @@ class DistillInputs:
 
 
 def prepare_inputs(draft: Draft, splits: Mapping[str, Sequence[Example]] | None = None) -> DistillInputs:
-    """Validate the draft's request, read its τ_kd shards (DataError if `specray generate` has not made
-    them) and resolve both models (building the tiny zoo if needed). An online run with fixed data
+    """Read the planned draft's τ_kd shards (DataError if `specray generate` has not made them) and
+    resolve both models (building the tiny zoo if needed). An online run with fixed data
     (`distill.data_sources`) also gets each row's ground-truth response. `splits`: the sweep's, as its plan
     built them (else they are built here, for a draft trained on its own)."""
     from specray.data.shards import is_complete, read_shard
 
     spec, paradigm = draft.train_spec, draft.paradigm or ""
-    check_request(spec, paradigm, draft.mixture)
     shards = component_shards(draft)
     missing = sorted({tau for tau in draft.mixture if tau not in draft.shards})
     missing += sorted({key.tau for key in shards.values() if not is_complete(key)} - set(missing))

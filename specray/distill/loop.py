@@ -17,9 +17,10 @@ mean over all its response tokens (every micro-batch, every rank), or with `dist
 a mean over all its responses of each one's token mean: each rank backpropagates
 `its sum × world_size / global count` (tokens or responses: `ResponseLoss.units`), which DDP's gradient
 averaging turns into the gradient of the global mean. At a large vocabulary the loss is chunked over the
-LM heads (`distill.loss_chunk_size`, see `losses.py`). AdamW, linear warm-up then cosine decay to 10%
-(nanoGPT), gradient clipping, gradient accumulation, bf16 autocast on CUDA (and on the CPU with
-`distill.cpu_autocast`: the teacher's passes too, so both sides of the loss are computed alike).
+LM heads (`distill.loss_chunk_size`, see `losses.py`). AdamW (built with the rest of what the loop holds,
+fresh or resumed, in `loop_setup.py`), linear warm-up then cosine decay to 10% (nanoGPT), gradient
+clipping, gradient accumulation, bf16 autocast on CUDA (and on the CPU with `distill.cpu_autocast`: the
+teacher's passes too, so both sides of the loss are computed alike).
 
 Every `report_every` steps (and at step 0 and the last step) a curve point is reported: loss, tokens/s,
 learning rate and, where the convergence test needs it (`convergence.probe_due`: every report of the last
@@ -29,16 +30,13 @@ Every `checkpoint_every` steps (and at the last step) rank 0 writes a checkpoint
 
 from __future__ import annotations
 
-import functools
-import logging
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -54,25 +52,17 @@ from specray.distill.checkpoints import (
 )
 from specray.distill.convergence import probe_due
 from specray.distill.curves import CurvePoint
-from specray.distill.data import MixtureSampler, TrainRow, collate
-from specray.distill.inputs import DistillInputs, check_request, prepare_inputs
-from specray.distill.losses import ResponseLoss, check_chunkable, unwrap
-from specray.distill.probe import AcceptanceProbe
+from specray.distill.data import TrainRow, collate
+from specray.distill.inputs import DistillInputs, prepare_inputs
+from specray.distill.loop_setup import Run, setup_run
+from specray.distill.losses import unwrap
 from specray.distill.session import LocalSession, Session
-from specray.distill.teacher_states import StaticStates, estimated_mb, kept_prompt_states
 from specray.draft import Draft
 from specray.keys import curve_inputs
-from specray.models.loading import load_model, load_tokenizer
-from specray.ops.lr_schedule import warmup_cosine
-from specray.sampling import eos_token_ids, sample_batch
+from specray.sampling import sample_batch
 from specray.seeds import derive_seed
 
-if TYPE_CHECKING:  # transformers' model code loads where a model does, not where a type is named
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
-
-__all__ = ["DistillInputs", "DistillResult", "prepare_inputs", "run_training", "train_draft"]
-
-log = logging.getLogger(__name__)
+__all__ = ["DistillResult", "finished_info", "run_training", "train_draft", "worker_resources"]
 
 
 @dataclass
@@ -83,29 +73,6 @@ class DistillResult:
     output_dir: Path  # the published HF model dir (safetensors + tokenizer + spec.yaml + curves.json)
     steps: int
     curves: list[CurvePoint]
-
-
-# ---------------------------------------------------------------- the run's state
-
-
-@dataclass
-class _Run:
-    """What the loop holds. `student` may be DDP-wrapped; `unwrap(student)` is the HF model."""
-
-    spec: SweepSpec
-    paradigm: str
-    session: Session
-    student: torch.nn.Module
-    teacher: PreTrainedModel | None  # online only (the probe keeps what it needs of the target)
-    tokenizer: PreTrainedTokenizerBase
-    data: MixtureSampler
-    probe: AcceptanceProbe | None  # rank 0 only
-    loss: ResponseLoss
-    eos_ids: set[int]
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LambdaLR
-    state: RunState  # saved with every checkpoint
-    states: StaticStates | None = None  # online: the teacher's side of rows that never change
 
 
 @dataclass
@@ -119,127 +86,11 @@ class _Window:
     steps: list[int] = field(default_factory=list)
 
 
-def _optimizer(student: torch.nn.Module, spec: SweepSpec) -> torch.optim.AdamW:
-    """AdamW; weight decay on matrices only, never on norms and biases (nanoGPT)."""
-    params = [p for p in student.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": spec.distill.weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=spec.distill.lr)
-
-
-# ---------------------------------------------------------------- setup and resume
-
-
-def _load_student(
-    spec: SweepSpec, inputs: DistillInputs, session: Session, run_fingerprint: str
-) -> tuple[PreTrainedModel, dict | None]:
-    """The student (from the latest checkpoint, else the spec's draft) and the saved trainer state."""
-    trust = spec.models.draft.trust_remote_code
-    with session.latest_checkpoint() as folder:
-        if folder is None:
-            return load_model(inputs.draft_path, "float32", trust), None
-        state = load_trainer_state(folder)
-        if state["fingerprint"] != run_fingerprint:
-            raise RuntimeError(f"{folder}: checkpoint of a different run (spec, paradigm or mixture changed)")
-        # fp32 master weights whatever the checkpoint's dtype; autocast does bf16 on GPU
-        return load_model(str(folder), "float32", trust), state
-
-
-def _optimization(
-    student: torch.nn.Module, spec: SweepSpec, saved: dict | None, run_fingerprint: str
-) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR, RunState]:
-    """AdamW, its schedule and the run's state: fresh, or as saved in the checkpoint resumed from."""
-    d = spec.distill
-    optimizer = _optimizer(student, spec)
-    schedule = functools.partial(warmup_cosine, warmup_steps=d.warmup_steps, total_steps=d.steps)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-    if saved is None:
-        return optimizer, scheduler, RunState(run_fingerprint)
-    optimizer.load_state_dict(saved["optimizer"])
-    scheduler.load_state_dict(saved["scheduler"])
-    torch.set_rng_state(saved["rng"])
-    state = RunState.from_json(saved)
-    return optimizer, scheduler, replace(state, resumed_from=[*state.resumed_from, state.step])
-
-
-def _setup(draft: Draft, inputs: DistillInputs, session: Session) -> _Run:
-    spec, paradigm, run_fingerprint = draft.train_spec, draft.paradigm or "", draft.key
-    check_request(spec, paradigm, draft.mixture)
-    mixture = draft.components  # a mixture's τ_kd, or a control's teacher samples
-    d = spec.distill
-    torch.manual_seed(d.seed)
-    model, saved = _load_student(spec, inputs, session, run_fingerprint)
-    tokenizer = load_tokenizer(inputs.draft_path, spec.models.draft.trust_remote_code)
-    eos_ids = eos_token_ids(model, tokenizer)
-    student = session.prepare(model.train())
-    optimization = _optimization(student, spec, saved, run_fingerprint)  # optimizer, scheduler, state
-    sources = (d.sources.fixed, d.sources.student) if paradigm == "online" else None
-    data = MixtureSampler(inputs.rows, mixture, d.steps, d.batch_size, d.grad_accum, d.seed, sources)
-    teacher, probe = _teacher_and_probe(spec, paradigm, inputs, session, tokenizer)
-    loss = _response_loss(spec, paradigm, model, teacher)  # checks the heads can be chunked first
-    run = _Run(
-        spec, paradigm, session, student, teacher, tokenizer, data, probe, loss, eos_ids, *optimization
-    )
-    with autocast(session.device, d.cpu_autocast):  # the teacher's side as precise as in the loss
-        run.states = _static_states(run)
-    return run
-
-
-def _static_states(run: _Run) -> StaticStates | None:
-    """Online, the teacher's states of every fixed-data and teacher row this rank will train on, computed
-    now, and the teacher's caches of every prompt it will see (`teacher_states.py`) — unless
-    `distill.teacher_cache_mb` is 0 or too small for the states, or the heads are not chunked (the cached
-    states need the logits to be the head applied to them). The prompts get what the states leave."""
-    d = run.spec.distill
-    if run.teacher is None or d.teacher_cache_mb <= 0 or d.loss_chunk_size <= 0:
-        return None
-    rows, prompts = run.data.static_rows(run.session.rank, run.session.world_size)
-    needed = estimated_mb(rows, unwrap(run.teacher).config.hidden_size)
-    if needed > d.teacher_cache_mb:
-        log.info("teacher states need %.0f MB > distill.teacher_cache_mb: computed every step", needed)
-        return None
-    pad, batch_size = run.tokenizer.pad_token_id, run.spec.teacher.batch_size
-    cache = kept_prompt_states(run.teacher, prompts, rows, d.teacher_cache_mb - needed, batch_size, pad)
-    return StaticStates(run.teacher, rows, run.tokenizer.pad_token_id, run.spec.teacher.batch_size, cache)
-
-
-def _response_loss(
-    spec: SweepSpec, paradigm: str, student: PreTrainedModel, teacher: PreTrainedModel | None
-) -> ResponseLoss:
-    """The paradigm's loss; a model whose head cannot be chunked fails here, before any step."""
-    d = spec.distill
-    if d.loss_chunk_size > 0:
-        for model in (student, teacher) if teacher is not None else (student,):
-            check_chunkable(model)
-    divergence = d.draft_divergence if paradigm == "online" else None
-    return ResponseLoss(divergence, d.loss_temperature, d.jsd_beta, d.loss_averaging, d.loss_chunk_size)
-
-
-def _teacher_and_probe(
-    spec: SweepSpec,
-    paradigm: str,
-    inputs: DistillInputs,
-    session: Session,
-    tokenizer: PreTrainedTokenizerBase,
-) -> tuple[PreTrainedModel | None, AcceptanceProbe | None]:
-    """The target where it is needed: every rank online (teacher logits), rank 0 for the probe."""
-    if paradigm == "offline" and session.rank != 0:
-        return None, None
-    target, e = spec.models.target, spec.eval
-    teacher = load_model(inputs.target_path, target.dtype, target.trust_remote_code, session.device)
-    teacher.requires_grad_(False)
-    settings = (e.temperatures, e.max_new_tokens, tokenizer.eos_token_id, tokenizer.pad_token_id, e.seed)
-    probe = AcceptanceProbe(teacher, inputs.probe_prompts, *settings) if session.rank == 0 else None
-    return (teacher if paradigm == "online" else None), probe
-
-
 # ---------------------------------------------------------------- one optimizer step
 
 
 def _with_student_samples(
-    run: _Run, rows: list[TrainRow], chosen: list[int], step: int, micro: int
+    run: Run, rows: list[TrainRow], chosen: list[int], step: int, micro: int
 ) -> list[TrainRow]:
     """`rows` with the responses of the `chosen` (global) indices replaced by student samples at each
     row's τ_kd. Row i's sampler is seeded by (seed, step, micro, i): the same on any rank count."""
@@ -269,7 +120,7 @@ def _with_student_samples(
     return replaced
 
 
-def _local_rows(run: _Run, step: int, micro: int) -> list[TrainRow]:
+def _local_rows(run: Run, step: int, micro: int) -> list[TrainRow]:
     """This rank's slice of global micro-batch `micro` of `step`; online, the on-policy rows replace their
     responses with student samples."""
     rows, local, chosen = run.data.planned(step, micro, run.session.rank, run.session.world_size)
@@ -277,7 +128,7 @@ def _local_rows(run: _Run, step: int, micro: int) -> list[TrainRow]:
     return [rows[i] for i in local]
 
 
-def _train_step(run: _Run, step: int, window: _Window) -> None:
+def _train_step(run: Run, step: int, window: _Window) -> None:
     """One optimizer step over `grad_accum` micro-batches; adds its loss and tokens to `window`."""
     d, session, pad = run.spec.distill, run.session, run.tokenizer.pad_token_id
     micro_rows = [_local_rows(run, step, micro) for micro in range(d.grad_accum)]
@@ -313,7 +164,7 @@ def _train_step(run: _Run, step: int, window: _Window) -> None:
 # ---------------------------------------------------------------- reports and checkpoints
 
 
-def _curve(run: _Run, step: int, window: _Window) -> CurvePoint:
+def _curve(run: Run, step: int, window: _Window) -> CurvePoint:
     """One curve point: the window's loss and throughput, and (rank 0, where due) the probe's acceptance."""
     d = run.spec.distill
     due = run.probe is not None and probe_due(step, d.steps, d.report_every)
@@ -331,7 +182,7 @@ def _curve(run: _Run, step: int, window: _Window) -> CurvePoint:
     )
 
 
-def _checkpoint(run: _Run) -> Path:
+def _checkpoint(run: Run) -> Path:
     """Rank 0 writes a checkpoint into a fresh scratch folder and hands it to the session."""
     folder = Path(tempfile.mkdtemp(prefix=".checkpoint-", dir=run.session.scratch_dir))
     state = run.state.to_json() | {
@@ -343,7 +194,7 @@ def _checkpoint(run: _Run) -> Path:
     return folder
 
 
-def _after_step(run: _Run, step: int, window: _Window) -> bool:
+def _after_step(run: Run, step: int, window: _Window) -> bool:
     """Report and/or checkpoint when due; True if a curve point was reported (the window restarts)."""
     d = run.spec.distill
     last = step == d.steps
@@ -364,7 +215,7 @@ def run_training(draft: Draft, inputs: DistillInputs, session: Session) -> list[
     """Train `draft` from the session's latest checkpoint (or the student) to its `distill.steps`; returns
     the curves. The last step always ends with a checkpoint: that checkpoint is what gets published.
     """
-    run = _setup(draft, inputs, session)
+    run = setup_run(draft, inputs, session)
     spec = run.spec
     if run.state.step == 0:
         _after_step(run, 0, _Window())  # the un-distilled draft: the curve starts at step 0

@@ -6,9 +6,10 @@ One Train run distils one draft (`distill`) or several one after another (`disti
 a few, `sweep.stages.train_runs`, so Ray Train's start — controller, placement group, worker processes
 importing torch and transformers — is paid once per run rather than once per draft).
 
-Driver side: validate every request and read the shards before Ray starts (`prepare_inputs`: a bad τ_kd or
-a missing shard is one clear error, never a retried worker failure); pass the rows and resolved model paths
-to the workers (no worker reads the driver's cache or builds the zoo); run the trainer.
+Driver side: read every draft's shards before Ray starts (`prepare_inputs`: a missing shard is one clear
+error, never a retried worker failure; the request itself was validated where its `Draft` was planned);
+pass the rows and resolved model paths to the workers (no worker reads the driver's cache or builds the
+zoo); run the trainer.
 
 Worker side (`train_worker.TrainWorkerSession`, one per draft): the loop's `Session` over Ray Train — DDP
 through `ray.train.torch.prepare_model` (gloo on CPU, NCCL on GPU), sums through
@@ -62,7 +63,7 @@ from specray.distill.checkpoints import (
     set_aside_damaged,
 )
 from specray.distill.curves import CurvePoint
-from specray.distill.inputs import check_request, prepare_inputs
+from specray.distill.inputs import prepare_inputs
 from specray.distill.loop import DistillResult, worker_resources
 from specray.distill.ray_2_60 import lost_in_controller
 from specray.distill.train_worker import RUN_CONFIG, RUN_NAME, TrainJob, TrainRun, train_worker
@@ -196,8 +197,7 @@ def distill_drafts(
     the ones after it start fresh).
     """
     drafts = [replace(d, folder=Path(d.folder).absolute()) for d in drafts]
-    for draft in drafts:  # a bad paradigm or τ_kd is one clear error here, before any work
-        check_request(draft.train_spec, draft.paradigm or "", draft.mixture)
+    for draft in drafts:
         set_aside_damaged(draft.folder)
     todo = [draft for draft in drafts if not is_finished(draft.folder, draft.key)]
     work = _claim_run_dir(drafts)

@@ -1,20 +1,11 @@
-"""The DistillSpec section's per-prompt and per-draft figures (Zhou et al., 2023, Fig. 3b, 3c, 5a) and its
-last three verdicts; `report/distillspec.py` has the heatmaps, Table D.1 and the first two verdicts.
+"""The DistillSpec section's per-prompt figure (Zhou et al., 2023, Fig. 3b), the Markdown of its figures
+(the per-draft Fig. 3c and 5a are drawn by `distillspec_drafts.py`) and its last three verdicts;
+`report/distillspec.py` has the heatmaps, Table D.1 and the first two verdicts.
 
 Fig. 3b compares the best grid draft with the un-distilled draft prompt by prompt at the same γ (the best
 draft's best γ by `speedup_model`): block efficiency grows with γ, so each draft at its own best γ would
 mix γ into the comparison. A prompt's block efficiency is its Σ tokens / Σ target calls
 (`specdec.records`), averaged over training replicates.
-
-Fig. 3c ranks drafts by the two estimators at the same (test set, τ_dec, γ): the analytic
-`block_efficiency_sampled` (all test prompts) against the empirical `block_efficiency` (its decoded
-prompts). Spearman's ρ (`scipy.stats.spearmanr`) and its 95% percentile interval resample **drafts**
-(`specray.bootstrap`'s draws, paired: a draft keeps both its estimates): the claim is about the ranking of
-drafts, and the empirical cells hold no per-prompt sums to resample prompts with.
-
-Fig. 5a: per draft, the task-quality gain of the draft decoding alone (the `ends` records, `quality_draft`)
-over the un-distilled draft, against its analytic block-efficiency gain averaged over γ — DistillSpec's
-point that a better model is not always a better draft.
 """
 
 from __future__ import annotations
@@ -23,24 +14,24 @@ import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.stats import spearmanr
 
-from specray.bootstrap import bootstrap_interval
-from specray.metrics import (
-    BLOCK_EFFICIENCY,
-    BLOCK_EFFICIENCY_SAMPLED,
-    PER_PROMPT_TOKENS,
-    QUALITY_DRAFT,
-    SPEEDUP_MODEL,
-)
+from specray.metrics import PER_PROMPT_TOKENS, SPEEDUP_MODEL
 from specray.names import BASELINE
 from specray.report.best import best_rows
 from specray.report.distillspec import grid_drafts
-from specray.report.figures import plt, save_figure
+from specray.report.distillspec_drafts import (
+    FIG3C_NOTE,
+    FIG5A_NOTE,
+    estimator_pairs,
+    estimator_ranking,
+    gains,
+    quality_vs_efficiency,
+    rankings,
+)
+from specray.report.figures import scatter_panels
 from specray.report.paired import (
     PromptCells,
     Verdict,
@@ -56,14 +47,6 @@ from specray.report.paired import (
 FIG3B_NOTE = (
     "Fig. 3b: per test prompt, the block efficiency of the best grid draft (by speedup_model) against the "
     "un-distilled draft's at the same γ; points above the diagonal improve.\n"
-)
-FIG3C_NOTE = (
-    "Fig. 3c: per draft, empirical vs analytic block efficiency at the same (test set, τ_dec, γ); Spearman's "
-    "ρ of the two rankings with a 95% percentile bootstrap interval resampling drafts (at least four).\n"
-)
-FIG5A_NOTE = (
-    "Fig. 5a: per draft, the task-quality gain of the draft decoding alone (quality_ends) over the "
-    "un-distilled draft against its analytic block-efficiency gain (mean over γ).\n"
 )
 VERDICT_NOTE = (
     "*white-box beats SeqKD*: mean speedup of the online grid drafts minus the offline draft's at the same "
@@ -94,25 +77,6 @@ class PromptPair:
     @property
     def share_improved(self) -> float:
         return float(self.improved.mean())
-
-
-@dataclass(frozen=True)
-class Ranking:
-    """Fig. 3c's agreement at one (test set, τ_dec, γ): Spearman's ρ over drafts and its 95% interval."""
-
-    test_set: str
-    tau_dec: float
-    gamma: int
-    drafts: int
-    rho: float
-    low: float
-    high: float
-
-    @property
-    def line(self) -> str:
-        where = f"{self.test_set}, τ_dec {self.tau_dec:g}, γ {self.gamma}"
-        interval = "no interval" if np.isnan(self.low) else f"95% CI [{self.low:+.2f}, {self.high:+.2f}]"
-        return f"{where}: Spearman's ρ = {self.rho:+.2f} over {self.drafts} drafts ({interval})"
 
 
 # ---------------------------------------------------------------- Fig. 3b
@@ -168,120 +132,7 @@ def per_example(pairs: list[PromptPair], out_dir: Path) -> list[Path]:
     ]
     axes = ("un-distilled draft: block efficiency", "distilled draft: block efficiency")
     title = "per-example block efficiency (DistillSpec Fig. 3b)"
-    return [_scatter_panels(panels, axes, title, out_dir / "distillspec_per_example.png", size=12)]
-
-
-def _scatter_panels(
-    panels: list[tuple[Any, Any, str]], labels: tuple[str, str], title: str, path: Path, size: int
-) -> Path:
-    """One scatter panel per (x, y, panel title), each with the diagonal y = x."""
-    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4), squeeze=False)
-    for ax, (x, y, panel) in zip(axes[0], panels, strict=True):
-        ax.scatter(x, y, s=size, alpha=0.7 if size < 14 else 1.0)
-        both = np.concatenate([np.asarray(x), np.asarray(y)])
-        ends = [float(both.min()), float(both.max())]
-        ax.plot(ends, ends, "k--", linewidth=1)
-        ax.set_xlabel(labels[0])
-        ax.set_ylabel(labels[1])
-        ax.set_title(panel, fontsize=8)
-    fig.suptitle(title)
-    return save_figure(fig, path)
-
-
-# ---------------------------------------------------------------- Fig. 3c
-
-
-def estimator_pairs(cells: pd.DataFrame) -> pd.DataFrame:
-    """Per (draft, test set, τ_dec, γ) measured both ways: analytic and empirical block efficiency."""
-    keys = ["draft", "test_set", "tau_dec", "gamma"]
-    if cells.empty or BLOCK_EFFICIENCY not in cells or BLOCK_EFFICIENCY_SAMPLED not in cells:
-        return pd.DataFrame(columns=[*keys, "analytic", "empirical"])
-    analytic = cells[cells.estimator == "analytic"].groupby(keys).block_efficiency_sampled.mean()
-    empirical = cells[cells.estimator == "empirical"]
-    if "batch_size" in empirical:  # batch-1 decoding, as the paper measures
-        empirical = empirical[empirical.batch_size.fillna(1) == 1]
-    measured = empirical.groupby(keys).block_efficiency.mean()
-    joined = pd.concat([analytic.rename("analytic"), measured.rename("empirical")], axis=1, join="inner")
-    return joined.dropna().reset_index()
-
-
-def spearman(analytic: np.ndarray, empirical: np.ndarray) -> tuple[float, float, float]:
-    """(ρ, low, high): Spearman's ρ and its 95% percentile bootstrap interval, resampling drafts."""
-
-    def rho(index: np.ndarray) -> np.ndarray:  # [resamples, drafts] -> [resamples]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.array([spearmanr(analytic[i], empirical[i]).statistic for i in index], dtype=float)
-
-    return bootstrap_interval(rho, len(analytic))
-
-
-def rankings(pairs: pd.DataFrame) -> list[Ranking]:
-    """ρ per (test set, τ_dec, γ) with at least four drafts (fewer leave the interval meaningless)."""
-    out = []
-    for (test_set, tau, gamma), rows in pairs.groupby(["test_set", "tau_dec", "gamma"]):
-        if len(rows) < 4:
-            continue
-        rho, low, high = spearman(rows.analytic.to_numpy(), rows.empirical.to_numpy())
-        out.append(Ranking(str(test_set), float(tau), int(gamma), len(rows), rho, low, high))
-    return out
-
-
-def estimator_ranking(pairs: pd.DataFrame, found: list[Ranking], out_dir: Path) -> list[Path]:
-    """DistillSpec Fig. 3c: empirical vs analytic block efficiency, a point per draft, a panel per ρ."""
-    if not found:
-        return []
-    panels = []
-    for ranking in found:
-        rows = pairs[
-            (pairs.test_set == ranking.test_set)
-            & np.isclose(pairs.tau_dec, ranking.tau_dec)
-            & (pairs.gamma == ranking.gamma)
-        ]
-        panel = (
-            f"{ranking.test_set}, τ_dec {ranking.tau_dec:g}, γ {ranking.gamma}\n"
-            f"ρ {ranking.rho:+.2f} [{ranking.low:+.2f}, {ranking.high:+.2f}]"
-        )
-        panels.append((rows.analytic, rows.empirical, panel))
-    axes = ("analytic block efficiency", "empirical block efficiency")
-    title = "empirical vs analytic block efficiency per draft (DistillSpec Fig. 3c)"
-    return [_scatter_panels(panels, axes, title, out_dir / "distillspec_estimators.png", size=14)]
-
-
-# ---------------------------------------------------------------- Fig. 5a
-
-
-def gains(cells: pd.DataFrame) -> pd.DataFrame:
-    """Per (draft, test set, τ_dec): the draft-alone quality gain and the analytic block-efficiency gain
-    (mean over γ) over the un-distilled draft. `cells` must keep the `ends` records."""
-    keys = ["draft", "test_set", "tau_dec"]
-    if cells.empty or QUALITY_DRAFT not in cells:
-        return pd.DataFrame(columns=[*keys, "quality_gain", "efficiency_gain"])
-    quality = cells[cells.estimator == "ends"].groupby(keys).quality_draft.mean()
-    efficiency = cells[cells.estimator == "analytic"].groupby(keys).block_efficiency_sampled.mean()
-    joined = pd.concat([quality, efficiency], axis=1, join="inner").dropna().reset_index()
-    base = joined[joined.draft == BASELINE].drop(columns="draft")
-    joined = joined[joined.draft != BASELINE].merge(base, on=["test_set", "tau_dec"], suffixes=("", "_base"))
-    return joined.assign(
-        quality_gain=joined.quality_draft - joined.quality_draft_base,
-        efficiency_gain=joined.block_efficiency_sampled - joined.block_efficiency_sampled_base,
-    )[[*keys, "quality_gain", "efficiency_gain"]]
-
-
-def quality_vs_efficiency(found: pd.DataFrame, out_dir: Path) -> list[Path]:
-    """DistillSpec Fig. 5a: a point per draft, a panel per (test set, τ_dec)."""
-    if found.empty:
-        return []
-    groups = list(found.groupby(["test_set", "tau_dec"]))
-    fig, axes = plt.subplots(1, len(groups), figsize=(4 * len(groups), 4), squeeze=False)
-    for ax, ((test_set, tau), rows) in zip(axes[0], groups, strict=True):
-        ax.scatter(rows.efficiency_gain, rows.quality_gain, s=14)
-        ax.axhline(0, color="grey", linewidth=0.8)
-        ax.axvline(0, color="grey", linewidth=0.8)
-        ax.set_xlabel("block-efficiency gain over un-distilled")
-        ax.set_ylabel("quality gain (draft alone)")
-        ax.set_title(f"{test_set}, τ_dec {tau:g}", fontsize=8)
-    fig.suptitle("quality gain vs block-efficiency gain per draft (DistillSpec Fig. 5a)")
-    return [save_figure(fig, out_dir / "distillspec_quality_vs_efficiency.png")]
+    return [scatter_panels(panels, axes, title, out_dir / "distillspec_per_example.png", size=12)]
 
 
 def _filled(value: object) -> bool:

@@ -83,6 +83,23 @@ def save_figure(fig: plt.Figure, path: Path) -> Path:
     return path
 
 
+def scatter_panels(
+    panels: list[tuple[Any, Any, str]], labels: tuple[str, str], title: str, path: Path, size: int
+) -> Path:
+    """One scatter panel per (x, y, panel title), each with the diagonal y = x."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4), squeeze=False)
+    for ax, (x, y, panel) in zip(axes[0], panels, strict=True):
+        ax.scatter(x, y, s=size, alpha=0.7 if size < 14 else 1.0)
+        both = np.concatenate([np.asarray(x), np.asarray(y)])
+        ends = [float(both.min()), float(both.max())]
+        ax.plot(ends, ends, "k--", linewidth=1)
+        ax.set_xlabel(labels[0])
+        ax.set_ylabel(labels[1])
+        ax.set_title(panel, fontsize=8)
+    fig.suptitle(title)
+    return save_figure(fig, path)
+
+
 def heatmaps(cells: pd.DataFrame, metric: str, out_dir: Path) -> list[Path]:
     """τ_kd × τ_dec heatmaps of `metric` (analytic), one panel per paradigm, one figure per test set
     (paper Fig. 2 in-domain, Fig. 4 out-of-domain). The un-distilled draft is the top row."""

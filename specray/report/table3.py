@@ -10,7 +10,7 @@ bootstrap, one rule, whether the sweep report judges the highest τ_dec or Table
 Rank agreement. Every recipe retrained at the full budget (every single τ_kd of the grid, the manual
 recipes, the winner) has a validation objective at the search budget (one training) and one at the full
 budget (the mean over its replicates). Spearman's ρ between the two, with its 95% percentile interval
-resampling recipes (`distillspec_prompts.spearman`, the same estimator as Fig. 3c's). The search picks its
+resampling recipes (`distillspec_drafts.spearman`, the same estimator as Fig. 3c's). The search picks its
 winner on the short budget; ρ says whether that order survives to the budget the drafts are served at. It is
 called weak when ρ is below 0.5 or its interval reaches 0: then the short budget's winner need not be the
 best recipe at the full budget, and Table 3 says so beside itself.
@@ -25,7 +25,7 @@ import pandas as pd
 
 from specray.metrics import SPEEDUP
 from specray.report.composition import CONTENDERS, Composition, composition_gains, control_verdict
-from specray.report.distillspec_prompts import spearman
+from specray.report.distillspec_drafts import spearman
 from specray.report.paired import Verdict, prompt_cells
 from specray.report.tables import markdown_table
 

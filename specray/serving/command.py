@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specray.errors import SpecError
+from specray.serving.bands import parse_edges
 from specray.serving.export import ROUTING_FILE, export_plan
-from specray.serving.plan import BandPlan, Route, parse_edges, plan_batched
+from specray.serving.plan import BandPlan, Route, plan_batched
 from specray.serving.source import SweepResults
 from specray.serving.tune_source import read_source
 from specray.serving.verify import BandCheck

@@ -6,7 +6,7 @@ routing.json.
     router.route(0.8, 16)  # -> Route(draft_dir=Path(".../drafts/online__tau_kd=0.8"), gamma=2)
     router.route(1.7)      # -> Route(draft_dir=None, gamma=None): no speculation, the target decodes alone
 
-Temperature bands are [low, high) and cover every temperature from 0 up (serving/plan.py), so a temperature
+Temperature bands are [low, high) and cover every temperature from 0 up (serving/bands.py), so a temperature
 on an edge belongs to the band above it. Within a band, batch-size bands are [low, high) too: a batch size on
 an edge belongs to the band above, one below the first edge to the first band, and the last band is open
 above. A routing.json without per-batch entries (format 1) routes every batch size as its band's own.

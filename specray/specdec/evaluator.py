@@ -36,14 +36,8 @@ from specray.metrics import (
 )
 from specray.models.loading import check_same_vocabulary, decode_text, load_model, load_tokenizer
 from specray.quality import prompt_scores, quality_metrics
-from specray.specdec.analytic import (
-    LOSSLESS,
-    AnalyticEstimator,
-    Betas,
-    Continuations,
-    analytic_result,
-    sample_continuations,
-)
+from specray.specdec.analytic import LOSSLESS, AnalyticEstimator, Betas, analytic_result
+from specray.specdec.continuations import Continuations, sample_continuations
 from specray.specdec.cost import measure_step_costs
 from specray.specdec.empirical import EmpiricalResult, decode_alone, run_empirical
 from specray.specdec.lossy import lossy_betas

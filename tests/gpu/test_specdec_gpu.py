@@ -11,7 +11,8 @@ from scipy.stats import chisquare
 
 from specray.devices import Resources
 from specray.ops import warp
-from specray.specdec.analytic import AnalyticEstimator, Continuations, sample_continuations
+from specray.specdec.analytic import AnalyticEstimator
+from specray.specdec.continuations import Continuations, sample_continuations
 from specray.specdec.decoder import autoregressive_decode, speculative_decode
 from specray.specdec.evaluator import EvalJob, EvalSettings, Evaluator
 from specray.specdec.records import StepCosts

@@ -291,7 +291,8 @@ def test_a_search_reads_cached_shards_logs_every_trial_and_registers_the_winner(
 
     # `specray export-data` of the tune run, from its folder and from its parent run id: the winner's
     # teacher data in the winner's proportions, in both trainers' formats
-    from specray.serving.trainer_data import check_export, choose_recipes, export_data, read_run
+    from specray.serving.trainer_data import check_export, export_data
+    from specray.serving.trainer_recipes import choose_recipes, read_run
     from tests.trainer_rules import specforge_problems, speculators_problems
 
     for source in (str(report.parent), parent.info.run_id):

@@ -18,7 +18,8 @@ import torch
 from specray.config import TeacherSpec, load_spec
 from specray.devices import Resources
 from specray.distill.inputs import DistillInputs
-from specray.distill.loop import _teacher_and_probe, worker_resources
+from specray.distill.loop import worker_resources
+from specray.distill.loop_setup import teacher_and_probe
 from specray.errors import SpecError
 from specray.models.loading import load_tokenizer
 from specray.specdec.evaluator import EvalSettings
@@ -112,7 +113,7 @@ def test_actors_load_their_models_on_the_device_of_their_resources(micro_zoo) ->
 
 @dataclass
 class OtherRank:
-    """A Session of a rank other than 0 (no probe) on the meta device: what `_teacher_and_probe` reads."""
+    """A Session of a rank other than 0 (no probe) on the meta device: what `teacher_and_probe` reads."""
 
     rank: int = 1
     world_size: int = 2
@@ -124,6 +125,6 @@ def test_the_train_loop_loads_its_teacher_on_the_session_device(micro_zoo) -> No
     spec = load_spec(REPO / "sweeps" / "smoke.yaml")
     inputs = DistillInputs(str(micro_zoo.draft), str(micro_zoo.target), {}, [])
     tokenizer = load_tokenizer(str(micro_zoo.draft))
-    teacher, probe = _teacher_and_probe(spec, "online", inputs, OtherRank(), tokenizer)
+    teacher, probe = teacher_and_probe(spec, "online", inputs, OtherRank(), tokenizer)
     assert teacher is not None and probe is None
     assert next(teacher.parameters()).device.type == "meta"

@@ -100,16 +100,31 @@ def test_draft_names() -> None:
 
 
 def test_bad_requests_fail_before_any_work(spec, micro_zoo) -> None:
+    # a bad request fails where the draft is planned; a missing shard where its inputs are read
     with pytest.raises(SpecError, match=r"τ_kd \[0.5\] not in teacher.temperatures \[0.0, 1.0\]"):
-        prepare_inputs(one_draft(spec, "offline", {0.5: 1.0}, Path("draft")))
+        one_draft(spec, "offline", {0.5: 1.0}, Path("draft"))
     with pytest.raises(SpecError, match="paradigm 'sideways' is not one of offline, online"):
-        prepare_inputs(one_draft(spec, "sideways", {0.0: 1.0}, Path("draft")))
+        one_draft(spec, "sideways", {0.0: 1.0}, Path("draft"))
     too_many_workers = micro_spec(micro_zoo, "distill.workers=8")
     with pytest.raises(SpecError, match=r"distill.batch_size \(4\) must be >= distill.workers \(8\)"):
-        prepare_inputs(one_draft(too_many_workers, "offline", {0.0: 1.0}, Path("draft")))
+        one_draft(too_many_workers, "offline", {0.0: 1.0}, Path("draft"))
     no_shards = micro_spec(micro_zoo, "teacher.seed=99")
     with pytest.raises(DataError, match=r"no teacher shards yet for τ_kd \[1.0\]; run `specray generate`"):
         prepare_inputs(one_draft(no_shards, "offline", {1.0: 1.0}, Path("draft")))
+
+
+def test_a_draft_is_validated_once_where_it_is_planned(spec, tmp_path: Path, monkeypatch) -> None:
+    """The request (paradigm, τ_kd, weights, workers) is checked when the `Draft` is made; reading its inputs
+    and the loop's setup receive that record and do not check it again (nor does the Train driver)."""
+    import specray.draft as draft_module
+
+    checks: list[tuple] = []
+    check = draft_module._check_request
+    monkeypatch.setattr(draft_module, "_check_request", lambda *args: checks.append(args) or check(*args))
+    draft = one_draft(spec, "offline", {1.0: 1.0}, tmp_path / "draft")
+    assert len(checks) == 1
+    train_draft(draft)  # prepare_inputs, setup_run, the loop, publish
+    assert len(checks) == 1 and is_finished(tmp_path / "draft")
 
 
 @pytest.mark.parametrize("paradigm", ["offline", "online"])

@@ -1,8 +1,9 @@
 """The acceptance probe against the eval's analytic estimator: the same continuations, the same β.
 
 The probe scores every τ_dec from one target sampling call and one pass of the draft over prompt caches;
-the estimator (`specdec/analytic.py`) samples each τ_dec on its own and runs the draft over prompt +
-response. Both must give the same tokens and the same α and per-prompt β sums, up to fp round-off.
+the estimator (`specdec/analytic.py`, over `specdec/continuations.py`'s samples) samples each τ_dec on
+its own and runs the draft over prompt + response. Both must give the same tokens and the same α and
+per-prompt β sums, up to fp round-off.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import torch
 
 from specray.distill.probe import AcceptanceProbe
 from specray.models.loading import load_model, load_tokenizer
-from specray.specdec.analytic import AnalyticEstimator, sample_continuations
+from specray.specdec.analytic import AnalyticEstimator
+from specray.specdec.continuations import sample_continuations
 
 TAUS = (0.0, 0.4, 1.0, 2.0)
 NEW_TOKENS = 10

@@ -18,7 +18,8 @@ from specray.config.presets import DATA_PRESETS, DataPresetName
 from specray.distill.checkpoints import is_finished
 from specray.distill.data import TrainRow, generator, onpolicy_indices, row_sources, with_ground_truth
 from specray.distill.inputs import ground_truth_responses, prepare_inputs
-from specray.distill.loop import _local_rows, _setup, train_draft
+from specray.distill.loop import _local_rows, train_draft
+from specray.distill.loop_setup import setup_run
 from specray.distill.session import LocalSession
 from specray.draft import one_draft
 from specray.errors import DataError, SpecError
@@ -212,7 +213,7 @@ def test_a_batch_takes_its_rows_from_the_sources_in_the_stated_fractions(micro_z
     every micro-batch; and two DDP ranks together train on exactly the rows of one."""
     mixed = micro_spec(micro_zoo, "distill.batch_size=8", "distill.data_sources={fixed: 0.25, student: 0.5}")
     inputs = prepare_inputs(one_draft(mixed, "online", {0.0: 1.0, 1.0: 1.0}, Path("draft")))
-    run = _setup(
+    run = setup_run(
         one_draft(mixed, "online", {0.0: 1.0, 1.0: 1.0}, tmp_path / "draft"),
         inputs,
         LocalSession(tmp_path, None, "cpu"),

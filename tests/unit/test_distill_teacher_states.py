@@ -10,7 +10,8 @@ import torch
 
 from specray.distill.data import TrainRow, collate
 from specray.distill.inputs import prepare_inputs
-from specray.distill.loop import _setup, train_draft
+from specray.distill.loop import train_draft
+from specray.distill.loop_setup import setup_run
 from specray.distill.losses import ResponseLoss
 from specray.distill.session import LocalSession
 from specray.distill.teacher_states import (
@@ -75,7 +76,7 @@ def test_static_rows_are_exactly_the_non_student_rows(micro_zoo, tmp_path) -> No
     spec = micro_spec(micro_zoo, "distill.onpolicy_fraction=0.5")
     make_shards(spec)
     inputs = prepare_inputs(one_draft(spec, "online", {1.0: 1.0}, Path("draft")))
-    run = _setup(
+    run = setup_run(
         one_draft(spec, "online", {1.0: 1.0}, tmp_path / "draft"), inputs, LocalSession(tmp_path, None)
     )
     rows, prompts = run.data.static_rows()
@@ -179,7 +180,7 @@ def test_kept_states_and_prompt_caches_share_the_budget(micro_zoo, tmp_path, cap
     spec = micro_spec(micro_zoo, "distill.onpolicy_fraction=0.5")
     make_shards(spec)
     inputs = prepare_inputs(one_draft(spec, "online", {1.0: 1.0}, Path("draft")))
-    run = _setup(
+    run = setup_run(
         one_draft(spec, "online", {1.0: 1.0}, tmp_path / "draft"), inputs, LocalSession(tmp_path / "a", None)
     )
     assert run.states is not None and run.states.prompts is not None
@@ -189,7 +190,7 @@ def test_kept_states_and_prompt_caches_share_the_budget(micro_zoo, tmp_path, cap
         micro_zoo, "distill.onpolicy_fraction=0.5", f"distill.teacher_cache_mb={states_mb * 1.01}"
     )
     with caplog.at_level("INFO", logger="specray.distill"):
-        run = _setup(
+        run = setup_run(
             one_draft(tight, "online", {1.0: 1.0}, tmp_path / "draft"),
             inputs,
             LocalSession(tmp_path / "b", None),

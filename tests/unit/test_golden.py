@@ -55,7 +55,8 @@ from specray.draft import one_draft
 from specray.models.loading import load_model, load_tokenizer
 from specray.models.zoo import Zoo, build_zoo
 from specray.ops import DIVERGENCES
-from specray.specdec.analytic import AnalyticEstimator, sample_continuations
+from specray.specdec.analytic import AnalyticEstimator
+from specray.specdec.continuations import sample_continuations
 from specray.specdec.records import StepCosts
 from tests.conftest import micro_zoo_spec
 from tests.unit.test_distill_loop import make_shards

@@ -1,5 +1,6 @@
-"""The DistillSpec section's Fig. 3b/3c/5a and its last three verdicts: golden values (ρ of a known ranking,
-the share of a constructed set of prompts that improve) and verdicts on sweeps whose answer is planted."""
+"""The DistillSpec section's Fig. 3b/3c/5a (`report/distillspec_prompts.py`, `report/distillspec_drafts.py`)
+and its last three verdicts: golden values (ρ of a known ranking, the share of a constructed set of prompts
+that improve) and verdicts on sweeps whose answer is planted."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pandas as pd
 import pytest
 
 from specray.names import BASELINE
+from specray.report import distillspec_drafts as dsd
 from specray.report import distillspec_prompts as dsp
 from specray.report import paired
 from tests.unit.test_verdicts import DIFFICULTY, cell
@@ -84,10 +86,10 @@ def test_white_box_against_the_offline_draft() -> None:
 
 def test_spearman_of_a_known_ranking() -> None:
     analytic = np.arange(1.0, 9.0)
-    assert dsp.spearman(analytic, analytic * 2)[0] == pytest.approx(1.0)
-    assert dsp.spearman(analytic, -analytic)[0] == pytest.approx(-1.0)
+    assert dsd.spearman(analytic, analytic * 2)[0] == pytest.approx(1.0)
+    assert dsd.spearman(analytic, -analytic)[0] == pytest.approx(-1.0)
     # two adjacent swaps among 8: Σd² = 4, ρ = 1 − 6·4 / (8·63)
-    rho, low, high = dsp.spearman(analytic, np.array([2, 1, 3, 4, 5, 6, 8, 7.0]))
+    rho, low, high = dsd.spearman(analytic, np.array([2, 1, 3, 4, 5, 6, 8, 7.0]))
     assert rho == pytest.approx(1 - 24 / 504)
     assert low <= rho <= high and low > 0.5
 
@@ -106,17 +108,17 @@ def estimator_frame() -> pd.DataFrame:
 
 def test_estimator_ranking_and_quality_gain_figures_are_written(tmp_path: Path) -> None:
     frame = estimator_frame()
-    (ranking,) = dsp.rankings(dsp.estimator_pairs(frame))
+    (ranking,) = dsd.rankings(dsd.estimator_pairs(frame))
     assert (ranking.drafts, ranking.gamma) == (6, 4)
     assert ranking.rho == pytest.approx(1 - 6 * 2 / (6 * 35))
     assert "Spearman's ρ = +0.94" in ranking.line
-    (path,) = dsp.estimator_ranking(dsp.estimator_pairs(frame), [ranking], tmp_path)
+    (path,) = dsd.estimator_ranking(dsd.estimator_pairs(frame), [ranking], tmp_path)
     assert path.name == "distillspec_estimators.png" and path.stat().st_size > 0
-    gains = dsp.gains(frame)
+    gains = dsd.gains(frame)
     assert len(gains) == 5 and BASELINE not in set(gains.draft)
     assert gains.quality_gain.to_numpy() == pytest.approx([-0.01, -0.02, -0.03, -0.04, -0.05])
     assert gains.efficiency_gain.to_numpy() == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5])
-    (path,) = dsp.quality_vs_efficiency(gains, tmp_path)
+    (path,) = dsd.quality_vs_efficiency(gains, tmp_path)
     assert path.name == "distillspec_quality_vs_efficiency.png" and path.stat().st_size > 0
 
 
@@ -124,7 +126,7 @@ def test_per_example_figure_is_written_and_empty_input_draws_nothing(tmp_path: P
     pairs = dsp.prompt_pairs(sweep(lambda s, d, t: MOSTLY if s == "gkd" else 0.0))
     (path,) = dsp.per_example(pairs, tmp_path)
     assert path.name == "distillspec_per_example.png" and path.stat().st_size > 0
-    assert dsp.per_example([], tmp_path) == [] and dsp.rankings(dsp.estimator_pairs(pd.DataFrame())) == []
+    assert dsp.per_example([], tmp_path) == [] and dsd.rankings(dsd.estimator_pairs(pd.DataFrame())) == []
     lines = dsp.figure_lines(estimator_frame(), estimator_frame(), pairs, tmp_path)
     assert any(line.startswith("- in_domain, τ_dec 1, γ 4: Spearman's ρ") for line in lines)
 

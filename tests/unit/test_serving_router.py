@@ -1,19 +1,22 @@
-"""The routing plan's bands and choices (serving/plan.py) and the router that reads them."""
+"""The routing plan's bands (serving/bands.py) and choices (serving/plan.py), and the router reading them."""
 
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from specray.draft import replicate_name
 from specray.errors import SpecError
+from specray.serving.bands import Band, batch_bands, given_bands, grid_bands
 from specray.serving.engines import VLLM_OPEN_BATCH_END
 from specray.serving.export import band_entry, write_engines
-from specray.serving.plan import Band, batch_bands, given_bands, grid_bands, plan_batched, plan_routes
+from specray.serving.plan import Route as BandRoute
+from specray.serving.plan import plan_batched
 from specray.serving.readme import export_readme
 from specray.serving.router import Route, Router
 from specray.specdec.records import CellRecord, StepCosts
@@ -94,13 +97,19 @@ def test_bands_must_cover_from_zero(tmp_path: Path) -> None:
         Router([0.2, 0.5], [Route(None, None)] * 2, ["a", "b"])
 
 
+def band_routes(cells: list[CellRecord], **options: Any) -> list[BandRoute]:
+    """Each temperature band's route at the smallest batch size the cells modelled (B = 1 here): the
+    first column of the plan the export writes."""
+    return [plan.route for plan in plan_batched(cells, **options)]
+
+
 def test_the_fastest_draft_whose_interval_clears_one_wins() -> None:
     cells = [
         analytic("fast-but-unsure", 0.6, 4, block_efficiency=2.0, ci95=1.0),  # 2/1.4 = 1.43 ± 1.0
         analytic("steady", 0.6, 4, block_efficiency=1.8, ci95=0.05),  # 1.29 ± 0.04
         analytic("steady", 0.6, 2, block_efficiency=1.3, ci95=0.05),  # 1.08 ± 0.04
     ]
-    (route,) = plan_routes(cells)
+    (route,) = band_routes(cells)
     assert route.basis == "modelled"
     assert (route.choice.draft, route.choice.gamma) == ("steady", 4)
     assert route.choice.speedup.value == pytest.approx(1.8 / 1.4)
@@ -109,11 +118,11 @@ def test_the_fastest_draft_whose_interval_clears_one_wins() -> None:
 
 def test_no_speculation_when_every_lower_end_is_at_most_one() -> None:
     cells = [analytic("slow", 1.0, 4, block_efficiency=1.5, ci95=0.2), analytic("slower", 1.0, 2, 1.1)]
-    (route,) = plan_routes(cells)
+    (route,) = band_routes(cells)
     assert route.choice is None
     assert route.best.draft == "slow"  # 1.5 / 1.4 = 1.07, but ± 0.14 reaches below 1
     assert "no speculation" in route.reason and "lower end 0.929 ≤ 1" in route.reason
-    (lenient,) = plan_routes(cells, min_speedup=0.5)
+    (lenient,) = band_routes(cells, min_speedup=0.5)
     assert lenient.choice.draft == "slow"
 
 
@@ -126,15 +135,15 @@ def test_a_lucky_replicate_does_not_win_a_band_over_a_recipe_with_the_better_mea
         for recipe, values in efficiencies.items()
         for r, e in enumerate(values)
     ]
-    (alone,) = plan_routes([c for c in cells if c.draft in ("a", "b")])  # one replicate each
+    (alone,) = band_routes([c for c in cells if c.draft in ("a", "b")])  # one replicate each
     assert alone.choice.draft == "a"  # 2.0 beats 1.7: what choosing among single draws gives
-    (route,) = plan_routes(cells)  # neither a's best draw nor the draw closest to a's mean (1.9) wins
+    (route,) = band_routes(cells)  # neither a's best draw nor the draw closest to a's mean (1.9) wins
     assert route.choice.draft == "b"  # of b's, the replicate closest to b's mean
     assert route.choice.replicates == 3
     assert route.choice.recipe_speedup == pytest.approx(np.mean(efficiencies["b"]) / 1.4)
     assert route.choice.speedup.value == pytest.approx(1.7 / 1.4)  # what the served replicate itself does
     assert "closest to its recipe's mean 1.202 over 3" in route.reason
-    (only_a,) = plan_routes([c for c in cells if c.draft.startswith("a")])
+    (only_a,) = band_routes([c for c in cells if c.draft.startswith("a")])
     assert only_a.choice.draft == "a/r1"  # closest to a's mean 1.633: 1.9, not the luckiest 2.0
 
 
@@ -144,7 +153,7 @@ def test_measured_speedups_decide_where_the_sweep_timed_the_band() -> None:
         analytic("timed", 0.6, 4, block_efficiency=2.0),
         cell("timed", 0.6, 4, "empirical", speedup=1.3, speedup_ci95=0.1),
     ]
-    (route,) = plan_routes(cells)
+    (route,) = band_routes(cells)
     assert route.basis == "measured"
     assert route.choice.draft == "timed" and route.choice.speedup.value == 1.3
     assert route.choice.expected["estimator"] == "analytic"  # acceptance from the analytic cell beside it
@@ -157,10 +166,10 @@ def test_a_band_of_several_measurements_is_judged_at_its_worst() -> None:
         analytic("peaky", 0.2, 4, 2.6),
         analytic("peaky", 0.4, 4, 1.6),
     ]
-    (route,) = plan_routes(cells, edges=[0])
+    (route,) = band_routes(cells, edges=[0])
     assert route.choice.draft == "even"
-    assert plan_routes(cells, edges=[0, 0.3])[0].choice.draft == "peaky"
-    (worst,) = [r for r in plan_routes(cells, edges=[0]) if r.choice]
+    assert band_routes(cells, edges=[0, 0.3])[0].choice.draft == "peaky"
+    (worst,) = [r for r in band_routes(cells, edges=[0]) if r.choice]
     assert worst.choice.speedup.tau_dec in (0.2, 0.4)
 
 
@@ -217,8 +226,6 @@ def test_a_gamma_per_batch_band_with_one_draft_per_temperature_band() -> None:
     )
     held = plans[2].batches[1].reason
     assert "chosen at B=1, where none cleared 1" in held and "(a, γ=2)" in held
-    # plan_routes at one batch size is the first column
-    assert [r.choice.gamma if r.choice else 0 for r in plan_routes(sweep_at_three_batch_sizes())] == [4, 4, 0]
 
 
 def test_export_writes_the_per_batch_table_vllm_schedule_and_router_edges(tmp_path: Path) -> None:

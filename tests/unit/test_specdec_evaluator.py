@@ -9,14 +9,9 @@ from specray.config import EvalSpec
 from specray.errors import ModelError
 from specray.models.loading import load_model, load_tokenizer
 from specray.specdec import evaluator as evaluator_module
-from specray.specdec.analytic import (
-    AnalyticEstimator,
-    Continuations,
-    analytic_result,
-    ratio_ci95,
-    sample_continuations,
-)
+from specray.specdec.analytic import AnalyticEstimator, analytic_result, ratio_ci95
 from specray.specdec.cells import check_drafts, passes, plan_jobs
+from specray.specdec.continuations import Continuations, sample_continuations
 from specray.specdec.evaluator import EvalJob, EvalSettings, Evaluator
 from specray.specdec.records import StepCosts
 from tests.conftest import micro_zoo_spec

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from specray.ops import lenient_acceptance_from_logits
-from specray.specdec.analytic import LOSSLESS, AnalyticEstimator, analytic_result, sample_continuations
+from specray.specdec.analytic import LOSSLESS, AnalyticEstimator, analytic_result
+from specray.specdec.continuations import sample_continuations
 from specray.specdec.decoder import speculative_decode
 from specray.specdec.empirical import run_empirical
 from specray.specdec.lossy import lossy_betas

@@ -12,14 +12,8 @@ import pytest
 from specray.config import load_spec
 from specray.data.shards import finalize_shard, write_part
 from specray.errors import SpecError
-from specray.serving.trainer_data import (
-    Recipe,
-    RunData,
-    check_export,
-    choose_recipes,
-    export_data,
-    recipe_rows,
-)
+from specray.serving.trainer_data import check_export, export_data, recipe_rows
+from specray.serving.trainer_recipes import Recipe, RunData, choose_recipes
 from specray.sweep.plan import plan_sweep
 from tests.conftest import REPO
 from tests.trainer_rules import specforge_problems, speculators_problems
