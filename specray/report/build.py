@@ -245,11 +245,10 @@ def build_report(
 
 
 def lossless(frame: pd.DataFrame) -> pd.DataFrame:
-    """The speculative cells at ε = 1 (records saved before lenience existed are lossless)."""
+    """The speculative cells at ε = 1."""
     if frame.empty:
         return frame
-    kept = frame.estimator != "ends"
-    return frame[kept & (frame.epsilon == 1.0)] if "epsilon" in frame else frame[kept]
+    return frame[(frame.estimator != "ends") & (frame.epsilon == 1.0)]
 
 
 def _verdict_section(

@@ -38,7 +38,8 @@ from specray.ops import (
 from specray.ops.blocks import BlockCounts
 from specray.sampling import sample_batch
 from specray.seeds import prompt_seed
-from specray.specdec.records import AnalyticResult, StepCosts
+from specray.specdec.records import StepCosts
+from specray.specdec.results import AnalyticResult
 
 if TYPE_CHECKING:  # transformers' model code loads where a model does, not where a type is named
     from transformers import PreTrainedModel
