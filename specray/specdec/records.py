@@ -220,9 +220,7 @@ class StepCosts:
         """Read `to_json`'s object (a sweep's step_costs/<key>.json, an MLflow run's records)."""
         rest = {k: v for k, v in payload.items() if k != "target" and k not in _BY_BATCH}
         target = {int(b): {int(k): Timing(**t) for k, t in ks.items()} for b, ks in payload["target"].items()}
-        by_batch = {
-            name: {int(b): Timing(**t) for b, t in payload.get(name, {}).items()} for name in _BY_BATCH
-        }
+        by_batch = {name: {int(b): Timing(**t) for b, t in payload[name].items()} for name in _BY_BATCH}
         return cls(
             target,
             by_batch["draft"],
