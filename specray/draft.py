@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from specray.errors import SpecError
+from specray.keys.format import FORMAT, FORMAT_VERSION, OlderFormat
 
 if TYPE_CHECKING:
     from specray.config import SweepSpec
@@ -180,24 +181,26 @@ class Draft:
             "divergence": self.divergence,
             "data_source": self.data_source,
             "recipe": self.recipe,
-        } | ({"samples": {str(j): w for j, w in sorted(self.samples.items())}} if self.samples else {})
+            "samples": {str(j): w for j, w in sorted(self.samples.items())},
+            FORMAT: FORMAT_VERSION,
+        }
 
     @classmethod
     def from_json(cls, payload: Mapping[str, Any]) -> Draft:
-        """A record written by `to_json` (its spec is not restored: such a record is for reading results)."""
-        mixture = payload.get("mixture") or {}
-        if isinstance(mixture, str):  # a record of an older sweep: the mixture as its tag
-            mixture = dict(part.split(":") for part in mixture.split(",") if part)
+        """A record written by `to_json` (its spec is not restored: such a record is for reading results);
+        `keys.OlderFormat` for a record of another format."""
+        if payload.get(FORMAT) != FORMAT_VERSION:
+            raise OlderFormat(f"draft record of format {payload.get(FORMAT, '(none)')}, not {FORMAT_VERSION}")
         return cls(
             name=payload["name"],
-            paradigm=payload.get("paradigm"),
-            mixture={float(t): float(w) for t, w in mixture.items()},
-            folder=Path(payload.get("folder", "")),
-            key=payload.get("key", ""),
-            replicate=int(payload.get("replicate", 0)),
-            divergence=payload.get("divergence") or "",
-            data_source=payload.get("data_source") or "",
-            samples={int(j): float(w) for j, w in (payload.get("samples") or {}).items()},
+            paradigm=payload["paradigm"],
+            mixture={float(t): float(w) for t, w in payload["mixture"].items()},
+            folder=Path(payload["folder"]),
+            key=payload["key"],
+            replicate=int(payload["replicate"]),
+            divergence=payload["divergence"],
+            data_source=payload["data_source"],
+            samples={int(j): float(w) for j, w in payload["samples"].items()},
         )
 
 

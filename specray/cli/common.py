@@ -151,7 +151,7 @@ def main(
         "--version",
         callback=_print_version,
         is_eager=True,
-        help="Print the version, the git commit and the record formats of cached results, then exit.",
+        help="Print the version, the git commit and the format version of cached results, then exit.",
     ),
 ) -> None:
     logging.basicConfig(

@@ -38,11 +38,11 @@ def _git(folder: Path, *args: str) -> str:
 
 
 def record_formats() -> dict[str, int]:
-    """Every `*_FORMAT` constant of `specray.keys`: a cached result stored under another number is
-    recomputed, so a changed number tells a user why a re-run redoes work."""
-    from specray import keys
+    """The format version of keys and records (`specray.keys.format`): a cached result stored under another
+    number is recomputed, so a changed number tells a user why a re-run redoes work."""
+    from specray.keys.format import FORMAT_VERSION
 
-    return {name: value for name, value in vars(keys).items() if name.endswith("_FORMAT")}
+    return {"FORMAT_VERSION": FORMAT_VERSION}
 
 
 def version_text() -> str:

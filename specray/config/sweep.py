@@ -119,9 +119,8 @@ class SweepSpec(Frozen):
 
     def for_variant(self, divergence: str, data_source: str) -> SweepSpec:
         """The spec one online draft of DistillSpec's grid trains under: `distill.divergence` and
-        `distill.data_sources` the single values named (a data source by its `source_name`). A one-value
-        spec asked for its own values is the spec itself, so its drafts keep their keys; a draft of a list
-        has the key of the one-value spec with its values (the cache knows it)."""
+        `distill.data_sources` the single values named (a data source by its `source_name`): a draft of a
+        list has the key of the one-value spec with its values (the cache knows it)."""
         d = self.distill
         sources = {source_name(s): s for s in d.data_source_list}
         if divergence not in d.divergences or data_source not in sources:
@@ -130,7 +129,7 @@ class SweepSpec(Frozen):
                 f"{d.divergences}, distill.data_sources {list(sources)}"
             )
         if not d.varies_divergence and not d.varies_data_source:
-            return self
+            return self  # its own one value of each: nothing to change
         update = {"divergence": divergence, "data_sources": sources[data_source]}
         return self.model_copy(update={"distill": d.model_copy(update=update)})
 

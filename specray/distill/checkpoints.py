@@ -25,7 +25,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +34,7 @@ import torch
 from specray.config import SweepSpec, dump_spec
 from specray.distill.curves import CurvePoint, curves_from_json, curves_to_json
 from specray.files import file_sha256, write_atomic
+from specray.keys.format import FORMAT, FORMAT_VERSION, OlderFormat, check_format
 
 if TYPE_CHECKING:  # transformers' model code loads where a model does, not where a type is named
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -45,7 +46,6 @@ TRAINER_STATE, CURVES_FILE, SPEC_FILE, FINISHED_FILE = (
     "finished.json",
 )
 FINGERPRINT_FILE = "fingerprint.txt"
-WEIGHTS_SHA256 = "weights_sha256"  # the marker's field: weight file name -> SHA-256
 DAMAGED = "weights differ from finished.json"
 
 log = logging.getLogger(__name__)
@@ -88,20 +88,16 @@ class FinishedDraft:
     key_inputs: dict[str, Any] = field(default_factory=dict)  # what it was made from: the plan's "why"
     curve_inputs: dict[str, Any] = field(default_factory=dict)  # what its curves were recorded under
     seconds: float = math.nan
-    weights_sha256: dict[str, str] | None = None  # weight file name -> SHA-256; None: not recorded
+    # weight file name -> SHA-256, filled in by `publish` as it writes the marker
+    weights_sha256: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """The marker's JSON (a marker without checksums has no such key, as before they existed)."""
-        payload = asdict(self)
-        if self.weights_sha256 is None:
-            del payload[WEIGHTS_SHA256]
-        return payload
+        return asdict(self) | {FORMAT: FORMAT_VERSION}
 
     @classmethod
     def from_json(cls, payload: Mapping[str, Any]) -> FinishedDraft:
-        """A marker as written; one written before a field existed reads with that field empty."""
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in payload.items() if k in known})
+        """A marker as `to_json` wrote it; `keys.OlderFormat` for one of another format (trained again)."""
+        return cls(**check_format(payload, cls))
 
 
 def work_dir(output_dir: Path) -> Path:
@@ -177,11 +173,8 @@ def weight_checksums(folder: Path) -> dict[str, str]:
 
 
 def damaged_weights(output_dir: Path) -> list[str]:
-    """The weight files of a finished draft that are missing or differ from its marker's checksums; none
-    for a marker that recorded no checksums."""
+    """The weight files of a finished draft that are missing or differ from its marker's checksums."""
     expected = read_finished(output_dir).weights_sha256
-    if expected is None:
-        return []
     found = weight_checksums(output_dir)
     return sorted(name for name in expected.keys() | found.keys() if expected.get(name) != found.get(name))
 
@@ -193,7 +186,10 @@ def is_finished(output_dir: str | os.PathLike, key: str | None = None) -> bool:
     folder = Path(output_dir)
     if not (folder / FINISHED_FILE).is_file():
         return False
-    if key is not None and read_finished(folder).fingerprint != key:
+    try:
+        if key is not None and read_finished(folder).fingerprint != key:
+            return False
+    except OlderFormat:  # trained again in its place (`sweep/survey.py` says so when it plans)
         return False
     return not damaged_weights(folder)
 
@@ -201,7 +197,13 @@ def is_finished(output_dir: str | os.PathLike, key: str | None = None) -> bool:
 def set_aside_damaged(output_dir: Path) -> Path | None:
     """Rename a finished draft whose weights differ from its marker to `<name>.damaged-<UTC time>` beside
     it (never deleted: it may be the only copy of a long training), so it is trained again in its place."""
-    if not (output_dir / FINISHED_FILE).is_file() or not (damaged := damaged_weights(output_dir)):
+    if not (output_dir / FINISHED_FILE).is_file():
+        return None
+    try:
+        damaged = damaged_weights(output_dir)
+    except OlderFormat:  # not damaged: an older format's draft, replaced when it is trained again
+        return None
+    if not damaged:
         return None
     aside = output_dir.with_name(f"{output_dir.name}.damaged-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
     os.replace(output_dir, aside)

@@ -39,9 +39,9 @@ from specray.garden.plan import (
     model_label,
     pair_spec,
 )
-from specray.keys import digest, garden_point_key, model_id
+from specray.keys import digest, garden_point_key
 from specray.metrics import LATENCY_MS_PER_TOKEN, QUALITY
-from specray.models.sources import model_path
+from specray.models.sources import model_id, model_path
 from specray.report.garden import figures, write_garden_report
 from specray.specdec.garden_points import MEASURE_FORMAT, GardenPoint, PointResult
 from specray.specdec.workers import measure_garden_points

@@ -56,7 +56,9 @@ PAD, BOS, EOS = "<pad>", "<s>", "</s>"
 def zoo_key(spec: ZooSpec) -> str:
     """Hash of the recipe, the build format and a sample of the corpus (so a changed generator rebuilds)."""
     sample = fingerprint(synthetic_corpus(64, spec.corpus_seed, IN_DOMAIN + OUT_OF_DOMAIN))
-    payload = json.dumps({"format": ZOO_FORMAT, "spec": _recipe(spec), "corpus": sample}, sort_keys=True)
+    payload = json.dumps(
+        {"format": ZOO_FORMAT, "spec": spec.model_dump(mode="json"), "corpus": sample}, sort_keys=True
+    )
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -74,11 +76,6 @@ def shape_of(spec: ZooSpec, name: str) -> TinyLlamaSpec:
         allowed = ", ".join(zoo_models(spec))
         raise KeyError(f"{name!r} is not a model of the zoo; it has {allowed}")
     return spec.ladder[name]
-
-
-def _recipe(spec: ZooSpec) -> dict:
-    """The zoo spec as its keys hash it: without an empty ladder, so zoos from before ladders keep keys."""
-    return spec.model_dump(mode="json", exclude={"ladder"} if not spec.ladder else set())
 
 
 def model_key(spec: ZooSpec, name: str) -> str:
@@ -102,15 +99,11 @@ def _model_seed(spec: ZooSpec, name: str) -> int:
 
 
 def find_built_model(root: Path, spec: ZooSpec, name: str) -> Path | None:
-    """A built zoo under `root` whose `name` model has this spec's recipe. Zoos built before per-model
-    keys (no `model_keys` in zoo.json) are keyed from their spec: their target had this recipe."""
+    """A built zoo under `root` whose `name` model has this spec's recipe (every zoo.json names its models'
+    keys; a zoo of an older build format, without them, is not reused)."""
     wanted = model_key(spec, name)
     for info_file in sorted(root.glob("*/zoo.json")):
-        info = json.loads(info_file.read_text())
-        keys = info.get("model_keys")
-        if keys is None and name == "target":
-            keys = {"target": model_key(ZooSpec.model_validate(info["spec"]), "target")}
-        if (keys or {}).get(name) == wanted:
+        if json.loads(info_file.read_text()).get("model_keys", {}).get(name) == wanted:
             return info_file.parent / name
     return None
 

@@ -177,8 +177,8 @@ def _terms(
     first: pd.DataFrame, groups: Sequence[pd.DataFrame], target_calls: Sequence[np.ndarray]
 ) -> tuple[list[CostTerms], list[np.ndarray]]:
     """Each cell's cost terms (its replicates share the sweep's step costs) and per-prompt drafts; cells
-    recorded before they existed (a report rebuilt from an old run) get the papers' model at their c: γ
-    drafts per call, verification one target step."""
+    whose metrics lack them get the papers' model at their c: γ drafts per call, verification one target
+    step."""
     if COST_TERMS in first and PER_PROMPT_DRAFTED in first and first.cost_terms.map(_is_dict).all():
         drafted = [np.array(g.per_prompt_drafted.tolist(), dtype=float).T for g in groups]
         return [CostTerms(**t) for t in first.cost_terms], drafted

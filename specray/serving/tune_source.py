@@ -6,8 +6,8 @@ run id. Its candidates are the drafts its Table 3 compares, retrained at the ful
 cells; the drafts of the search budget (trials, search baselines) are the search's record and never
 served. The routing plan then chooses among recipes on their mean over replicates and serves the replicate
 closest to that mean (`plan.py`). What the tune left for this (`sweep/tune/outputs.py`): the drafts
-(`drafts.json`), their cells (`cells.json`), the step costs and the spec; a tune run without them — one
-from before the full budget existed, or interrupted before it — is refused, naming `tune.final_steps`.
+(`drafts.json`), their cells (`cells.json`), the step costs and the spec; a tune run without them (one
+interrupted before its full-budget drafts) is refused, naming `tune.final_steps`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 from specray.config import SweepSpec, load_spec
 from specray.draft import Draft
 from specray.errors import SpecError
+from specray.keys import OlderFormat, older_format_line
 from specray.names import TUNE_DRAFTS, TUNE_REPORT, TUNE_SPEC, TUNE_STATE, TUNE_STEP_COSTS
 from specray.report.tables import TUNE_CELLS_FILE
 from specray.serving.source import DraftDirs, SweepResults, read_sweep
@@ -95,7 +96,11 @@ def _drafts(report: Path, source: str) -> tuple[list[Draft], str]:
             "SPEC --resume`"
         )
     payload = json.loads(path.read_text())
-    return [Draft.from_json(d) for d in payload["drafts"]], str(payload.get("parent_run_id") or "")
+    try:
+        drafts = [Draft.from_json(d) for d in payload["drafts"]]
+    except OlderFormat:
+        raise SpecError(older_format_line(source, "run the tune again to recompute it")) from None
+    return drafts, str(payload.get("parent_run_id") or "")
 
 
 def _records(report: Path, drafts: list[Draft]) -> tuple[SweepSpec, list[CellRecord], StepCosts]:
@@ -104,7 +109,7 @@ def _records(report: Path, drafts: list[Draft]) -> tuple[SweepSpec, list[CellRec
     names = {draft.name for draft in drafts}
     rows = json.loads((report / TUNE_CELLS_FILE).read_text())
     cells = [
-        CellRecord.from_json({k: v for k, v in row.items() if k not in REPORT_ONLY})
+        CellRecord.from_flat({k: v for k, v in row.items() if k not in REPORT_ONLY})
         for row in rows
         if row["draft"] in names and row["test_set"] in spec.eval.test_sets
     ]

@@ -38,7 +38,8 @@ from specray.ops import (
 )
 from specray.ops.blocks import BlockCounts
 from specray.specdec.continuations import Continuations, ForcedBatch, forced_batches, response_probs
-from specray.specdec.records import AnalyticResult, StepCosts
+from specray.specdec.records import StepCosts
+from specray.specdec.results import AnalyticResult
 
 if TYPE_CHECKING:  # transformers' model code loads where a model does, not where a type is named
     from transformers import PreTrainedModel

@@ -30,7 +30,7 @@ from specray.seeds import decode_seed
 from specray.specdec.analytic import ratio_ci95
 from specray.specdec.batched import batched_autoregressive_decode, batched_speculative_decode
 from specray.specdec.decoder import DecodeStats, autoregressive_decode, speculative_decode
-from specray.specdec.records import EmpiricalResult
+from specray.specdec.results import EmpiricalResult
 
 if TYPE_CHECKING:  # transformers' model code loads where a model does, not where a type is named
     from transformers import PreTrainedModel

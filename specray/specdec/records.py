@@ -4,7 +4,8 @@ An `EvalJob` is one cell of the grid — (draft, test set, τ_dec, estimator, γ
 carrying its content key (`specray.keys.cell_key_inputs`). The `ends` estimator is not speculative: it
 decodes the target alone and the draft alone on the empirical cells' prompts and seeds, for the two ends
 of the quality–speedup trade-off (γ = 0, ε = 1). A `CellRecord` is the cell's result: it is saved to disk
-as JSON under its key before its metrics go to MLflow, and read back unchanged (`from_json`).
+as JSON under its key before its metrics go to MLflow, and read back unchanged (`from_json`); its metrics,
+typed, are its estimator's result (`results.py`).
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import typing
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Any, Literal, TypeVar
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
+
+from specray.keys.format import FORMAT, FORMAT_VERSION, check_format
+from specray.specdec.results import AnalyticResult, EmpiricalResult, typed_result
 
 Estimator = Literal["analytic", "empirical", "ends"]
-R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -218,9 +220,7 @@ class StepCosts:
         """Read `to_json`'s object (a sweep's step_costs/<key>.json, an MLflow run's records)."""
         rest = {k: v for k, v in payload.items() if k != "target" and k not in _BY_BATCH}
         target = {int(b): {int(k): Timing(**t) for k, t in ks.items()} for b, ks in payload["target"].items()}
-        by_batch = {
-            name: {int(b): Timing(**t) for b, t in payload.get(name, {}).items()} for name in _BY_BATCH
-        }
+        by_batch = {name: {int(b): Timing(**t) for b, t in payload[name].items()} for name in _BY_BATCH}
         return cls(
             target,
             by_batch["draft"],
@@ -269,109 +269,6 @@ def _speedup(
 
 
 @dataclass(frozen=True)
-class AnalyticResult:
-    acceptance_rate: float  # mean β over every response position (token-pooled)
-    acceptance_rate_ci95: float  # half-width, sequences as clusters
-    acceptance_rate_per_sequence: float  # mean over sequences of each one's mean β (DistillSpec's per input)
-    beta_per_position: list[float]  # mean β at response position t (over sequences that reach t)
-    block_efficiency: float  # i.i.d. formula (1 − α^{γ+1}) / (1 − α), from α (β-based)
-    block_efficiency_simulated: float  # expectation over each sequence's per-position β (β-based)
-    # the modelled speedup (`records.StepCosts.speedup`: whole decodes, prefills in) from the exact
-    # expected counts below, at the smallest batch size of the costs, and at every batch size
-    speedup_model: float
-    speedup_model_ci95: float
-    speedup_model_by_batch: dict[str, float]  # str(B) -> speedup_model at B
-    speedup_model_by_batch_ci95: dict[str, float]
-    cost_terms: dict[str, float]  # `records.CostTerms` at the smallest batch size (for resampling prompts)
-    tokens: int
-    # the same acceptance on exactly the empirical cells' prompts, for a fair agreement check
-    empirical_prompts_acceptance_rate: float
-    empirical_prompts_acceptance_rate_ci95: float
-    # per test prompt, in order (0 for an empty response): what a paired bootstrap over prompts resamples —
-    # α = Σ beta_sum / Σ tokens, block efficiency = Σ tokens / Σ target_calls and the speedup
-    # (`CostTerms.speedup` of the sums) for any subset of prompts; calls and drafts expected exactly
-    per_prompt_tokens: list[int]
-    per_prompt_beta_sum: list[float]
-    per_prompt_target_calls: list[float]
-    per_prompt_drafted: list[float]
-    per_prompt_accepted: list[float]  # expected accepted draft tokens (the server metrics of a subset)
-    # what servers report, expected under the decoders' rules along the sampled tokens' own acceptance
-    # (`specray.ops.blocks`: exact, where block_efficiency_simulated's β is not); intervals: sequences as
-    # clusters
-    block_efficiency_sampled: float  # expected tokens / verification steps: the E of every speedup
-    block_efficiency_sampled_ci95: float
-    drafted_per_step: float  # expected draft tokens proposed per verification step (≤ γ)
-    tokens_per_decode: float  # mean new tokens of a decode
-    mean_acceptance_length: float  # 1 + accepted / verification steps (vLLM's definition)
-    mean_acceptance_length_ci95: float
-    mean_acceptance_length_hf: float  # in HF's counting (see draft_acceptance_hf)
-    draft_acceptance: float  # accepted / drafted (our decoder's counting)
-    draft_acceptance_ci95: float
-    draft_acceptance_hf: float  # accepted / drafted as HF assisted generation counts (see ops/blocks.py)
-    acceptance_per_position: list[float]  # steps accepting ≥ k+1 tokens / steps, k < γ (vLLM's)
-    # per test prompt, the target's mean entropy (nats) of p_τ over its response: the report's entropy tiers
-    per_prompt_target_entropy: list[float] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class EmpiricalResult:
-    acceptance_rate: float
-    acceptance_rate_ci95: float  # half-width, each decode a cluster
-    draft_acceptance: float
-    block_efficiency: float
-    speedup: float  # target-only wall time / speculative wall time
-    speculative_seconds: float
-    target_only_seconds: float
-    decodes: int
-    tokens: int
-    # what servers report (vLLM's definitions), from the decoder's counts; intervals: each decode a cluster
-    mean_acceptance_length: float  # 1 + accepted / verification steps
-    mean_acceptance_length_ci95: float
-    draft_acceptance_ci95: float
-    acceptance_per_position: list[float]  # steps accepting ≥ k+1 tokens / steps, k < γ
-    speedup_ci95: float
-    # what the cost model reads (`records.StepCosts.speedup`), and where the time went: seconds per draft
-    # step, per verification pass and per target-only step (the decoders' phase clocks, prefills excluded)
-    drafted_per_step: float
-    tokens_per_decode: float
-    draft_step_seconds: float
-    verify_seconds: float
-    target_step_seconds: float
-    batch_size: int = 1
-    # the speculative decodes' new tokens, per prompt then repeat (for quality; not a metric)
-    outputs: list[list[list[int]]] = field(default_factory=list, repr=False)
-    # per test prompt, summed over its repeats (per-category figures, `specdec/categories.py`); the seconds
-    # at batch size 1 only (at B > 1 a batch's time is shared by its rows: empty)
-    per_prompt_tokens: list[int] = field(default_factory=list)
-    per_prompt_target_calls: list[int] = field(default_factory=list)
-    per_prompt_accepted: list[int] = field(default_factory=list)
-    per_prompt_tested: list[int] = field(default_factory=list)
-    per_prompt_drafted: list[int] = field(default_factory=list)
-    per_prompt_seconds: list[float] = field(default_factory=list)
-    per_prompt_target_only_seconds: list[float] = field(default_factory=list)
-
-
-def typed_result(cls: type[R], metrics: Mapping[str, Any]) -> R:
-    """A cell's metrics as its estimator's result record.
-
-    A field the metrics lack reads as unknown: NaN for a number, empty for a list or a mapping. A record is
-    computed again whenever its format changes (`keys.CELL_RECORD_FORMAT`), so a field is missing only from a
-    record read back from an older run (e.g. a report rebuilt from MLflow), and unknown is what it is there,
-    never a zero that a table would show as measured."""
-    hints = typing.get_type_hints(cls)
-    values = {}
-    for f in fields(cls):  # type: ignore[arg-type]
-        if f.name in metrics:
-            values[f.name] = metrics[f.name]
-        elif f.default is not MISSING or f.default_factory is not MISSING:
-            continue
-        else:
-            origin = typing.get_origin(hints[f.name]) or hints[f.name]
-            values[f.name] = {list: [], dict: {}}.get(origin, math.nan)
-    return cls(**values)
-
-
-@dataclass(frozen=True)
 class CellRecord:
     """The result of one cell: its coordinates, key, the c it used, and the estimator's metrics."""
 
@@ -386,7 +283,7 @@ class CellRecord:
     seconds: float
     metrics: dict[str, Any]
     key_inputs: dict[str, Any] = field(default_factory=dict)
-    lenience: str | None = None  # records saved before lenience existed are lossless
+    lenience: str | None = None  # the lenience function; None when lossless (ε = 1)
     epsilon: float = 1.0
     batch_size: int = 1
 
@@ -410,17 +307,20 @@ class CellRecord:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return asdict(self) | {FORMAT: FORMAT_VERSION}
 
     @classmethod
     def from_json(cls, payload: Mapping[str, Any]) -> CellRecord:
-        """`to_json`'s object, or the flat form (`flat`: coordinates and metrics in one mapping) an older
-        sweep's parent run logged as `records/cells.json`."""
-        if isinstance(payload.get("metrics"), Mapping):
-            return cls(**payload)
-        coordinates = {f.name for f in fields(cls)} - {"metrics", "key_inputs"}
-        metrics = {k: v for k, v in payload.items() if k not in coordinates}
-        return cls(**{k: v for k, v in payload.items() if k in coordinates}, metrics=metrics)
+        """`to_json`'s object; `keys.OlderFormat` for a record of another format (it is recomputed)."""
+        return cls(**check_format(payload, cls))
+
+    @classmethod
+    def from_flat(cls, row: Mapping[str, Any]) -> CellRecord:
+        """A `flat()` row read back (a tune's `cells.json`): every coordinate, the rest its metrics (the key's
+        inputs are not in a row)."""
+        coordinates = [f.name for f in fields(cls) if f.name not in ("metrics", "key_inputs")]
+        metrics = {k: v for k, v in row.items() if k not in coordinates}
+        return cls(**{name: row[name] for name in coordinates}, metrics=metrics)
 
     def analytic(self) -> AnalyticResult:
         """The metrics of an analytic cell, typed (`typed_result`)."""

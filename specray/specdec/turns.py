@@ -23,7 +23,6 @@ from specray.models.loading import decode_text, load_model, load_tokenizer
 from specray.sampling import eos_token_ids, sample_batch
 
 log = logging.getLogger(__name__)
-FORMAT = 1  # bump when how the answers are decoded changes
 BATCH = 32  # conversations per batched pass, shortest prompts together (less padding)
 
 
@@ -35,7 +34,7 @@ def later_turns(examples: Iterable[Example]) -> list[Example]:
 def answers_key(examples: Sequence[Example], target: str, max_new_tokens: int, device: str) -> str:
     """What the earlier answers depend on (`target` is the target's model id)."""
     inputs = {"conversations": fingerprint(later_turns(examples)), "target": target}
-    return digest(inputs | {"max_new_tokens": max_new_tokens, "device": device, "answers_format": FORMAT})
+    return digest(inputs | {"max_new_tokens": max_new_tokens, "device": device})
 
 
 def conversation_answers(

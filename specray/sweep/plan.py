@@ -3,7 +3,7 @@
 `plan_sweep(spec)` builds the splits and the prompt sets, each teacher sample's shard keys, every draft as
 one `Draft` (name, recipe, folder, key and key inputs, the spec it trains under), the un-distilled
 baseline, and the step costs' key; `SweepPlan.cell_jobs` turns measured step costs into the keyed cells.
-Every key of a sweep is computed here (from the recipes in `specray/keys.py`) and nowhere downstream: the
+Every key of a sweep is computed here (from the recipes in `specray/keys/`) and nowhere downstream: the
 stage runner (`sweep/stages.py`), the Train workers, the evaluators, the report and the export receive
 these records and read their keys and folders. The tune search and the model garden plan their own
 drafts through the same functions (`specray.draft.plan_draft`, `plan_shards`).
@@ -33,11 +33,10 @@ from specray.keys import (
     cost_ratio_inputs,
     digest,
     draft_key_inputs,
-    model_id,
     shard_key,
     train_shard_keys,
 )
-from specray.models.sources import model_path
+from specray.models.sources import model_id, model_path
 from specray.names import BASELINE
 from specray.specdec.cells import plan_jobs
 from specray.specdec.records import EvalJob, StepCosts

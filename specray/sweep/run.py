@@ -3,7 +3,7 @@
 The driver of a sweep: it plans (`sweep/plan.py`: every key computed once), says what of the plan is on
 disk (`sweep/survey.py`; `specray run --dry-run` prints only that), runs the stages (`sweep/stages.py`, the
 runner the tune search and the model garden share), logs them to MLflow (`sweep/tracked.py`) and writes
-the report. Every result is cached under a key of everything that made it (`specray/keys.py`), so a changed
+the report. Every result is cached under a key of everything that made it (`specray/keys/`), so a changed
 setting recomputes what it changes and nothing else, and a result made under other settings is never
 reported under the new ones.
 
@@ -141,7 +141,7 @@ def token_characters(
 
 def models_line(spec: SweepSpec) -> str:
     """What the report's cells are of: each model's id (a GGUF file also by its name)."""
-    from specray.keys import model_id
+    from specray.models.sources import model_id
     from specray.named_files import gguf_path
 
     def named(ref: ModelRef) -> str:

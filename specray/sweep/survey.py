@@ -17,12 +17,13 @@ from specray.config import SweepSpec
 from specray.data.shards import is_complete
 from specray.distill.checkpoints import DAMAGED, FINISHED_FILE, FinishedDraft, damaged_weights, read_finished
 from specray.draft import Draft
-from specray.keys import curve_inputs, describe_change
+from specray.keys import OlderFormat, curve_inputs, describe_change, older_format_line
 from specray.specdec.cells import fixed_step_costs
 from specray.specdec.records import CellRecord, EvalJob, StepCosts
 from specray.sweep.plan import SweepPlan, other_sweeps
 
 log = logging.getLogger(__name__)
+OLDER_FORMAT = "written by an older specray format"  # a reason the plan gives
 
 STEP_COSTS_DIR = "step_costs"  # one <key>.json per timed grid: switching back reuses it
 CELLS_DIR = "cells"  # one <key>.json per evaluated cell
@@ -92,15 +93,20 @@ def draft_stage(spec: SweepSpec, drafts: Sequence[Draft]) -> tuple[StagePlan, li
     stage, todo = StagePlan("drafts"), []
     stale_curves = 0
     for draft in drafts:
-        finished = (draft.folder / FINISHED_FILE).is_file()
-        marker = read_finished(draft.folder) if finished else FinishedDraft()
+        marker, older = FinishedDraft(), False
+        try:
+            if (draft.folder / FINISHED_FILE).is_file():
+                marker = read_finished(draft.folder)
+        except OlderFormat:
+            log.warning("%s", older_format_line(draft.folder, "trained again"))
+            older = True
         same_key = marker.fingerprint == draft.key
         if same_key and not damaged_weights(draft.folder):
             stage.reused += 1
             stale_curves += marker.curve_inputs != curve_inputs(spec)
             continue
         stage.todo += 1
-        why = describe_change(marker.key_inputs, draft.key_inputs)
+        why = OLDER_FORMAT if older else describe_change(marker.key_inputs, draft.key_inputs)
         stage.reasons[f"retrain ({DAMAGED})" if same_key else why] += 1
         todo.append(draft)
     if stale_curves:
@@ -112,18 +118,21 @@ def draft_stage(spec: SweepSpec, drafts: Sequence[Draft]) -> tuple[StagePlan, li
 
 
 def read_cells(folder: Path) -> dict[str, CellRecord]:
-    """Every cell record saved in `folder`, by key (records of earlier settings included)."""
-    cells = {}
+    """Every cell record saved in `folder`, by key (records of earlier settings included); records of an
+    older format are left where they are, with one line for the folder, and their cells computed again."""
+    cells, older = {}, 0
     for path in sorted(folder.glob("*.json")):
         try:
             record = CellRecord.from_json(json.loads(path.read_text()))
         except (json.JSONDecodeError, UnicodeDecodeError):
             log.warning("ignoring %s: %s; its cell is computed again", path, UNREADABLE)
             continue
-        except TypeError:
-            log.warning("ignoring %s: not a cell record of this specray version", path)
+        except OlderFormat:
+            older += 1
             continue
         cells[record.key] = record
+    if older:
+        log.warning("%s", older_format_line(folder, f"its {older} cell records are not read; recomputed"))
     return cells
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ from mlflow.tracking import MlflowClient
 
 from specray.draft import Draft
 from specray.errors import SpecError
+from specray.keys import OlderFormat, older_format_line
 from specray.specdec.records import CellRecord
 from specray.tracking.names import ROLE
 
@@ -62,13 +62,16 @@ def fetch_garden_records(uri: str, run_id: str, destination: Path) -> dict[str, 
 
 
 def fetch_sweep_records(uri: str, run_id: str, destination: Path) -> dict[str, Any]:
-    """The records a sweep's parent run holds, from MLflow: `cells` as `CellRecord`s and `drafts` as `Draft`s
-    (`read_cells`, `read_drafts`: the forms of this and of older sweeps), curves, lengths and the rest as
-    logged."""
+    """The records a sweep's parent run holds, from MLflow: `cells` as `CellRecord`s and `drafts` as `Draft`s,
+    curves, lengths and the rest as logged. A run of an older specray format is refused in one line (its
+    sweep, run again, recomputes it)."""
     client = MlflowClient(tracking_uri=uri)
     run, records = _records(uri, run_id, destination, "sweep")
-    records["cells"] = read_cells(records.get("cells", []))
-    records["drafts"] = read_drafts(records.get("drafts", []))
+    try:
+        records["cells"] = [CellRecord.from_json(cell) for cell in records.get("cells", [])]
+        records["drafts"] = [Draft.from_json(draft) for draft in records.get("drafts", [])]
+    except (OlderFormat, KeyError, TypeError, AttributeError):  # another format: flat rows, drafts by name
+        raise SpecError(older_format_line(f"run {run_id}", "run its sweep again to recompute it")) from None
     records["lengths"] = {
         k: {float(t): v for t, v in by.items()} for k, by in records.get("lengths", {}).items()
     }
@@ -77,21 +80,6 @@ def fetch_sweep_records(uri: str, run_id: str, destination: Path) -> dict[str, A
     projected = run.data.params.get("eval.projected_cost_ratio", "null")
     records["projected_cost_ratio"] = None if projected in ("null", "None") else float(projected)
     return records
-
-
-def read_cells(payload: Sequence[Mapping[str, Any]]) -> list[CellRecord]:
-    """`records/cells.json`: each cell as `CellRecord.to_json` wrote it, or (an older sweep) as its flat
-    report row."""
-    return [CellRecord.from_json(cell) for cell in payload]
-
-
-def read_drafts(payload: Sequence[Mapping[str, Any]] | Mapping[str, Mapping[str, Any]]) -> list[Draft]:
-    """`records/drafts.json`: a list of `Draft.to_json` objects, or (an older sweep) a mapping of each
-    draft's name to its description (paradigm, τ_kd, its mixture as a tag, divergence, data source, recipe,
-    replicate), which `Draft.from_json` reads too."""
-    if isinstance(payload, Mapping):
-        return [Draft.from_json({**described, "name": name}) for name, described in payload.items()]
-    return [Draft.from_json(draft) for draft in payload]
 
 
 def fetch_tune_report(uri: str, run_id: str, destination: Path) -> tuple[Path, str] | None:

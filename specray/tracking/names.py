@@ -98,7 +98,7 @@ def cell_metrics(
     for field, metric in names.items():
         value = record.metrics.get(field)
         key = cell_key(metric, record.test_set, record.tau_dec, gamma, epsilon, lenience) + batch
-        # a list is one value per draft position (records saved before a field existed lack it)
+        # a list is one value per draft position; a metric the record lacks is not logged
         named = (
             {f"{key}/position_{k + 1}": v for k, v in enumerate(value)}
             if isinstance(value, list)

@@ -27,7 +27,7 @@ def test_a_truncated_cell_record_is_recomputed_and_the_plan_gives_that_reason(
         saved = read_cells(folder)
     assert saved == {}
     assert f"abc.json: {UNREADABLE}; its cell is computed again" in caplog.text
-    assert "not a cell record of this specray version" not in caplog.text
+    assert "older specray format" not in caplog.text
     stage, todo = cell_stage([_job("abc"), _job("new")], saved, folder)
     assert [job.key for job in todo] == ["abc", "new"]
     assert stage.reasons == Counter({UNREADABLE: 1, "new": 1})
@@ -40,7 +40,7 @@ def test_a_record_of_another_format_is_named_as_such(
     (tmp_path / "old.json").write_text('{"draft": "x", "no_such_field": 1}')
     with caplog.at_level(logging.WARNING):
         assert read_cells(tmp_path) == {}
-    assert "not a cell record of this specray version" in caplog.text and UNREADABLE not in caplog.text
+    assert "written by an older specray format" in caplog.text and UNREADABLE not in caplog.text
 
 
 def test_a_draft_whose_weights_were_cut_short_is_retrained_and_kept_aside(tmp_path: Path) -> None:

@@ -62,7 +62,8 @@ INERT_ON_SMOKE = (
 def test_every_spec_field_is_classified_for_the_result_keys() -> None:
     unclassified = [path for path in leaf_fields() if classification(path) is None]
     assert not unclassified, (
-        f"classify these spec fields in specray/keys.py FIELDS (what results do they change?): {unclassified}"
+        f"classify these spec fields in specray/keys/fields.py FIELDS (what results do they change?): "
+        f"{unclassified}"
     )
     leaves = leaf_fields()
     stale = [
@@ -217,7 +218,7 @@ def test_sweep_key_ignores_where_and_how_it_runs_but_not_what_it_computes() -> N
 
 
 def test_model_ids_name_zoo_entries_by_recipe_and_others_by_name() -> None:
-    from specray.keys import model_id
+    from specray.models.sources import model_id
 
     raw = SMOKE.model_dump(mode="json")
     raw["models"]["target"] |= {"zoo": None, "name_or_path": "org/model"}
@@ -257,7 +258,7 @@ def test_a_derived_draft_is_named_by_its_recipe_and_its_target(tmp_path: Path) -
     student_only = {"offline", "online", "cost_ratio"}  # cells follow through the draft's key
     for other in keys[1:]:
         assert {kind for kind in keys[0] if keys[0][kind] != other[kind]} == student_only
-    from specray.keys import model_id
+    from specray.models.sources import model_id
 
     spec = _with_models({"gguf": str(target)}, two)
     assert (

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from specray.config import EvalSpec, LenienceSpec, load_spec
 from specray.data.examples import Example
-from specray.keys import CELL_RECORD_FORMAT, cell_key_inputs
+from specray.keys import cell_key_inputs
 from specray.models.loading import load_tokenizer
 from specray.specdec.cells import plan_jobs
 from specray.specdec.evaluator import EvalJob, EvalSettings, Evaluator
@@ -78,20 +78,16 @@ def test_a_lossless_cell_keeps_its_key_and_lossy_cells_get_their_own() -> None:
     # 2 test sets × 2 estimators × 2 functions, all at τ_dec = 1 (none at greedy)
     assert len(lossy) == 8 and not set(lossy.values()) & set(before.values())
     assert len(set(lossy.values())) == len(lossy)
-    # unchanged analytic recipe: the same inputs as before lenience existed
+    # every cell's key holds its lenience, lossless ones' too: the key is read off its inputs
     fixed = costs.fingerprint()
     inputs = cell_key_inputs(
         SMOKE, "DRAFT", fingerprints["in_domain"], "in_domain", 1.0, "analytic", 3, fixed
     )
-    assert inputs["record_format"] == CELL_RECORD_FORMAT
-    assert not any(k.startswith("eval.lenience") for k in inputs)
-    assert "lossy_format" not in inputs
-    # a lossy analytic cell names how its β_ε was made (along the lossy decoder's output, format 2), so
-    # records of the earlier recipe (along the target's continuations) are not served under the new one
+    assert inputs["eval.lenience.function"] is None and inputs["eval.lenience.epsilon"] == 1.0
     lossy = cell_key_inputs(
         SMOKE, "DRAFT", fingerprints["in_domain"], "in_domain", 1.0, "analytic", 3, fixed, ("lin", 0.5)
     )
-    assert lossy["lossy_format"] == 2
+    assert (lossy["eval.lenience.function"], lossy["eval.lenience.epsilon"]) == ("lin", 0.5)
 
 
 def _record(estimator: str, epsilon: float, lenience: str | None, metrics: dict) -> CellRecord:

@@ -109,7 +109,7 @@ def test_the_names_are_the_record_fields_they_name() -> None:
     """A record-field constant is a field of the estimator's result record (`typed_result` reads by it)."""
     from dataclasses import fields
 
-    from specray.specdec.records import AnalyticResult, EmpiricalResult
+    from specray.specdec.results import AnalyticResult, EmpiricalResult
 
     analytic = {f.name for f in fields(AnalyticResult)}
     empirical = {f.name for f in fields(EmpiricalResult)}

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from specray.distill.curves import CurvePoint
 from specray.draft import Draft
@@ -184,11 +185,14 @@ def _old_form(cells: list[CellRecord], drafts: list[Draft]) -> dict[str, object]
     return {"cells": [c.flat() for c in cells], "drafts": described}
 
 
-def test_a_report_is_rebuilt_from_the_records_of_this_and_of_an_older_sweep(tmp_path: Path) -> None:
+def test_a_report_is_rebuilt_from_the_records_of_a_sweep_and_an_older_format_is_refused(
+    tmp_path: Path,
+) -> None:
     """What `specray report RUN_ID` does: the parent run's records read back (`fetch_sweep_records`) as typed
-    records, whichever form the sweep logged them in, give the report the sweep wrote."""
+    records give the report the sweep wrote; records of an older format are refused in one line."""
     from mlflow.tracking import MlflowClient
 
+    from specray.errors import SpecError
     from specray.tracking.fetch import fetch_sweep_records
     from specray.tracking.names import ROLE
 
@@ -196,20 +200,21 @@ def test_a_report_is_rebuilt_from_the_records_of_this_and_of_an_older_sweep(tmp_
     new_form = {"cells": [c.to_json() for c in cells], "drafts": [d.to_json() for d in drafts]}
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("rebuild", artifact_location=(tmp_path / "artifacts").as_uri())
-    reports = {}
+    runs = {}
     for form, records in (("new", new_form), ("old", _old_form(cells, drafts))):
-        run = client.create_run(experiment, tags={ROLE: "sweep"}).info.run_id
+        runs[form] = client.create_run(experiment, tags={ROLE: "sweep"}).info.run_id
         for name, payload in records.items():
-            client.log_dict(run, payload, f"records/{name}.json")
-        fetched = fetch_sweep_records(client.tracking_uri, run, tmp_path / form)
-        assert fetched["cells"] == cells
-        assert [(d.name, d.paradigm, dict(d.mixture), d.recipe) for d in fetched["drafts"]] == [
-            (d.name, d.paradigm, dict(d.mixture), d.recipe) for d in drafts
-        ]
-        path = build_report(fetched["cells"], fetched["drafts"], {}, {}, tmp_path / form / "report")
-        reports[form] = path.read_text()
+            client.log_dict(runs[form], payload, f"records/{name}.json")
+    fetched = fetch_sweep_records(client.tracking_uri, runs["new"], tmp_path / "new")
+    assert fetched["cells"] == cells
+    assert [(d.name, d.paradigm, dict(d.mixture), d.recipe) for d in fetched["drafts"]] == [
+        (d.name, d.paradigm, dict(d.mixture), d.recipe) for d in drafts
+    ]
+    path = build_report(fetched["cells"], fetched["drafts"], {}, {}, tmp_path / "new" / "report")
     direct = build_report(cells, drafts, {}, {}, tmp_path / "direct").read_text()
-    assert reports["new"] == reports["old"] == direct
+    assert path.read_text() == direct
+    with pytest.raises(SpecError, match=f"run {runs['old']}: written by an older specray format"):
+        fetch_sweep_records(client.tracking_uri, runs["old"], tmp_path / "old")
 
 
 def test_the_server_table_reads_the_fastest_analytic_cell_and_its_empirical_twin_over_replicates() -> None:

@@ -1,4 +1,5 @@
-"""Result keys: every cached result is stored under a hash of everything that made it, and nothing else.
+"""Which spec field reaches which key. Every cached result is stored under a hash of everything that
+made it, and nothing else (`specray.keys`).
 
 Every field of a sweep spec is classified below by what it changes (`FIELDS`); the key functions take
 their direct inputs from that table, so a field classified as changing a draft or a cell is in that key by
@@ -20,32 +21,13 @@ a data split's fingerprint, the device).
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-from specray.devices import device_kind, train_device_kind
-from specray.models.sources import model_id
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from specray.config import ModelsSpec, SweepSpec, TeacherSpec
-    from specray.data.examples import Example
-    from specray.data.shards import ShardKey
-
-KEY_FORMAT = 1  # bump when a key's recipe changes, so nothing stored under the old recipe is reused
-# bump when an analytic cell record's metrics change: a record saved by older code lacks them and is
-# recomputed
-CELL_RECORD_FORMAT = 7
-# the same for empirical cells' records only, so a change to them leaves analytic keys and caches valid
-EMPIRICAL_RECORD_FORMAT = 7
-# the same for analytic cells at ε < 1 only (`specdec/lossy.py`), so lossless cells' keys stay valid
-LOSSY_ANALYTIC_FORMAT = 2
-# bump when the step costs' measurement changes what it times
-STEP_COSTS_FORMAT = 2
+    from specray.config import SweepSpec
 
 
 @dataclass(frozen=True)
@@ -131,7 +113,7 @@ FIELDS: dict[str, Direct | Via] = {
     "teacher.vllm.batch_invariant": NONE,  # which kernels compute the logits: round-off, not the sampler
     "distill.paradigms": _direct("grid"),
     # one value: in every online draft's key; a list: which online drafts exist, each keyed by its own one
-    # value (`SweepSpec.for_variant`), so a one-value sweep's drafts keep their keys
+    # value (`SweepSpec.for_variant`)
     "distill.divergence": _direct("draft:online", "grid"),
     "distill.jsd_beta": _direct("draft:online"),  # dropped from the key unless divergence is jsd
     "distill.onpolicy_fraction": _direct("draft:online"),
@@ -177,8 +159,7 @@ FIELDS: dict[str, Direct | Via] = {
     "eval.empirical_drafts": _direct("grid"),
     "eval.test_sets": _direct("grid"),
     "eval.workload": _direct("report"),  # weighs cells that exist anyway; the report computes it
-    # each cell's own (function, ε) is one of its coordinates, hence in its key — only when ε < 1, so a
-    # lossless cell keeps the key it had before lenience existed
+    # each cell's own (function, ε) is one of its coordinates, hence in its key
     "eval.lenience.function": _direct("grid"),
     "eval.lenience.epsilon": _direct("grid"),
     "eval.quality_ends": _direct("grid"),  # whether the models-alone records exist, not what they hold
@@ -230,7 +211,8 @@ def leaf_fields(model: type[BaseModel] | None = None, prefix: str = "") -> list[
     return paths
 
 
-def _value(spec: SweepSpec, path: str) -> Any:
+def field_value(spec: SweepSpec, path: str) -> Any:
+    """The value of the dotted field `path` of `spec`, as plain JSON data."""
     node: Any = spec
     for part in path.split("."):
         node = getattr(node, part)
@@ -249,217 +231,7 @@ def direct_inputs(spec: SweepSpec, *roles: str) -> dict[str, Any]:
     """{field path: value} of every directly keyed field with one of `roles`."""
     wanted = set(roles)
     return {
-        path: _value(spec, path)
+        path: field_value(spec, path)
         for path, entry in FIELDS.items()
         if isinstance(entry, Direct) and entry.roles & wanted and not path.endswith(".")
     }
-
-
-def digest(inputs: Mapping[str, Any], length: int = 20) -> str:
-    """Stable hash of key inputs (sorted JSON; floats as Python prints them)."""
-    payload = json.dumps({"format": KEY_FORMAT, **inputs}, sort_keys=True, default=str)
-    return hashlib.sha256(payload.encode()).hexdigest()[:length]
-
-
-def describe_change(old: Mapping[str, Any], new: Mapping[str, Any], limit: int = 3) -> str:
-    """`eval.gamma 3 → 6, distill.divergence fkl → tvd` for the inputs that differ ("new" if no old)."""
-    if not old:
-        return "new"
-    changed = [key for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
-    parts = [f"{key} {_short(old.get(key))} → {_short(new.get(key))}" for key in changed[:limit]]
-    parts += [f"{len(changed) - limit} more"] if len(changed) > limit else []
-    return ", ".join(parts) or "unchanged"
-
-
-def _short(value: Any) -> str:
-    if value is None:
-        return "(none)"
-    if isinstance(value, str) and len(value) == 20 and all(c in "0123456789abcdef" for c in value):
-        return value[:8]  # another key: its first characters are enough to see that it changed
-    text = json.dumps(value, default=str) if not isinstance(value, str) else value
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-# ---------------------------------------------------------------- derived inputs
-
-
-def canonical_mixture(mixture: Mapping[float, float]) -> str:
-    """`0.7:0.333333,0.9:0.666667`: normalised weights, so `{0.7: 1, 0.9: 2}` and `{0.7: 2, 0.9: 4}` agree."""
-    total = sum(mixture.values())
-    return ",".join(f"{float(t):g}:{w / total:.6g}" for t, w in sorted(mixture.items()))
-
-
-def draft_key_inputs(
-    spec: SweepSpec,
-    paradigm: str | None,
-    mixture: Mapping[float, float],
-    shard_digests: Mapping[float, str],
-    samples: Sequence[tuple[float, str]] = (),
-) -> dict[str, Any]:
-    """What a draft's weights depend on. `paradigm` None is the un-distilled draft (the student itself).
-    `samples`: a control's (weight, shard digest) per teacher sample of its one τ_kd (`draft.plan_control`);
-    only a control's inputs have them."""
-    inputs: dict[str, Any] = {"student": model_id(spec.models.draft, spec.models)}
-    if paradigm is None:
-        return inputs
-    if paradigm == "online" and (spec.distill.varies_divergence or spec.distill.varies_data_source):
-        raise ValueError("an online draft's key needs one divergence and data source (SweepSpec.for_variant)")
-    roles = ("draft", "draft:online") if paradigm == "online" else ("draft",)
-    inputs |= direct_inputs(spec.for_paradigm(paradigm), *roles)
-    inputs.pop("distill.online_steps", None)  # resolved into distill.steps: the steps this draft trains
-    if paradigm == "online":
-        inputs["target"] = model_id(spec.models.target, spec.models)
-        if spec.distill.draft_divergence != "jsd":
-            inputs.pop("distill.jsd_beta")
-    inputs |= {
-        "paradigm": paradigm,
-        "mixture": canonical_mixture(mixture),
-        "shards": {f"{float(t):g}": shard_digests[t] for t in sorted(mixture)},
-        "device": train_device_kind(spec.distill.num_gpus_per_worker, spec.distill.cpu_autocast),
-    }
-    if samples:
-        total = sum(weight for weight, _ in samples)
-        inputs["samples"] = [[f"{weight / total:.6g}", shard] for weight, shard in samples]
-    return inputs
-
-
-def curve_inputs(spec: SweepSpec) -> dict[str, Any]:
-    """What the acceptance-vs-KD-step curves recorded with a draft depend on beyond its weights."""
-    return direct_inputs(spec, "curves")
-
-
-def cost_ratio_inputs(spec: SweepSpec) -> dict[str, Any]:
-    """What the measured step costs depend on: the pair's architectures, dtype, device and threads, and
-    which γ and B are timed."""
-    inputs = direct_inputs(spec, "cost_ratio")
-    if inputs["eval.timing_precision"] == type(spec.eval).model_fields["timing_precision"].default:
-        del inputs["eval.timing_precision"]  # the default: sweeps from before the setting keep their keys
-    return inputs | {
-        "target": model_id(spec.models.target, spec.models),
-        "student": model_id(spec.models.draft, spec.models),
-        "models.target.dtype": spec.models.target.dtype,
-        "device": device_kind(spec.eval.num_gpus),
-        "threads": max(1, int(spec.eval.num_cpus)),
-        "format": STEP_COSTS_FORMAT,
-    }
-
-
-def cell_key_inputs(
-    spec: SweepSpec,
-    draft_key: str,
-    prompts_fingerprint: str,
-    test_set: str,
-    tau_dec: float,
-    estimator: str,
-    gamma: int,
-    step_costs: str | None,
-    lenience: tuple[str | None, float] = (None, 1.0),
-    batch_size: int = 1,
-) -> dict[str, Any]:
-    """What one evaluation cell's record depends on (`step_costs`: a digest of the costs' values,
-    analytic cells only; `lenience`: the cell's (function, ε), keyed only when ε < 1, and `batch_size`
-    (empirical), keyed only above 1: a lossless batch-1 cell's key is unchanged)."""
-    inputs = direct_inputs(spec, "cell", f"cell:{estimator}")
-    inputs |= {
-        "draft": draft_key,
-        "target": model_id(spec.models.target, spec.models),
-        "device": device_kind(spec.eval.num_gpus),
-        "prompts": prompts_fingerprint,
-        "test_set": test_set,
-        "tau_dec": float(tau_dec),
-        "estimator": estimator,
-        "eval.gamma": int(gamma),
-        "record_format": CELL_RECORD_FORMAT if estimator == "analytic" else EMPIRICAL_RECORD_FORMAT,
-    }
-    function, epsilon = lenience
-    if epsilon < 1.0:
-        inputs |= {"eval.lenience.function": function, "eval.lenience.epsilon": float(epsilon)}
-        if estimator == "analytic":
-            inputs["lossy_format"] = LOSSY_ANALYTIC_FORMAT
-    if estimator == "analytic":
-        inputs["step_costs"] = step_costs
-    else:
-        inputs["threads"] = max(1, int(spec.eval.num_cpus))
-    if batch_size != 1:
-        inputs["batch_size"] = int(batch_size)
-    return inputs
-
-
-def garden_point_key(
-    spec: SweepSpec, decodes: Mapping[str, Any], prompts_fingerprint: str, measure_format: int
-) -> str:
-    """A model garden's point: what it decodes (`decodes`: the kind of point, τ, γ, lenience, and the
-    models by what they are), on which prompts, how long, how often, with which seeds, on what (device and
-    threads: the latencies), measured by which version of the measurement (`measure_format`)."""
-    e = spec.eval
-    return digest(
-        {
-            "garden_point": measure_format,
-            "decodes": dict(decodes),
-            "prompts": prompts_fingerprint,
-            "max_new_tokens": e.max_new_tokens,
-            "repeats": e.repeats,
-            "seed": e.seed,
-            "device": {"num_cpus": e.num_cpus, "num_gpus": e.num_gpus},
-        }
-    )
-
-
-# ---------------------------------------------------------------- a sweep's teacher shards
-
-
-def teacher_id(models: ModelsSpec) -> str:
-    """Stable name of the teacher (the target): `zoo/<zoo key>/target` or the HF name or path."""
-    return model_id(models.target, models)
-
-
-def engine_id(teacher: TeacherSpec) -> str:
-    """The engine as the shard key sees it: its name, plus what changes its numbers beyond the model's
-    dtype (vLLM's own dtype and context length; a GPU for the transformers engine). Plain `transformers`
-    on CPU has no suffix: a CPU shard's key does not depend on how other engines are named."""
-    if teacher.engine == "vllm":
-        return f"vllm(dtype={teacher.vllm.dtype},max_model_len={teacher.vllm.max_model_len})"
-    return "transformers" if teacher.num_gpus == 0 else "transformers(cuda)"
-
-
-def shard_key(
-    spec: SweepSpec, examples: Sequence[Example], tau: float, max_new_tokens: int, seed: int
-) -> ShardKey:
-    """The key of the shard of `examples` sampled from the sweep's teacher at `tau`."""
-    from specray.data.shards import ShardKey
-    from specray.data.splits import fingerprint
-
-    return ShardKey(
-        teacher=teacher_id(spec.models),
-        engine=engine_id(spec.teacher),
-        dtype=spec.models.target.dtype,
-        dataset=fingerprint(examples),
-        template=spec.data.template,
-        tau=float(tau),
-        max_new_tokens=max_new_tokens,
-        seed=seed,
-    )
-
-
-def train_shard_keys(spec: SweepSpec, train: Sequence[Example] | None = None) -> dict[float, ShardKey]:
-    """The key of every τ_kd shard of the sweep's train split (`train` saves rebuilding the splits)."""
-    if train is None:
-        from specray.data.dataset import build_splits
-
-        train = build_splits(spec.data)["train"]
-    teacher = spec.teacher
-    return {
-        tau: shard_key(spec, train, tau, teacher.max_new_tokens, teacher.seed) for tau in teacher.temperatures
-    }
-
-
-def spec_key(spec: SweepSpec, with_tune: bool = False) -> str:
-    """Identity of a sweep's work (MLflow parent runs are tagged with it): every field that changes a result,
-    the grid or the report (and the tune search for `specray tune`); not where or how it runs."""
-    skipped = {"none"} if with_tune else {"none", "tune"}
-    inputs: dict[str, Any] = {}
-    for path in leaf_fields():
-        entry = classification(path)
-        if entry is not None and not entry.roles <= skipped:
-            inputs[path] = _value(spec, path)
-    return digest(inputs | {"name": spec.name}, length=16)
