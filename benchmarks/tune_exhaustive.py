@@ -46,9 +46,9 @@ from benchmarks.quick import quick_spec  # noqa: E402
 from specray.bootstrap import ReplicatedInterval, replicated_interval  # noqa: E402
 from specray.cluster.runtime import ray_session  # noqa: E402
 from specray.config import SweepSpec, load_spec  # noqa: E402
+from specray.progress import SweepDisplay  # noqa: E402
 from specray.report.paired import PromptCells, prompt_cells  # noqa: E402
 from specray.sweep.plan import VALIDATION, plan_sweep  # noqa: E402
-from specray.sweep.progress import SweepDisplay  # noqa: E402
 from specray.sweep.stages import Stages  # noqa: E402
 from specray.sweep.tune.driver import Tune  # noqa: E402
 from specray.sweep.tune.final import draft_objectives  # noqa: E402
@@ -105,7 +105,7 @@ def exhaustive(run: Tune, replicates: int) -> tuple[pd.Series, PromptCells]:
     space = itertools.combinations(spec.teacher.temperatures, spec.tune.subset_size)
     recipes = [baseline_recipe(spec, dict.fromkeys(taus, 1.0)) for taus in space]
     drafts = [run.draft(recipe, r) for recipe in recipes for r in range(replicates)]
-    run.distil(drafts, "exhaustive", f"{len(recipes)} recipes x {replicates}")
+    run.distill(drafts, "exhaustive", f"{len(recipes)} recipes x {replicates}")
     records = run.evaluate(drafts, [VALIDATION], "validation")
     objectives = draft_objectives(records, spec.tune.objective_temperatures)
     label = {d.name: pair(d.mixture) for d in drafts}
