@@ -280,47 +280,62 @@ def _follow(
     report: Callable[[str, CurvePoint], None] | None,
     published: Callable[[str], None] | None,
 ) -> None:
-    """Hand what the runs' workers put on `queue` on, in this thread, until every run has ended: curve points
-    to `report` (a restarted worker group's points after its checkpoint are passed on once) and publications
-    to `published`, once per draft. A draft published in the instant before a restart, its message lost
-    with the worker, is passed on when its run ends. The first failure — a run's, or `published`'s — is
-    raised once every run has ended: a run lives on the cluster and goes on regardless, so it is followed
-    to its end, never orphaned."""
-    last_step: dict[str, int] = {}
-    told: set[str] = set()
-    failures: list[BaseException] = []
-
-    def tell(name: str) -> None:
-        if name not in told:
-            told.add(name)
-            if published is not None:
-                try:
-                    published(name)
-                except Exception as error:
-                    failures.append(error)
-
+    """Hand what the runs' workers put on `queue` on, in this thread, until every run has ended (`_Told`).
+    The first failure — a run's, or `published`'s — is raised once every run has ended: a run lives on the
+    cluster and goes on regardless, so it is followed to its end, never orphaned."""
+    told = _Told(report, published)
     ended: set[Future] = set()
     while len(ended) < len(fits):
-        running = [fit for fit in fits if fit not in ended]
-        done = [fit for fit in running if fit.done()]
+        done = [fit for fit in fits if fit not in ended and fit.done()]
         for item in _drain(queue, timeout=0.0 if done else 0.5):
-            draft = item["draft"]
-            if "published" in item:
-                tell(draft)
-                continue
-            curve = CurvePoint.from_json(item["curve"])
-            if curve.step > last_step.get(draft, -1) and report is not None:
-                _call_back(report, draft, curve)
-            last_step[draft] = max(last_step.get(draft, -1), curve.step)
+            told.item(item)
         for fit in done:  # what its workers put on the queue before it ended has been drained above
             ended.add(fit)
-            if fit.exception() is not None:
-                failures.append(fit.exception())  # type: ignore[arg-type]
-                continue
-            for job in fits[fit].jobs:
-                if not is_finished(job.draft.folder, job.draft.key):
-                    failures.append(RuntimeError(f"{job.draft.name}: the run ended without publishing it"))
-                else:
-                    tell(job.draft.name)
-    if failures:
-        raise failures[0]
+            told.ended(fit, fits[fit])
+    if told.failures:
+        raise told.failures[0]
+
+
+class _Told:
+    """What the caller was told: curve points to `report` (a restarted worker group's points after its
+    checkpoint are passed on once) and publications to `published`, once per draft; a draft published in
+    the instant before a restart, its message lost with the worker, is told when its run ends."""
+
+    def __init__(
+        self, report: Callable[[str, CurvePoint], None] | None, published: Callable[[str], None] | None
+    ) -> None:
+        self.report, self.published = report, published
+        self.last_step: dict[str, int] = {}
+        self.drafts: set[str] = set()  # published and told
+        self.failures: list[BaseException] = []
+
+    def item(self, item: dict) -> None:
+        draft = item["draft"]
+        if "published" in item:
+            self.publication(draft)
+            return
+        curve = CurvePoint.from_json(item["curve"])
+        if curve.step > self.last_step.get(draft, -1) and self.report is not None:
+            _call_back(self.report, draft, curve)
+        self.last_step[draft] = max(self.last_step.get(draft, -1), curve.step)
+
+    def publication(self, draft: str) -> None:
+        if draft in self.drafts:
+            return
+        self.drafts.add(draft)
+        try:
+            if self.published is not None:
+                self.published(draft)
+        except Exception as error:
+            self.failures.append(error)
+
+    def ended(self, fit: Future, run: TrainRun) -> None:
+        error = fit.exception()
+        if error is not None:
+            self.failures.append(error)
+            return
+        for job in run.jobs:
+            if is_finished(job.draft.folder, job.draft.key):
+                self.publication(job.draft.name)
+            else:
+                self.failures.append(RuntimeError(f"{job.draft.name}: the run ended without publishing it"))
