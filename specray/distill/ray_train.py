@@ -185,25 +185,23 @@ def distill_runs(
     fresh). Returns each run's drafts' results, in order.
     """
     runs = [[replace(d, folder=Path(d.folder).absolute()) for d in drafts] for drafts in runs]
-    for draft in (
-        d for drafts in runs for d in drafts
-    ):  # a bad paradigm or τ_kd: one clear error, before work
+    for draft in (d for drafts in runs for d in drafts):  # a bad paradigm or τ_kd: one clear error, first
         check_request(draft.train_spec, draft.paradigm or "", draft.mixture)
         set_aside_damaged(draft.folder)
     works = [_claim_run_dir(drafts) for drafts in runs]
-    # every user error surfaces here, before Ray
-    jobs = [
-        [TrainJob(d, prepare_inputs(d, splits)) for d in drafts if not is_finished(d.folder, d.key)]
-        for drafts in runs
+    trains = [  # the drafts of each run not published yet; every user error surfaces here, before Ray
+        TrainRun(
+            [TrainJob(d, prepare_inputs(d, splits)) for d in drafts if not is_finished(d.folder, d.key)],
+            str(work),
+            Faults.from_env(),
+        )
+        for drafts, work in zip(runs, works, strict=True)
     ]
-    todo = [
-        TrainRun(run_jobs, str(work), Faults.from_env()) for run_jobs, work in zip(jobs, works, strict=True)
-    ]
-    if any(run.jobs for run in todo):
+    if any(train.jobs for train in trains):
         with ray_session(spec.ray):
             if spec.ray.address is None:  # a remote cluster may autoscale; a local one never grows
                 check_local_fits(_demand(spec))
-            _run_trainers(spec, [run for run in todo if run.jobs], report, published)
+            _run_trainers(spec, [train for train in trains if train.jobs], report, published)
     for work in works:
         shutil.rmtree(work, ignore_errors=True)
     return [
