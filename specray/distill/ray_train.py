@@ -297,30 +297,31 @@ def _follow(
 class _Told:
     """What the caller was told: curve points to `report` (a restarted worker group's points after its
     checkpoint are passed on once) and publications to `published`, once per draft; a draft published in
-    the instant before a restart, its message lost with the worker, is told when its run ends."""
+    the instant before a restart, its message lost with the worker, is told when its run ends. A draft is
+    known by its folder: two drafts of one call may share a name (the same recipe into two folders)."""
 
     def __init__(
         self, report: Callable[[str, CurvePoint], None] | None, published: Callable[[str], None] | None
     ) -> None:
         self.report, self.published = report, published
-        self.last_step: dict[str, int] = {}
-        self.drafts: set[str] = set()  # published and told
+        self.last_step: dict[str, int] = {}  # by folder
+        self.folders: set[str] = set()  # of the drafts published and told
         self.failures: list[BaseException] = []
 
     def item(self, item: dict) -> None:
-        draft = item["draft"]
+        draft, folder = item["draft"], item["folder"]
         if "published" in item:
-            self.publication(draft)
+            self.publication(draft, folder)
             return
         curve = CurvePoint.from_json(item["curve"])
-        if curve.step > self.last_step.get(draft, -1) and self.report is not None:
+        if curve.step > self.last_step.get(folder, -1) and self.report is not None:
             _call_back(self.report, draft, curve)
-        self.last_step[draft] = max(self.last_step.get(draft, -1), curve.step)
+        self.last_step[folder] = max(self.last_step.get(folder, -1), curve.step)
 
-    def publication(self, draft: str) -> None:
-        if draft in self.drafts:
+    def publication(self, draft: str, folder: str) -> None:
+        if folder in self.folders:
             return
-        self.drafts.add(draft)
+        self.folders.add(folder)
         try:
             if self.published is not None:
                 self.published(draft)
@@ -334,6 +335,6 @@ class _Told:
             return
         for job in run.jobs:
             if is_finished(job.draft.folder, job.draft.key):
-                self.publication(job.draft.name)
+                self.publication(job.draft.name, str(job.draft.folder))
             else:
                 self.failures.append(RuntimeError(f"{job.draft.name}: the run ended without publishing it"))

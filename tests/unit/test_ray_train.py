@@ -136,39 +136,47 @@ class _Items:
         return self.items.pop(0)
 
 
-def _point(draft: str, step: int) -> dict:
-    return {"draft": draft, "curve": CurvePoint(step, loss=1.0).to_json()}
+def _point(draft: str, step: int, folder: str = "") -> dict:
+    return {"draft": draft, "folder": folder or draft, "curve": CurvePoint(step, loss=1.0).to_json()}
 
 
-def _run(*names: str) -> TrainRun:
-    """A run of drafts `names` (folders named like them: `_published` says which are published)."""
-    jobs = [TrainJob(Draft(name, "offline", {}, Path(name), key=name), None) for name in names]  # type: ignore[arg-type]
+def _publication(draft: str, folder: str = "") -> dict:
+    return {"draft": draft, "folder": folder or draft, "published": True}
+
+
+def _run(*drafts: str) -> TrainRun:
+    """A run of drafts given as `name` or `name:folder` (the folder is the name unless given)."""
+    jobs = []
+    for draft in drafts:
+        name, _, folder = draft.partition(":")
+        jobs.append(TrainJob(Draft(name, "offline", {}, Path(folder or name), key=name), None))  # type: ignore[arg-type]
     return TrainRun(jobs, "work", Faults())
 
 
-def _published(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
-    monkeypatch.setattr(ray_train, "is_finished", lambda folder, key: Path(folder).name in names)
+def _published(monkeypatch: pytest.MonkeyPatch, *folders: str) -> None:
+    monkeypatch.setattr(ray_train, "is_finished", lambda folder, key: Path(folder).name in folders)
 
 
 def test_the_caller_gets_each_point_and_publication_once_from_the_one_queue(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Two runs side by side report to one queue; a restarted worker group's points come again (passed on
-    once), and a publication lost with a restarted worker is passed on when its run ends."""
+    once), a publication lost with a restarted worker is passed on when its run ends, and two drafts of one
+    name (one recipe into two folders, `t1` and `t2`) are each passed on."""
     queue = _Items()
     first, second = Future(), Future()
-    _published(monkeypatch, "a", "b", "c")
-    fits = {first: _run("a", "b"), second: _run("c")}
+    _published(monkeypatch, "a", "b", "c", "t1", "t2")
+    fits = {first: _run("a", "b", "t:t1"), second: _run("c", "t:t2")}
     queue.items = [_point("a", 0), _point("c", 0), _point("a", 1), _point("a", 0), _point("a", 1)]
-    queue.items += [{"draft": "a", "published": True}, _point("c", 1), {"draft": "c", "published": True}]
-    queue.items += [{"draft": "c", "published": True}]  # a restarted worker's second message
-    first.set_result(None)  # "b" was published, its message lost
+    queue.items += [_publication("a"), _point("c", 1), _publication("c"), _publication("c")]
+    queue.items += [_point("t", 0, "t1"), _point("t", 0, "t2"), _publication("t", "t2")]
+    first.set_result(None)  # "b" and "t" (in t1) were published, their messages lost
     second.set_result(None)
     reported: list[tuple[str, int]] = []
     published: list[str] = []
     _follow(queue, fits, lambda d, c: reported.append((d, c.step)), published.append)  # type: ignore[arg-type]
-    assert reported == [("a", 0), ("c", 0), ("a", 1), ("c", 1)]
-    assert published == ["a", "c", "b"]
+    assert reported == [("a", 0), ("c", 0), ("a", 1), ("c", 1), ("t", 0), ("t", 0)]
+    assert published == ["a", "c", "t", "b", "t"]
 
 
 def test_a_failed_run_or_callback_is_raised_once_every_run_has_ended(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -181,7 +189,7 @@ def test_a_failed_run_or_callback_is_raised_once_every_run_has_ended(monkeypatch
     fine.set_result(None)
     _published(monkeypatch, "c")
     fits = {failed: _run("a"), unpublished: _run("b"), fine: _run("c")}
-    queue.items = [{"draft": "c", "published": True}]
+    queue.items = [_publication("c")]
     published: list[str] = []
     with pytest.raises(ValueError, match="bad data"):
         _follow(queue, fits, None, published.append)  # type: ignore[arg-type]
@@ -192,6 +200,6 @@ def test_a_failed_run_or_callback_is_raised_once_every_run_has_ended(monkeypatch
     def failing(name: str) -> None:
         raise OSError("MLflow is down")
 
-    queue.items = [{"draft": "c", "published": True}]
+    queue.items = [_publication("c")]
     with pytest.raises(OSError, match="MLflow is down"):
         _follow(queue, {fine: fits[fine]}, None, failing)  # type: ignore[arg-type]
