@@ -7,6 +7,9 @@ from __future__ import annotations
 
 BASELINE = "non-distill"  # the draft as it is, un-distilled: every distilled draft is compared with it
 
+TUNE_DIR = (
+    "tune"  # a `specray tune` run's folder, inside its sweep's output folder (`<output_dir>/<name>/tune`)
+)
 # what a finished `specray tune` leaves in its report folder for the export (`<output_dir>/<name>/tune/
 # report`, its parent run's `report` artifact): the drafts Table 3 compares, its cells' step costs, its spec
 TUNE_REPORT = "report"

@@ -43,9 +43,9 @@ from benchmarks.quick import quick_spec
 from specray.bootstrap import ReplicatedInterval, replicated_interval
 from specray.cluster.runtime import ray_session
 from specray.config import SweepSpec, load_spec
+from specray.progress import SweepDisplay
 from specray.report.paired import PromptCells, prompt_cells
 from specray.sweep.plan import VALIDATION, plan_sweep
-from specray.sweep.progress import SweepDisplay
 from specray.sweep.stages import Stages
 from specray.sweep.tune.driver import Tune
 from specray.sweep.tune.final import draft_objectives
@@ -103,7 +103,7 @@ def exhaustive(run: Tune, replicates: int) -> tuple[pd.Series, PromptCells]:
     space = itertools.combinations(spec.teacher.temperatures, spec.tune.subset_size)
     recipes = [baseline_recipe(spec, dict.fromkeys(taus, 1.0)) for taus in space]
     drafts = [run.draft(recipe, r) for recipe in recipes for r in range(replicates)]
-    run.distil(drafts, "exhaustive", f"{len(recipes)} recipes x {replicates}")
+    run.distill(drafts, "exhaustive", f"{len(recipes)} recipes x {replicates}")
     records = run.evaluate(drafts, [VALIDATION], "validation")
     objectives = draft_objectives(records, spec.tune.objective_temperatures)
     label = {d.name: pair(d.mixture) for d in drafts}

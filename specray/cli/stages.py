@@ -1,14 +1,20 @@
-"""One stage at a time: validate a spec, generate teacher shards, distil one draft, evaluate drafts."""
+"""One stage at a time: validate a spec, generate teacher shards, distill one draft, evaluate drafts."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from specray.cli.common import OverridesArg, SweepArg, app, stage_spec, user_errors
 from specray.config import dump_spec, load_spec
 from specray.names import BASELINE
+
+if TYPE_CHECKING:
+    from specray.distill.curves import CurvePoint
 
 
 @app.command()
@@ -44,13 +50,12 @@ def distill(
     sweep: Path = SweepArg,
     overrides: list[str] = OverridesArg,
     paradigm: str = typer.Option("offline", "--paradigm", help="offline (SeqKD) or online (KD)."),
-    tau_kd: float | None = typer.Option(None, "--tau-kd", help="Distil on the teacher shard of this τ_kd."),
+    tau_kd: float | None = typer.Option(None, "--tau-kd", help="Distill on the teacher shard of this τ_kd."),
     mixture: str | None = typer.Option(None, "--mixture", help="Or a τ_kd mixture: 0.7:1,0.8:1,0.9:1."),
     output: Path | None = typer.Option(None, "--output", help="Draft dir [OUTPUT_DIR/NAME/drafts/…]."),
 ) -> None:
-    """Distil the sweep's draft on teacher shards with Ray Train; print progress and acceptance per τ_dec."""
+    """Distill the sweep's draft on teacher shards with Ray Train; print progress and acceptance per τ_dec."""
     from specray.distill.inputs import parse_mixture
-    from specray.distill.progress import curve_progress
     from specray.distill.ray_train import distill as distill_one
     from specray.draft import draft_name, plan_draft
     from specray.errors import SpecError
@@ -83,6 +88,28 @@ def distill(
         )
 
 
+@contextmanager
+def curve_progress(
+    draft: str, steps: int, tau_decs: Sequence[float]
+) -> Iterator[Callable[[CurvePoint], None]]:
+    """A `distill(..., report=...)` callback for one draft: on a terminal a line per curve point as it
+    arrives; elsewhere a `LineMeter` over the training steps whose lines carry the latest loss and
+    acceptance."""
+    from specray.distill.curves import curve_line, curve_note
+    from specray.progress import LineMeter, live_display
+
+    if live_display():
+        yield lambda curve: print(curve_line(curve, tau_decs), flush=True)
+        return
+    with LineMeter("distill", steps, "step") as meter:
+
+        def report(curve: CurvePoint) -> None:
+            meter.set_postfix_str(curve_note(draft, curve, steps, tau_decs))
+            meter.set_counts(curve.step, steps)
+
+        yield report
+
+
 @app.command()
 def evaluate(
     sweep: Path = SweepArg,
@@ -100,9 +127,9 @@ def evaluate(
     from specray.cluster.runtime import ray_session
     from specray.draft import Draft
     from specray.models.sources import resolve_model_path
+    from specray.progress import SweepDisplay
     from specray.specdec.cells import check_drafts, passes, plan_jobs
     from specray.sweep.plan import plan_sweep
-    from specray.sweep.progress import SweepDisplay
     from specray.sweep.stages import Stages
 
     with user_errors():

@@ -75,7 +75,7 @@ def _run_garden(spec, dry_run: bool) -> None:  # noqa: ANN001 (a SweepSpec; impo
     if dry_run:
         garden = plan_garden(plan)
         for made in [*garden.targets, *garden.drafts]:
-            done = "finished" if is_finished(made.draft.folder, made.draft.key) else "to distil"
+            done = "finished" if is_finished(made.draft.folder, made.draft.key) else "to distill"
             typer.echo(f"  {made.role:6s} {made.draft.name:32s} key {made.draft.key[:12]}  {done}")
         train = len(plan.splits["train"])
         typer.echo(f"  {len(garden.points)} points; train split {train} prompts; nothing run")

@@ -5,8 +5,9 @@ In the program a point is a `CurvePoint`, its acceptance keyed by τ_dec as a fl
 the loop has always written, one key per value: `step`, `loss`, `tokens_per_s`, `seconds_per_step`, `lr`
 and per probed τ_dec `acceptance_rate/tau_dec=<τ>`, `per_prompt_tokens/tau_dec=<τ>`,
 `per_prompt_beta_sum/tau_dec=<τ>` (τ written with `:g`). `to_json` and `from_json` are the only places
-those keys are built and parsed. This module imports nothing heavy: the GPU suite reads the probe's points
-on a bare machine.
+those keys are built and parsed. How a point reads while a distillation runs is here too: `curve_note`
+for a driver's display, `curve_line` for `specray distill` on a terminal. This module imports nothing
+heavy: the GPU suite reads the probe's points on a bare machine.
 """
 
 from __future__ import annotations
@@ -94,3 +95,23 @@ def curves_to_json(points: Sequence[CurvePoint]) -> list[dict[str, Any]]:
 
 def curves_from_json(rows: Sequence[Mapping[str, Any]]) -> list[CurvePoint]:
     return [CurvePoint.from_json(row) for row in rows]
+
+
+def curve_note(draft: str, curve: CurvePoint, steps: int, tau_decs: Sequence[float]) -> str:
+    """`online/tau_kd=0.6 step 120/200: loss 1.234, acceptance 0.412 (mean over 6 τ_dec)` from a curve
+    point of the train loop (the loss is absent at step 0, before training)."""
+    parts = [f"loss {curve.loss:.4f}"] if curve.loss is not None else []
+    acceptance = [curve.acceptance[float(t)] for t in tau_decs if float(t) in curve.acceptance]
+    if acceptance:
+        mean = sum(acceptance) / len(acceptance)
+        parts.append(f"acceptance {mean:.3f} (mean over {len(acceptance)} τ_dec)")
+    return f"{draft} step {curve.step}/{steps}" + (": " + ", ".join(parts) if parts else "")
+
+
+def curve_line(curve: CurvePoint, tau_decs: Sequence[float]) -> str:
+    """`  step 40  loss 1.2345  5210 tokens/s  α@0.6 0.412  α@1 0.388`: one curve point, as reported."""
+    parts = [f"step {curve.step}"]
+    if curve.loss is not None:
+        parts += [f"loss {curve.loss:.4f}", f"{curve.tokens_per_s or 0.0:.0f} tokens/s"]
+    parts += [f"α@{t:g} {curve.acceptance[float(t)]:.3f}" for t in tau_decs if float(t) in curve.acceptance]
+    return "  " + "  ".join(parts)

@@ -42,7 +42,8 @@ class TrainWorkerSession:
     """The loop's Session inside a Ray Train worker, computing on the device of the worker's resources.
 
     One session per draft of the run: `key` is the draft's (a checkpoint of another draft of the same run is
-    no checkpoint of this one) and `draft` names its curve points on the queue. Rank 0 keeps its latest
+    no checkpoint of this one); `draft` and `folder` name its curve points on the queue (two drafts of one
+    run may share a name, never a folder). Rank 0 keeps its latest
     checkpoint folder after reporting it (`kept`), so the worker can publish the last one itself."""
 
     def __init__(
@@ -53,13 +54,14 @@ class TrainWorkerSession:
         curves: Queue | None = None,
         key: str | None = None,
         draft: str = "",
+        folder: str = "",
     ) -> None:
         context = ray.train.get_context()
         self.rank, self.world_size = context.get_world_rank(), context.get_world_size()
         self.device = worker_device(resources or Resources(1.0))
         self.scratch_dir = scratch_folder()  # the checkpoint is copied to storage by `report`
         self.faults, self.work, self.curves = faults or Faults(), work, curves
-        self.key, self.draft = key, draft
+        self.key, self.draft, self.folder = key, draft, folder
         self.kept: Path | None = None
         self.saved: dict[str, Any] | None = None  # what this draft's latest checkpoint was reported with
 
@@ -86,7 +88,7 @@ class TrainWorkerSession:
     def report(self, step: int, curve: CurvePoint | None, checkpoint: Path | None, saving: bool) -> None:
         if curve is not None and self.rank == 0 and self.curves is not None:
             # before the checkpoint, so steps arrive in order; a Ray payload carries the JSON form
-            self.curves.put({"draft": self.draft, "curve": curve.to_json()})
+            self.curves.put({"draft": self.draft, "folder": self.folder, "curve": curve.to_json()})
         if saving:  # every rank reports (a barrier); rank 0 with the folder
             try:
                 persisted = ray.train.Checkpoint.from_directory(checkpoint) if checkpoint else None
@@ -162,7 +164,8 @@ def _train_job(job: TrainJob, run: TrainRun) -> None:
     rank 0 then publishes the last checkpoint and tells the driver."""
     draft = job.draft
     resources, work = worker_resources(draft.train_spec), Path(run.work)
-    session = TrainWorkerSession(resources, run.faults, work, run.curves, draft.key, draft.name)
+    folder = str(draft.folder)
+    session = TrainWorkerSession(resources, run.faults, work, run.curves, draft.key, draft.name, folder)
     started = time.perf_counter()
     try:
         run_training(draft, job.inputs, session)
@@ -172,7 +175,7 @@ def _train_job(job: TrainJob, run: TrainRun) -> None:
                 info = finished_info(draft, state, time.perf_counter() - started)
                 publish(final, Path(draft.folder), draft.train_spec, info)
             if run.curves is not None:
-                run.curves.put({"draft": draft.name, "published": True})
+                run.curves.put({"draft": draft.name, "folder": folder, "published": True})
     finally:
         session.release()
 

@@ -1,8 +1,8 @@
 """`specray run` on a spec with `models.garden`: DistillSpec's model garden (Fig. 6), end to end.
 
-1. distil each smaller target from the largest (the teacher): the teacher's shards, then one online Train
-   run per target (`distill.ray_train.distill_drafts`, as a sweep's drafts);
-2. distil the draft from every raw and every distilled target, the same way (each target's own shards);
+1. distill each smaller target from the largest (the teacher): the teacher's shards, then one online Train
+   run per target (`distill.ray_train.distill_runs`, as a sweep's drafts);
+2. distill the draft from every raw and every distilled target, the same way (each target's own shards);
 3. measure every point of the plot on one eval actor, one after another (batch 1; points never share the
    machine, so their latencies compare): each target alone, raw and distilled; raw target + raw draft;
    raw target + its distilled draft; distilled target + its distilled draft (DistillSpec), also lossily at
@@ -42,11 +42,11 @@ from specray.garden.plan import (
 from specray.keys import digest, garden_point_key
 from specray.metrics import LATENCY_MS_PER_TOKEN, QUALITY
 from specray.models.sources import model_id, model_path
+from specray.progress import SweepDisplay
 from specray.report.garden import figures, write_garden_report
 from specray.specdec.garden_points import MEASURE_FORMAT, GardenPoint, PointResult
 from specray.specdec.workers import measure_garden_points
 from specray.sweep.plan import SPEC_FILE, ShardPlan, SweepPlan, plan_shards
-from specray.sweep.progress import SweepDisplay
 from specray.sweep.stages import Stages
 from specray.sweep.startup import started
 from specray.tracking.client import Tracker, open_tracker
@@ -94,7 +94,7 @@ class GardenPlan:
     targets: list[Distilled]  # the smaller targets, distilled from the teacher
     drafts: list[Distilled]  # the draft distilled from every raw and every distilled target
     points: list[GardenPoint]
-    table: GardenModels
+    folders: ModelFolders  # every model the points decode with, by folder
 
 
 def plan_garden(plan: SweepPlan) -> GardenPlan:
@@ -110,7 +110,7 @@ def plan_garden(plan: SweepPlan) -> GardenPlan:
     made = [_distilled(plan, m, student, "draft", root) for m in raw_and_distilled]
     drafts = {m.label: d for m, d in zip(raw_and_distilled, made, strict=True)}
     points = garden_points(spec, models, targets, drafts)
-    return GardenPlan(plan, targets, made, points, garden_model_table(spec, models, [*targets, *made]))
+    return GardenPlan(plan, targets, made, points, model_folders(spec, models, [*targets, *made]))
 
 
 def _run_garden(plan: SweepPlan, show_progress: bool) -> GardenOutcome:
@@ -125,11 +125,11 @@ def _run_garden(plan: SweepPlan, show_progress: bool) -> GardenOutcome:
 
     with ray_session(spec.ray), display, Stages(plan, display) as stages:
         stages.models(spec.models.garden)
-        _distil(stages, garden.targets, "distill targets", logged)
-        _distil(stages, garden.drafts, "distill drafts", logged)
+        _distill(stages, garden.targets, "distill targets", logged)
+        _distill(stages, garden.drafts, "distill drafts", logged)
         with display.stage("garden points", len(garden.points), "point"):
             folder = plan.folder / GARDEN_DIR / "points"
-            results = measure_points(plan, stages, garden.points, garden.table, folder, display)
+            results = measure_points(plan, stages, garden.points, garden.folders, folder, display)
     report = _report(spec, results, tracker, parent, plan.folder)
     tracker.finish(parent)
     return GardenOutcome(parent, report, results, display.summary)
@@ -148,7 +148,7 @@ def _distilled(
     return Distilled(draft, role, teacher.label, student)
 
 
-def _distil(
+def _distill(
     stages: Stages,
     made: Sequence[Distilled],
     stage: str,
@@ -162,7 +162,7 @@ def _distil(
         samples.setdefault(key, plan_shards(d.draft.train_spec, stages.plan.splits["train"]))
     stages.generate(list(samples.values()), stage=f"shards for {stage.removeprefix('distill ')}")
     by_name = {d.draft.name: d for d in made}
-    stages.distil(
+    stages.distill(
         [d.draft for d in made], lambda draft, curves, _: logged(by_name[draft.name], curves), stage
     )
 
@@ -219,7 +219,7 @@ def garden_points(
 
 
 @dataclass(frozen=True)
-class GardenModels:
+class ModelFolders:
     """Every model a garden's points decode with, by folder: what it is (`ids`: the zoo entry's id or the
     name or path it was given, or `distilled/<draft key>` for a model the garden distilled, so a point's
     key does not change with where the folders are) and how it loads (`load`: dtype, remote code)."""
@@ -228,9 +228,9 @@ class GardenModels:
     load: dict[str, dict[str, Any]]
 
 
-def garden_model_table(
+def model_folders(
     spec: SweepSpec, raw: Sequence[GardenModel], distilled: Sequence[Distilled]
-) -> GardenModels:
+) -> ModelFolders:
     named = [(m.ref, model_id(m.ref, spec.models)) for m in raw]
     named.append((spec.models.draft, model_id(spec.models.draft, spec.models)))
     named += [(d.ref, f"distilled/{d.draft.key}") for d in distilled]
@@ -239,15 +239,15 @@ def garden_model_table(
         folder = model_path(ref, spec.models)
         ids[folder] = identity
         load[folder] = {"dtype": ref.dtype, "trust_remote_code": ref.trust_remote_code}
-    return GardenModels(ids, load)
+    return ModelFolders(ids, load)
 
 
-def point_key(spec: SweepSpec, point: GardenPoint, models: GardenModels, prompts_fingerprint: str) -> str:
+def point_key(spec: SweepSpec, point: GardenPoint, folders: ModelFolders, prompts_fingerprint: str) -> str:
     """A point's key (`keys.garden_point_key`): the models it decodes with by what they are, not where
     their folders are."""
     decodes = {k: v for k, v in point.to_json().items() if k not in ("curve", "model", "target", "draft")}
-    decodes["target"] = models.ids[point.target]
-    decodes["draft"] = None if point.draft is None else models.ids[point.draft]
+    decodes["target"] = folders.ids[point.target]
+    decodes["draft"] = None if point.draft is None else folders.ids[point.draft]
     return garden_point_key(spec, decodes, prompts_fingerprint, MEASURE_FORMAT)
 
 
@@ -266,7 +266,7 @@ def measure_points(
     plan: SweepPlan,
     stages: Stages,
     points: Sequence[GardenPoint],
-    models: GardenModels,
+    folders: ModelFolders,
     folder: Path,
     display: SweepDisplay,
 ) -> list[PointResult]:
@@ -275,7 +275,7 @@ def measure_points(
     finished)."""
     spec = plan.spec
     prompts, examples, prompts_fingerprint = garden_prompts(plan, stages)
-    keys = [point_key(spec, p, models, prompts_fingerprint) for p in points]
+    keys = [point_key(spec, p, folders, prompts_fingerprint) for p in points]
     saved: dict[str, PointResult] = {}
     for key in set(keys):
         file = folder / f"{key}.json"
@@ -298,7 +298,7 @@ def measure_points(
 
     if todo:
         points_todo = [todo[k] for k in order]
-        measure_garden_points(spec, points_todo, plan.target_path, prompts, examples, models.load, measured)
+        measure_garden_points(spec, points_todo, plan.target_path, prompts, examples, folders.load, measured)
     # a saved point's figures under the name this run gives it
     return [replace(saved[k], point=p) for p, k in zip(points, keys, strict=True)]
 

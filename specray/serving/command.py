@@ -55,7 +55,7 @@ def register(results: SweepResults, outcome: ExportOutcome, tracking_uri: str) -
     aliases: dict[str, str | None] = {}
     for band in outcome.plan["bands"]:
         if band["route"] == "speculative" and band["draft"] not in versions:
-            tags = {"draft": band["draft_name"], "draft_key": band["draft_key"], "sweep_key": key}
+            tags = {"draft": band["draft_name"], "draft_key": band["draft_key"], "spec_key": key}
             versions[band["draft"]] = tracker.register_version(name, run_id, f"export/{band['draft']}", tags)
         aliases[band["alias"]] = versions.get(band["draft"]) if band["route"] == "speculative" else None
     if versions:

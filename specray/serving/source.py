@@ -19,7 +19,7 @@ from typing import Any
 
 from specray.config import SweepSpec, load_spec
 from specray.errors import SpecError
-from specray.names import BASELINE
+from specray.names import BASELINE, TUNE_DIR, TUNE_STATE
 from specray.specdec.records import CellRecord, StepCosts
 
 
@@ -75,8 +75,10 @@ def read_folder(folder: Path) -> SweepResults:
     from specray.sweep.survey import CELLS_DIR, read_cells, survey
 
     if not (folder / SPEC_FILE).is_file():
-        if (folder / "tune").is_dir():  # the folder above a `specray tune` run's own
-            raise SpecError(f"{folder}: a tune's output folder; give its tune folder, {folder / 'tune'}")
+        if (folder / TUNE_DIR / TUNE_STATE).is_file():  # the folder above a `specray tune` run's own
+            raise SpecError(
+                f"{folder} holds a `specray tune` run, not a sweep: give its tune folder, {folder / TUNE_DIR}"
+            )
         raise SpecError(f"{folder}: no {SPEC_FILE}; run `specray run` on its sweep once more to write it")
     spec = load_spec(folder / SPEC_FILE)
     require_sweep(spec, f"specray export {folder}")

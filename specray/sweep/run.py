@@ -26,11 +26,11 @@ from specray.distill.curves import CurvePoint, curves_to_json
 from specray.draft import Draft
 from specray.files import write_text
 from specray.models.loading import load_tokenizer
+from specray.progress import SweepDisplay
 from specray.report.build import build_report
 from specray.specdec.cells import workload_json
 from specray.specdec.records import CellRecord, StepCosts
 from specray.sweep.plan import SPEC_FILE, SweepPlan
-from specray.sweep.progress import SweepDisplay
 from specray.sweep.stages import Stages
 from specray.sweep.startup import started
 from specray.sweep.survey import StagePlan, Survey, survey
@@ -85,7 +85,7 @@ def _run_sweep(
         stages.models()
         stages.generate()
         runs.open(plan.drafts)
-        stages.distil(plan.drafts, draft_done)
+        stages.distill(plan.drafts, draft_done)
         runs.open([plan.baseline])
         cost = stages.time_steps()
         records = stages.evaluate(plan.cell_jobs(cost), cost, runs.records_done, saved=found.cells)

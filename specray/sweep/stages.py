@@ -3,7 +3,7 @@
 
     models      build (or reuse) the zoo models the plan names
     generate    the teacher shards of each teacher sample (`ShardPlan`), cached by shard key
-    distil      the plan's drafts with Ray Train: one scheduler shares them out among Train runs side by
+    distill     the plan's drafts with Ray Train: one scheduler shares them out among Train runs side by
                 side (`train_runs`), longest first; a draft published under its key is reused
     time_steps  the step costs T_t(B, k), T_d(B): the spec's fixed c, or reused under the plan's key, or
                 timed once on an eval actor and saved
@@ -21,10 +21,8 @@ import json
 import logging
 import shutil
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 from pathlib import Path
-from queue import SimpleQueue
 
 import ray
 from transformers import PreTrainedTokenizerBase
@@ -32,18 +30,18 @@ from transformers import PreTrainedTokenizerBase
 from specray.config import ModelRef, SweepSpec
 from specray.data.templates import encode_prompts
 from specray.distill.checkpoints import read_curves
-from specray.distill.curves import CurvePoint
+from specray.distill.curves import CurvePoint, curve_note
 from specray.draft import Draft
 from specray.files import write_json
 from specray.models.loading import load_tokenizer
 from specray.models.sources import resolve_model_path
+from specray.progress import SweepDisplay
 from specray.specdec.categories import with_categories
 from specray.specdec.cells import eval_settings, passes
 from specray.specdec.records import CellRecord, EvalJob, StepCosts
 from specray.specdec.turns import conversation_answers
 from specray.specdec.workers import EvalPool, make_eval_pool
 from specray.sweep.plan import PromptSet, ShardPlan, SweepPlan, answers_device
-from specray.sweep.progress import SweepDisplay
 from specray.sweep.survey import (
     CELLS_DIR,
     cell_stage,
@@ -125,12 +123,13 @@ class Stages:
 
     # ------------------------------------------------------------ distillation
 
-    def distil(self, drafts: Sequence[Draft], on_done: DraftDone, stage: str = "distill") -> None:
-        """Distil every draft not published under its key; `on_done(draft, curves, reused)` once per draft,
+    def distill(self, drafts: Sequence[Draft], on_done: DraftDone, stage: str = "distill") -> None:
+        """Distill every draft not published under its key; `on_done(draft, curves, reused)` once per draft,
         on this thread, as each is found finished or published. Drafts go to Train runs side by side
-        (`train_runs`), each run distilling its share one after another (`split_runs`)."""
+        (`train_runs`), each run distilling its share one after another (`split_runs`); their curve points
+        and publications come straight from the workers' one queue (`ray_train.distill_runs`)."""
         from specray.distill.checkpoints import is_finished
-        from specray.distill.ray_train import distill_drafts
+        from specray.distill.ray_train import distill_runs
 
         spec, display = self.plan.spec, self.display
         with display.stage(stage, len(drafts), "draft"):
@@ -141,33 +140,20 @@ class Stages:
                 if draft.name not in todo:
                     on_done(draft, read_curves(draft.folder), True)
                     display.advance(reused=True)
-            done: set[str] = set()
-            published: SimpleQueue[str] = SimpleQueue()  # from the runs' threads to this one
-
-            def finish_published() -> None:
-                while not published.empty():
-                    draft = todo.get(published.get())
-                    if draft is not None and draft.name not in done:
-                        done.add(draft.name)
-                        on_done(draft, read_curves(draft.folder), False)
-                        display.advance()
 
             def note(name: str, curve: CurvePoint) -> None:
-                display.note_curve(name, curve, todo[name].train_spec)
+                train = todo[name].train_spec  # the spec it trains under
+                display.note(curve_note(name, curve, train.distill.steps, train.eval.temperatures))
+
+            def published(name: str) -> None:
+                draft = todo[name]
+                on_done(draft, read_curves(draft.folder), False)
+                display.advance()
 
             runs = split_runs(drafts, train_runs(spec, drafts))
             lanes = [lane for lane in runs if any(d.name in todo for d in lane)]
-            with ThreadPoolExecutor(max_workers=max(1, len(lanes))) as executor:
-                pending: set[Future] = {
-                    executor.submit(distill_drafts, spec, lane, self.plan.splits, note, published.put)
-                    for lane in lanes
-                }
-                while pending:
-                    finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-                    finish_published()
-                    for future in finished:
-                        future.result()  # a failed run stops the driver; published drafts stay published
-            finish_published()
+            if lanes:  # a failed run stops the driver once the others end; published drafts stay published
+                distill_runs(spec, lanes, self.plan.splits, note, published)
         remove_stale_work(drafts)
 
     # ------------------------------------------------------------ evaluation
@@ -351,7 +337,7 @@ def split_runs(drafts: Sequence[Draft], runs: int) -> list[list[Draft]]:
     close together), a draft's cost estimated as its steps, an online step counting ONLINE_STEP_COST
     offline ones (it also samples from the student and runs the teacher). The same drafts and run count
     always give the same runs, which is what lets a re-run after the driver died find each run's folder
-    and resume it (`ray_train.distill_drafts`); drafts that are finished are skipped inside their run."""
+    and resume it (`ray_train.distill_runs`); drafts that are finished are skipped inside their run."""
     lanes: list[list[Draft]] = [[] for _ in range(max(1, min(runs, len(drafts))))]
     loads = [0.0] * len(lanes)
     for draft in sorted(drafts, key=lambda d: (-_cost(d), d.name)):

@@ -9,7 +9,7 @@
 Nothing is imported here, so `specray.tracking.names` loads without MLflow.
 
 Layout of a sweep in MLflow (experiment = the sweep's name, or `tracking.experiment`):
-- one parent run per sweep invocation, tagged `specray.role=sweep` and `specray.sweep_key=<hash of the
+- one parent run per sweep invocation, tagged `specray.role=sweep` and `specray.spec_key=<hash of the
   resolved spec>`, with the resolved spec as params (flattened: `eval.gamma`, ...) and as `spec.yaml`;
   figures and tables of the report are its artifacts. Re-running a sweep whose parent did not finish
   resumes that parent instead of starting another;

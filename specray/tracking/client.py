@@ -54,7 +54,7 @@ from specray.tracking.names import (
     PYFUNC_LOADER,
     ROLE,
     SAVED_VIEW,
-    SWEEP_KEY,
+    SPEC_KEY,
     TRIAL_ID,
     VIEW_PARAM,
     flatten,
@@ -103,7 +103,7 @@ class Tracker:
         )
 
     def parent_run(self, spec: SweepSpec) -> tuple[str, bool]:
-        """The parent run; an unfinished one with the same sweep key is resumed. -> (run id, resumed)."""
+        """The parent run; an unfinished one with the same spec key is resumed. -> (run id, resumed)."""
         return self._parent(spec, "sweep", f"{spec.name} · sweep ", resume=True)
 
     def garden_run(self, spec: SweepSpec) -> tuple[str, bool]:
@@ -131,16 +131,16 @@ class Tracker:
         return self._parent(spec, "tune", f"{spec.name} · tune ", resume)
 
     def _parent(self, spec: SweepSpec, role: str, name_prefix: str, resume: bool) -> tuple[str, bool]:
-        """With `resume`, the newest unfinished run of this role and sweep key, set RUNNING again; else a new
+        """With `resume`, the newest unfinished run of this role and spec key, set RUNNING again; else a new
         run with the resolved spec as params and as `spec.yaml`. -> (run id, resumed)."""
         key = spec_key(spec, with_tune=role == "tune")
         self.sweep = spec.name
         if resume:
-            for run in self._find(f"tags.`{ROLE}` = '{role}' AND tags.`{SWEEP_KEY}` = '{key}'"):
+            for run in self._find(f"tags.`{ROLE}` = '{role}' AND tags.`{SPEC_KEY}` = '{key}'"):
                 if run.info.status != RunStatus.to_string(RunStatus.FINISHED):
                     self._call(self.client.update_run, run.info.run_id, status="RUNNING")
                     return run.info.run_id, True
-        tags = {ROLE: role, SWEEP_KEY: key}
+        tags = {ROLE: role, SPEC_KEY: key}
         run = self._call(
             self.client.create_run, self.experiment_id, tags=tags, run_name=f"{name_prefix}{key[:6]}"
         )
@@ -315,13 +315,13 @@ class Tracker:
 
     def sweep_run(self, key: str) -> str | None:
         """The newest parent run of the sweep with this key (finished or not), or None."""
-        runs = self._find(f"tags.`{ROLE}` = 'sweep' AND tags.`{SWEEP_KEY}` = '{key}'")
+        runs = self._find(f"tags.`{ROLE}` = 'sweep' AND tags.`{SPEC_KEY}` = '{key}'")
         return runs[0].info.run_id if runs else None
 
     def export_run(self, key: str, name: str, parent_id: str | None, folder: Path) -> str:
         """A finished run (under the sweep's parent run when there is one) holding an export folder as its
         `export` artifact: the routing plan, the drafts with their metadata, the engines' settings."""
-        tags = {ROLE: "export", SWEEP_KEY: key} | ({PARENT: parent_id} if parent_id else {})
+        tags = {ROLE: "export", SPEC_KEY: key} | ({PARENT: parent_id} if parent_id else {})
         run_id = self._call(self.client.create_run, self.experiment_id, tags=tags, run_name=name).info.run_id
         self.log_artifacts(run_id, folder, "export")
         self.finish(run_id)

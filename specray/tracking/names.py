@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from specray.config import SweepSpec
     from specray.specdec.records import CellRecord
 
-ROLE, SWEEP_KEY, PARENT = "specray.role", "specray.sweep_key", "mlflow.parentRunId"
+ROLE, SPEC_KEY, PARENT = "specray.role", "specray.spec_key", "mlflow.parentRunId"
 DRAFT_KEY = "specray.draft_key"
 BEST, TRIAL_ID = "specray.best", "trial_id"
 MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param value

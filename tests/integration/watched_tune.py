@@ -42,7 +42,7 @@ def record(**event: Any) -> None:
 def watch() -> None:
     searching = [False]
     real_generate, real_search = teacher_shards.generate_shards, search_stage.search
-    real_distil, real_run_tune = driver.Tune.distil, tune_package.run_tune
+    real_distill, real_run_tune = driver.Tune.distill, tune_package.run_tune
 
     def generate(*args, **kwargs):
         record(event="generate", taus=list(args[2]), searching=searching[0])
@@ -57,11 +57,11 @@ def watch() -> None:
             searching[0] = False
             record(event="search_end", shards=shard_files())
 
-    def distil(self, drafts, role, stage):
+    def distill(self, drafts, role, stage):
         if role == "final" and os.environ.get("WATCH_INTERRUPT_FINAL"):
-            real_distil(self, drafts[:2], role, stage)
+            real_distill(self, drafts[:2], role, stage)
             raise Interrupted
-        return real_distil(self, drafts, role, stage)
+        return real_distill(self, drafts, role, stage)
 
     def run_tune(*args, **kwargs):
         outcome = real_run_tune(*args, **kwargs)
@@ -71,7 +71,7 @@ def watch() -> None:
 
     teacher_shards.generate_shards = generate
     search_stage.search = search
-    driver.Tune.distil = distil  # type: ignore[method-assign]
+    driver.Tune.distill = distill  # type: ignore[method-assign]
     tune_package.run_tune = run_tune
 
 

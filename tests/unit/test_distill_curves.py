@@ -1,4 +1,5 @@
-"""A curve point's JSON form is the one curves.json, checkpoints and MLflow's records have always held."""
+"""A curve point's JSON form is the one curves.json, checkpoints and MLflow's records have always held; its
+note and line in the progress display."""
 
 from __future__ import annotations
 
@@ -6,7 +7,14 @@ import json
 
 import pytest
 
-from specray.distill.curves import CurvePoint, PromptSums, curves_from_json, curves_to_json
+from specray.distill.curves import (
+    CurvePoint,
+    PromptSums,
+    curve_line,
+    curve_note,
+    curves_from_json,
+    curves_to_json,
+)
 
 # a curves.json as the loop wrote it before curve points were typed: step 0 without training figures
 OLD_CURVES_JSON = """[
@@ -54,3 +62,14 @@ def test_a_point_without_probe_lists_or_training_figures_round_trips() -> None:
 def test_an_unknown_key_fails_with_the_known_ones() -> None:
     with pytest.raises(ValueError, match=r"unknown key 'accuracy' \(known: step, loss"):
         CurvePoint.from_json({"step": 1, "accuracy": 0.5})
+
+
+def test_distillation_notes_carry_the_loss_and_the_acceptance() -> None:
+    curve = CurvePoint(40, loss=1.23456, tokens_per_s=5210.0, acceptance={0.6: 0.4, 1.0: 0.5})
+    assert curve_note("online/tau_kd=0.6", curve, 200, [0.6, 1.0]) == (
+        "online/tau_kd=0.6 step 40/200: loss 1.2346, acceptance 0.450 (mean over 2 τ_dec)"
+    )
+    assert curve_note("x", CurvePoint(0, acceptance={1.0: 0.5}), 8, [1.0]).endswith(
+        "step 0/8: acceptance 0.500 (mean over 1 τ_dec)"
+    )
+    assert curve_line(curve, [0.6, 1.0]) == "  step 40  loss 1.2346  5210 tokens/s  α@0.6 0.400  α@1 0.500"

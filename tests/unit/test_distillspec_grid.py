@@ -94,7 +94,7 @@ def test_only_the_varied_axis_is_in_the_name() -> None:
     assert again.recipe == "online/tau_kd=1/tvd/gkd" and again.key_inputs["distill.seed"] == 1
 
 
-def test_a_draft_spec_has_one_value_of_each_axis_and_the_sweep_key_has_the_lists() -> None:
+def test_a_draft_spec_has_one_value_of_each_axis_and_the_spec_key_has_the_lists() -> None:
     spec = load_spec(SMOKE, GRID)
     one = spec.for_draft("online", 0, "tvd", "fixed0.5_student0.5")
     assert one.distill.divergence == "tvd" and one.distill.sources.fixed == 0.5

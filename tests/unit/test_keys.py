@@ -208,7 +208,7 @@ def test_online_drafts_are_keyed_by_the_steps_they_train() -> None:
     assert fingerprint(fewer_offline, "online", {0.0: 1}) == fingerprint(online_600, "online", {0.0: 1})
 
 
-def test_sweep_key_ignores_where_and_how_it_runs_but_not_what_it_computes() -> None:
+def test_spec_key_ignores_where_and_how_it_runs_but_not_what_it_computes() -> None:
     assert spec_key(SMOKE) == spec_key(_with(SMOKE, "tracking.uri", "http://127.0.0.1:5000"))
     assert spec_key(SMOKE) == spec_key(_with(SMOKE, "eval.replicas", 3))
     assert spec_key(SMOKE) == spec_key(_with(SMOKE, "tune.num_samples", 9))

@@ -15,11 +15,11 @@ from tqdm.auto import tqdm
 from specray.progress import (
     INTERVAL_ENV,
     LineMeter,
+    SweepDisplay,
     bar,
     interval_s,
     live_display,
 )
-from specray.sweep.progress import SweepDisplay
 from tests.waiting import wait_until
 
 NEVER = 1e6  # a heartbeat interval no test reaches: only starts, 5% steps and ends print

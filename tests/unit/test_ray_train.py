@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,14 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError
 from ray.train import ControllerError, WorkerGroupError
 from ray.util.queue import Empty
 
+from specray.distill import ray_train
+from specray.distill.curves import CurvePoint
 from specray.distill.ray_2_60 import SCRATCH_DIR, lost_in_controller, scratch_folder
 from specray.distill.ray_2_60 import registered as _registered
-from specray.distill.ray_train import MAX_FAILURES, _fit_streaming
+from specray.distill.ray_train import MAX_FAILURES, _fit, _follow
+from specray.distill.train_worker import TrainJob, TrainRun
+from specray.draft import Draft
+from specray.faults import Faults
 
 
 def test_a_snapshot_read_mid_write_is_not_yet_registered(tmp_path: Path) -> None:
@@ -78,16 +84,6 @@ def test_only_a_controller_that_lost_a_worker_counts_as_a_lost_worker() -> None:
     assert not lost_in_controller(LOST)  # raised outside Train's controller: not Train's to restart
 
 
-class _NoItems:
-    """The curve queue with nothing on it (what `_drain` reads)."""
-
-    def get(self, timeout: float) -> dict:
-        raise Empty
-
-    def get_nowait(self) -> dict:
-        raise Empty
-
-
 @pytest.mark.parametrize("losses", [1, MAX_FAILURES])
 def test_a_run_whose_controller_lost_a_worker_starts_again(losses: int) -> None:
     """A stand-in for TorchTrainer: Ray cannot lose a worker at that instant on demand (the chaos test,
@@ -101,7 +97,7 @@ def test_a_run_whose_controller_lost_a_worker_starts_again(losses: int) -> None:
                 raise ControllerError(LOST)
             return "result"
 
-    assert _fit_streaming(Trainer, _NoItems(), None, None) == "result"  # type: ignore[arg-type]
+    assert _fit(Trainer) == "result"  # type: ignore[arg-type]
     assert len(started) == losses + 1
 
 
@@ -117,9 +113,93 @@ def test_a_run_that_keeps_losing_workers_or_fails_otherwise_stops() -> None:
         return Trainer
 
     with pytest.raises(ControllerError):
-        _fit_streaming(trainer(ControllerError(LOST)), _NoItems(), None, None)  # type: ignore[arg-type]
+        _fit(trainer(ControllerError(LOST)))
     assert len(started) == MAX_FAILURES + 1
     started.clear()
     with pytest.raises(ControllerError):
-        _fit_streaming(trainer(ControllerError(ValueError("bug"))), _NoItems(), None, None)  # type: ignore[arg-type]
+        _fit(trainer(ControllerError(ValueError("bug"))))
     assert len(started) == 1
+
+
+class _Items:
+    """The one queue of curve points and publications (what `_drain` reads), filled as each run "runs"."""
+
+    def __init__(self) -> None:
+        self.items: list[dict] = []
+
+    def get(self, timeout: float) -> dict:
+        return self.get_nowait()
+
+    def get_nowait(self) -> dict:
+        if not self.items:
+            raise Empty
+        return self.items.pop(0)
+
+
+def _point(draft: str, step: int, folder: str = "") -> dict:
+    return {"draft": draft, "folder": folder or draft, "curve": CurvePoint(step, loss=1.0).to_json()}
+
+
+def _publication(draft: str, folder: str = "") -> dict:
+    return {"draft": draft, "folder": folder or draft, "published": True}
+
+
+def _run(*drafts: str) -> TrainRun:
+    """A run of drafts given as `name` or `name:folder` (the folder is the name unless given)."""
+    jobs = []
+    for draft in drafts:
+        name, _, folder = draft.partition(":")
+        jobs.append(TrainJob(Draft(name, "offline", {}, Path(folder or name), key=name), None))  # type: ignore[arg-type]
+    return TrainRun(jobs, "work", Faults())
+
+
+def _published(monkeypatch: pytest.MonkeyPatch, *folders: str) -> None:
+    monkeypatch.setattr(ray_train, "is_finished", lambda folder, key: Path(folder).name in folders)
+
+
+def test_the_caller_gets_each_point_and_publication_once_from_the_one_queue(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two runs side by side report to one queue; a restarted worker group's points come again (passed on
+    once), a publication lost with a restarted worker is passed on when its run ends, and two drafts of one
+    name (one recipe into two folders, `t1` and `t2`) are each passed on."""
+    queue = _Items()
+    first, second = Future(), Future()
+    _published(monkeypatch, "a", "b", "c", "t1", "t2")
+    fits = {first: _run("a", "b", "t:t1"), second: _run("c", "t:t2")}
+    queue.items = [_point("a", 0), _point("c", 0), _point("a", 1), _point("a", 0), _point("a", 1)]
+    queue.items += [_publication("a"), _point("c", 1), _publication("c"), _publication("c")]
+    queue.items += [_point("t", 0, "t1"), _point("t", 0, "t2"), _publication("t", "t2")]
+    first.set_result(None)  # "b" and "t" (in t1) were published, their messages lost
+    second.set_result(None)
+    reported: list[tuple[str, int]] = []
+    published: list[str] = []
+    _follow(queue, fits, lambda d, c: reported.append((d, c.step)), published.append)  # type: ignore[arg-type]
+    assert reported == [("a", 0), ("c", 0), ("a", 1), ("c", 1), ("t", 0), ("t", 0)]
+    assert published == ["a", "c", "t", "b", "t"]
+
+
+def test_a_failed_run_or_callback_is_raised_once_every_run_has_ended(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run lives on the cluster: the driver follows the others to their end, then raises the first failure
+    (a run's, a run that ended without publishing its draft, or the `published` callback's)."""
+    queue = _Items()
+    failed, unpublished, fine = Future(), Future(), Future()
+    failed.set_exception(ValueError("bad data"))
+    unpublished.set_result(None)
+    fine.set_result(None)
+    _published(monkeypatch, "c")
+    fits = {failed: _run("a"), unpublished: _run("b"), fine: _run("c")}
+    queue.items = [_publication("c")]
+    published: list[str] = []
+    with pytest.raises(ValueError, match="bad data"):
+        _follow(queue, fits, None, published.append)  # type: ignore[arg-type]
+    assert published == ["c"]
+    with pytest.raises(RuntimeError, match="b: the run ended without publishing it"):
+        _follow(_Items(), {unpublished: fits[unpublished]}, None, None)  # type: ignore[arg-type]
+
+    def failing(name: str) -> None:
+        raise OSError("MLflow is down")
+
+    queue.items = [_publication("c")]
+    with pytest.raises(OSError, match="MLflow is down"):
+        _follow(queue, {fine: fits[fine]}, None, failing)  # type: ignore[arg-type]

@@ -162,7 +162,7 @@ def test_a_corrupt_manifest_is_refused_naming_the_file(tmp_path: Path) -> None:
         read_shard(KEY, tmp_path)
 
 
-def test_sweep_keys_cover_the_tau_grid_and_name_the_teacher(tmp_path: Path) -> None:
+def test_train_shard_keys_cover_the_tau_grid_and_name_the_teacher(tmp_path: Path) -> None:
     spec = load_spec(REPO / "sweeps" / "smoke.yaml")
     keys = train_shard_keys(spec)
     assert list(keys) == spec.teacher.temperatures

@@ -157,10 +157,14 @@ def test_export_refuses_a_tune_run_without_retrained_drafts(tmp_path) -> None:
             read_source(str(given))
         assert len(str(caught.value).splitlines()) == 1
     # the folder above it: named the folder it wants, not told to run a sweep again
-    with pytest.raises(
-        SpecError, match=r"^.*/smoke: a tune's output folder; give its tune folder, .*/smoke/tune$"
-    ):
+    with pytest.raises(SpecError) as caught:
         read_source(str(tmp_path / "smoke"))
+    assert str(caught.value) == (
+        f"{tmp_path / 'smoke'} holds a `specray tune` run, not a sweep: give its tune folder, {folder}"
+    )
+    (tmp_path / "other" / "tune").mkdir(parents=True)  # a folder named tune is no tune without its state
+    with pytest.raises(SpecError, match=r"no spec\.yaml; run `specray run`"):
+        read_source(str(tmp_path / "other"))
 
 
 def test_every_row_of_table3_gets_its_own_interval_over_training_and_prompts() -> None:

@@ -1,6 +1,6 @@
 """What the steps of one `specray tune` share: its plan, folder, stage runner and MLflow runs, and the three
 things it does with drafts — plan one for a recipe at a budget (`Tune.draft`), train some through the stage
-runner (`Tune.distil`), and measure them in keyed, cached analytic cells (`Tune.evaluate`).
+runner (`Tune.distill`), and measure them in keyed, cached analytic cells (`Tune.evaluate`).
 
 Names and folders. A draft trained at the full budget (`space.final_budget`, the budget drafts are served
 at) carries its recipe's name, as a sweep's draft does (`offline/tau_kd=0.6`, replicate r `…/r1`); a
@@ -104,7 +104,7 @@ class Tune:
         own = self.plan.drafts_dir / folder_name
         return [own, *(other / "drafts" / folder_name for other in other_sweeps(self.plan.folder))]
 
-    def distil(self, drafts: list[Draft], role: str, stage: str) -> None:
+    def distill(self, drafts: list[Draft], role: str, stage: str) -> None:
         """Train (or reuse) `drafts` through the stage runner, each logged to a child run tagged `role`.
         Two names for one draft (the winner's recipe may be a baseline's) train once."""
         self.runs.open(drafts, {"tune_role": role})
@@ -122,7 +122,7 @@ class Tune:
         if samples:
             plans = [ShardPlan(spec, tuple(train), {key.tau: key}) for key, spec in samples.items()]
             self.stages.generate(plans, stage="control samples")
-        self.stages.distil(unique, self.runs.draft_done, stage=stage)
+        self.stages.distill(unique, self.runs.draft_done, stage=stage)
 
     def evaluate(self, drafts: list[Draft], test_sets: list[str], stage: str) -> list[CellRecord]:
         """Analytic cells of `drafts` at every objective τ_dec and γ on `test_sets` (each saved under its

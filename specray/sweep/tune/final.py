@@ -92,7 +92,7 @@ def retrain(run: Tune, finalists: Finalists) -> Retrained:
     full_budget = list({d.name: d for d in one_folder_per_key(planned)}.values())
     compared_recipes = set(recipes) | {name for by_tau in controls.values() for name in by_tau.values()}
     compared = [d for d in full_budget if d.recipe in compared_recipes]
-    run.distil(full_budget, "final", "retrained drafts")  # stage names: results files key them (no commas)
+    run.distill(full_budget, "final", "retrained drafts")  # stage names: results files key them (no commas)
     validation = run.evaluate(full_budget, [VALIDATION], "retrained validation")
     tests = run.evaluate(compared, list(spec.eval.test_sets), "retrained test sets")
     labels = {single[tau].name: f"{tau:g}" for tau in finalists.single.values()}

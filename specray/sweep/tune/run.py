@@ -38,12 +38,12 @@ from specray.draft import representative
 from specray.errors import SpecError
 from specray.files import write_atomic
 from specray.keys import spec_key
-from specray.names import TUNE_REPORT, TUNE_STATE
+from specray.names import TUNE_DIR, TUNE_REPORT, TUNE_STATE
+from specray.progress import SweepDisplay
 from specray.report.composition import Composition
 from specray.report.table3 import RankAgreement, gain_intervals, rank_agreement
 from specray.specdec.records import StepCosts
 from specray.sweep.plan import SweepPlan, sweep_dir
-from specray.sweep.progress import SweepDisplay
 from specray.sweep.stages import Stages
 from specray.sweep.startup import started
 from specray.sweep.tracked import DraftRuns, sweep_data
@@ -87,7 +87,7 @@ class TuneOutcome:
 
 
 def tune_dir(spec: SweepSpec) -> Path:
-    return (sweep_dir(spec) / "tune").absolute()
+    return (sweep_dir(spec) / TUNE_DIR).absolute()
 
 
 def _claim(out: Path, spec: SweepSpec, resume: bool) -> None:

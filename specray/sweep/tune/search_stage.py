@@ -49,7 +49,7 @@ def search_budget(run: Tune, parent: str, resume: bool) -> SearchRecord:
     """Singles, manual recipes, the search, and the search's Table 3 (test sets, one training each)."""
     spec, display = run.spec, run.stages.display
     singles = {tau: run.draft(baseline_recipe(spec, {tau: 1.0})) for tau in spec.teacher.temperatures}
-    run.distil(list(singles.values()), "single", "single τ_kd drafts")
+    run.distill(list(singles.values()), "single", "single τ_kd drafts")
     validation = run.evaluate(list(singles.values()), [VALIDATION], "validation")
     contenders, manual, peak = _manual_baselines(run, singles, best_gamma_records(validation))
     run.stages.release_pool()  # its actors would hold the CPUs the trials need
@@ -108,7 +108,7 @@ def _manual_baselines(
         recipe = manual_recipe(spec.teacher.temperatures, peak, spec.tune.manual_top_k)
         manual[tau_dec] = run.draft(baseline_recipe(spec, recipe))
     unique = list({draft.name: draft for draft in manual.values()}.values())
-    run.distil(unique, "manual", "manual recipes")
+    run.distill(unique, "manual", "manual recipes")
     labels = {singles[peak].name: f"{peak:g}" for peak in by_tau_dec.values()}
     labels |= {draft.name: "+".join(f"{tau:g}" for tau in sorted(draft.mixture)) for draft in unique}
     contenders = Contenders(

@@ -1,4 +1,4 @@
-"""One Tune trial of `specray tune`: distil a draft on the trial's τ_kd mixture, then score it on validation.
+"""One Tune trial of `specray tune`: distill a draft on the trial's τ_kd mixture, then score it on validation.
 
 The trial runs the plain train loop (`loop.train_draft`, the loop `specray distill` runs under Ray Train) in
 the trial's own process, with one distill worker's resources. Each curve point goes to Tune as it is
