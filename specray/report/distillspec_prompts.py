@@ -56,7 +56,6 @@ VERDICT_NOTE = (
     "efficiency for most examples*: the share of prompts Fig. 3b's draft improves, minus 0.5 (claimed > 0).\n"
 )
 MOST = 0.5  # "most examples": more than half of the prompts improve
-DIVERGENCES = ["fkl", "rkl", "jsd", "tvd"]
 
 
 @dataclass(frozen=True)
