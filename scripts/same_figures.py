@@ -23,6 +23,10 @@ TIMED = ("seconds", "speedup", "cost_terms", "tokens_per_s")
 IDENTITY = ("draft", "test_set", "tau_dec", "estimator", "gamma", "batch_size", "epsilon", "lenience")
 
 
+def _timed(name: str) -> bool:
+    return name.startswith(TIMED) or "seconds" in name
+
+
 def _cells(folder: Path) -> dict[tuple, dict]:
     cells = {}
     for path in sorted((folder / "cells").glob("*.json")):
@@ -46,7 +50,7 @@ def compare_cells(old: Path, new: Path) -> tuple[list[str], int, int]:
     problems += [f"cell {cell}: only in {new}" for cell in sorted(set(after) - set(before), key=str)]
     compared = 0
     for cell in sorted(set(before) & set(after), key=str):
-        names = {n for n in before[cell].keys() | after[cell].keys() if not n.startswith(TIMED)}
+        names = {n for n in before[cell].keys() | after[cell].keys() if not _timed(n)}
         for name in sorted(names):
             compared += 1
             if not _same(before[cell].get(name), after[cell].get(name)):
