@@ -9,8 +9,8 @@ cannot both fit on one node: Ray has to place one of each on the worker node, an
 
 The sweep loses a worker node in two stages, each killed by SIGKILL to its raylet (as a lost machine):
 - mid teacher stage (its replica frozen by SIGSTOP first, so the stage cannot end before; some shard parts
-  written): the batches the lost replica held go back on the queue and the head's replica takes them; a
-  replacement node joins the cluster, as an autoscaler's would (a fresh replica may start there);
+  written; a replacement node joined first, as an autoscaler's would): the batches the lost replica held
+  go back on the queue and the head's replica takes them (or a fresh replica on the replacement);
 - mid distillation, while a Ray Train worker runs on the replacement node: that run restarts on the head.
 The sweep then completes on the head alone, with every shard row, draft and cell exactly once.
 """
@@ -127,9 +127,13 @@ def test_a_two_node_sweep_survives_losing_its_worker_node_in_two_stages(
             ignore=STARTING,
             alive=[sweep],
         )
+        # the replacement joins while the frozen replica holds the stage open, so that it is part of the
+        # cluster when the distillation shares its drafts out among the CPUs there are (a node that joined
+        # only after the teacher stage ended would leave one run for the head alone: a race with how fast
+        # the head's replica clears the lost batches)
+        second = cluster.node_id[cluster.start_worker()]
         teachers = actors_by_node(cluster, "TeacherActor")
         kill_raylet(cluster, "worker_1")  # the frozen process stays, dead to Ray, until the node is stopped
-        second = cluster.node_id[cluster.start_worker()]
         # 2. mid distillation (one run per node): lose the replacement while a Ray Train worker runs there
         wait_until(
             lambda: _alive_on(cluster, "RayTrainWorker", second),
