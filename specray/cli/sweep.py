@@ -27,13 +27,12 @@ def run(
     with user_errors():
         spec = load_spec(sweep, overrides or [])  # a bad spec is refused before the heavy imports below
         check_named_files(spec)  # so is a mistyped data path or model folder, by its field
+        from specray.garden.plan import require_sweep
         from specray.sweep.plan import sweep_dir
         from specray.sweep.run import run_sweep
         from specray.sweep.startup import dry_run as planned
 
-        if spec.models.garden:
-            _run_garden(spec, dry_run)
-            return
+        require_sweep(spec, "specray run")
         if dry_run:
             _print_plan(*planned(spec), drafts=True)
             return
@@ -58,8 +57,26 @@ def run(
     record_run(spec, outcome)  # docs/results/*.json, when SPECRAY_RECORD names one (specray/cli/results.py)
 
 
+@app.command()
+def garden(
+    sweep: Path = SweepArg,
+    overrides: list[str] = OverridesArg,
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print what would be distilled and measured; run nothing."
+    ),
+) -> None:
+    """Run DistillSpec's model garden (a spec with `models.garden`): distil the smaller targets and a draft
+    for each, then measure quality against latency at every point; re-run to resume."""
+    with user_errors():
+        spec = load_spec(sweep, overrides or [])
+        check_named_files(spec)
+        from specray.garden.plan import require_garden
+
+        require_garden(spec)
+        _run_garden(spec, dry_run)
+
+
 def _run_garden(spec, dry_run: bool) -> None:  # noqa: ANN001 (a SweepSpec; imported lazily)
-    """A spec with `models.garden` runs DistillSpec's model garden (`specray/garden/`) instead of a sweep."""
     from specray.distill.checkpoints import is_finished
     from specray.garden.plan import check_garden, garden_models
     from specray.garden.run import plan_garden, run_garden

@@ -1,8 +1,8 @@
 """What `specray submit` sends to a Ray cluster: the files, the environment, the command and its resources.
 
 Pure construction (no Ray import), so every rule here is unit-tested without a cluster; `specray.cluster.jobs`
-hands the result to Ray's Jobs SDK. The job runs `specray run|tune SWEEP OVERRIDES` in a copy of the working
-dir, which Ray puts first on PYTHONPATH: the cluster runs this checkout's code with its own dependencies.
+hands the result to Ray's Jobs SDK. The job runs `specray run|tune|garden SWEEP OVERRIDES` in a copy of the
+working dir, which Ray puts first on PYTHONPATH: the cluster runs this checkout's code with its own dependencies.
 """
 
 from __future__ import annotations
@@ -137,6 +137,8 @@ def build_job_request(
     overrides = [*overrides, *cluster_overrides(spec)]
     spec = load_spec(sweep, overrides)  # what the job will resolve, cluster overrides included
     check_no_credentials(spec)
+    if spec.models.garden and command == "run":
+        command = "garden"  # a garden spec runs whole, as `specray garden` (`specray tune` refuses it there)
     env_vars, notes = job_env(env, pass_secrets, environ)
     return JobRequest(
         submission_id=submission_id or new_submission_id(spec.name),
@@ -241,8 +243,8 @@ def driver_num_cpus(spec: SweepSpec) -> float:
 
 def entrypoint(command: str, sweep_rel: str, overrides: Sequence[str]) -> str:
     """The shell command the job runs (overrides quoted: `teacher.temperatures=[0.0, 0.5]` has a space)."""
-    if command not in ("run", "tune"):
-        raise SpecError(f"command {command!r}: expected run or tune")
+    if command not in ("run", "tune", "garden"):
+        raise SpecError(f"command {command!r}: expected run, tune or garden")
     return shlex.join(["specray", command, sweep_rel, *overrides])
 
 

@@ -136,7 +136,7 @@ class ModelsSpec(Frozen):
     draft: ModelRef
     zoo: ZooSpec = ZooSpec()
     # DistillSpec's model garden: targets smallest first, the last the teacher of the others and the same
-    # model as `target`; `specray run` then runs the garden (`specray/garden/`) instead of a sweep
+    # model as `target`; `specray garden` runs it (`specray/garden/`); the sweep commands refuse it
     garden: list[ModelRef] = Field(
         default=[], description="a model garden's targets, smallest first; the last is `target`, the teacher"
     )

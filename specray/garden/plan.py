@@ -51,12 +51,21 @@ def model_label(ref: ModelRef) -> str:
 
 
 def require_sweep(spec: SweepSpec, command: str) -> None:
-    """Refuse a garden where only a sweep makes sense: a garden's stages run only as `specray run`, and a
-    garden has no τ_kd × τ_dec grid to tune or serve."""
+    """Refuse a garden where only a sweep makes sense: a garden runs whole, as `specray garden`, and has no
+    τ_kd × τ_dec grid to tune or serve."""
     if spec.models.garden:
         raise SpecError(
-            f"{command}: {spec.name} is a model garden ({FIELD} is set); run it whole with `specray run`, "
-            "or leave models.garden out to use it as a sweep"
+            f"{command}: {spec.name} is a model garden ({FIELD} is set); run it whole with "
+            "`specray garden`, or leave models.garden out to use it as a sweep"
+        )
+
+
+def require_garden(spec: SweepSpec) -> None:
+    """Refuse a sweep where `specray garden` wants a garden."""
+    if not spec.models.garden:
+        raise SpecError(
+            f"specray garden: {spec.name} has no {FIELD} (the targets, smallest first, the last the "
+            "teacher); run a sweep with `specray run`"
         )
 
 

@@ -1,4 +1,4 @@
-"""`specray run` on a spec with `models.garden`: DistillSpec's model garden (Fig. 6), end to end.
+"""`specray garden` (a spec with `models.garden`): DistillSpec's model garden (Fig. 6), end to end.
 
 1. distill each smaller target from the largest (the teacher): the teacher's shards, then one online Train
    run per target (`distill.ray_train.distill_runs`, as a sweep's drafts);

@@ -1,4 +1,4 @@
-"""One start-up for every driver (`specray run`, `specray tune`, a model garden): what each does, in this
+"""One start-up for every driver (`specray run`, `specray tune`, `specray garden`): what each does, in this
 order, before an MLflow run is created or Ray starts.
 
 1. the driver's own checks of the spec (`check_tune`, `check_garden`; a sweep has none beyond the spec's);

@@ -172,7 +172,7 @@ CASES = {
             "models.garden=[{zoo: big}, {zoo: target}]",
             "teacher.temperatures=[1.0]",
         ],
-        lambda t: ["specray generate: smoke is a model garden", "specray run"],
+        lambda t: ["specray generate: smoke is a model garden", "specray garden"],
     ),
 }
 

@@ -43,7 +43,7 @@ def garden_file(tmp_path: Path) -> Path:
 
 def test_a_garden_runs_end_to_end_and_a_re_run_reuses_it(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    command = [SPECRAY, "run", str(garden_file(tmp_path)), f"tracking.uri={uri}", f"output_dir={tmp_path}"]
+    command = [SPECRAY, "garden", str(garden_file(tmp_path)), f"tracking.uri={uri}", f"output_dir={tmp_path}"]
     result = run_cli(command, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "distils 1 targets and 3 drafts" in result.stdout
@@ -78,6 +78,12 @@ def test_a_garden_runs_end_to_end_and_a_re_run_reuses_it(tmp_path: Path) -> None
     children = [r for r in runs if r.data.tags.get("garden_role")]
     assert sorted(r.data.tags["garden_role"] for r in children) == ["draft"] * 3 + ["target"]
     assert all("loss" in r.data.metrics for r in children)
+
+    # --dry-run: the plan against the disk, every model distilled already; nothing run
+    dry = run_cli([*command, "--dry-run"], cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert dry.stdout.count("  finished") == 4 and "to distill" not in dry.stdout, dry.stdout
+    assert "12 points; train split" in dry.stdout and "nothing run" in dry.stdout, dry.stdout
 
     # a re-run finds every distilled model and point under its key: nothing is trained or measured again
     before = {p: p.stat().st_mtime_ns for p in (out / "garden").rglob("*") if p.is_file()}

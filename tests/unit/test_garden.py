@@ -311,3 +311,19 @@ def test_each_decoding_temperature_gets_its_own_plot_and_reductions(tmp_path: Pa
         assert (tmp_path / f"garden_quality_latency_tau_{tau}.png").stat().st_size > 0
     # each τ_dec's reduction uses its own points only: 8x at both (the greedy points are all twice as slow)
     assert section.count("| 8.00 |") == 2
+
+
+def test_specray_garden_takes_only_a_garden_and_specray_run_only_a_sweep(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from specray.cli import app
+
+    garden, sweep = REPO / "sweeps" / "garden_tiny.yaml", REPO / "sweeps" / "smoke.yaml"
+    out = f"output_dir={tmp_path}"
+    refused = CliRunner().invoke(app, ["garden", str(sweep), out, "--dry-run"])
+    assert refused.exit_code == 2 and "specray garden: smoke has no models.garden" in refused.output
+    assert "`specray run`" in refused.output
+    refused = CliRunner().invoke(app, ["run", str(garden), out, "--dry-run"])
+    assert refused.exit_code == 2, refused.output
+    assert "specray run: garden_tiny is a model garden" in refused.output
+    assert "`specray garden`" in refused.output

@@ -59,6 +59,13 @@ def test_an_explicit_ray_address_is_kept_and_tune_runs_specray_tune() -> None:
     ]
 
 
+def test_a_garden_spec_runs_specray_garden_on_the_cluster() -> None:
+    garden = REPO / "sweeps" / "garden_tiny.yaml"
+    request = build_job_request(garden, [], working_dir=REPO, environ={})
+    assert shlex.split(request.entrypoint)[:3] == ["specray", "garden", "sweeps/garden_tiny.yaml"]
+    assert request.metadata["specray.command"] == "garden sweeps/garden_tiny.yaml"
+
+
 def test_a_bad_spec_fails_here_with_its_field_path() -> None:
     with pytest.raises(
         SpecError, match=r"smoke\.yaml: eval\.gamma\.0: Input should be greater than or equal"
