@@ -2,7 +2,8 @@
 
 Pure construction (no Ray import), so every rule here is unit-tested without a cluster; `specray.cluster.jobs`
 hands the result to Ray's Jobs SDK. The job runs `specray run|tune|garden SWEEP OVERRIDES` in a copy of the
-working dir, which Ray puts first on PYTHONPATH: the cluster runs this checkout's code with its own dependencies.
+working dir, which Ray puts first on PYTHONPATH: the cluster runs this checkout's code with its own
+dependencies.
 """
 
 from __future__ import annotations

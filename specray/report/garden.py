@@ -218,8 +218,8 @@ def garden_section(points: Sequence[PointResult], out_dir: Path, seed: int = 0) 
 
 
 def write_garden_report(name: str, points: Sequence[PointResult], folder: Path, seed: int = 0) -> Path:
-    """The garden's `report.md` and its figures under `folder` (`specray garden`, and `specray report` from the
-    points an MLflow parent run holds)."""
+    """The garden's `report.md` and its figures under `folder` (`specray garden`, and `specray report` from
+    the points an MLflow parent run holds)."""
     folder.mkdir(parents=True, exist_ok=True)
     body = f"# specray model garden: {name}\n\n" + garden_section(points, folder, seed)
     report = folder / "report.md"
