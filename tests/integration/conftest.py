@@ -16,7 +16,7 @@ from filelock import FileLock
 from specray.config import dump_spec, load_spec
 from specray.files import cache_dir
 from specray.sweep.plan import SPEC_FILE
-from tests.sweeps import run_cli, smoke_command
+from tests.sweeps import COARSE_TIMING, run_cli, smoke_command
 
 # The modules in the order `make test` starts them on its two pytest-xdist workers (`--dist loadfile
 # --no-loadscope-reorder`), the longest first, so that both workers run out of work at about the same time.
@@ -52,7 +52,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @dataclass(frozen=True)
 class FinishedSweep:
-    """A finished smoke sweep: `root` holds its output folder (`root/smoke`) and its MLflow store."""
+    """A finished smoke sweep: `root` holds its output folder (`root/smoke`) and its MLflow store. It ran
+    with `COARSE_TIMING` (its step costs timed to ±50%): a copy re-run passes it too, to reuse them."""
 
     root: Path
 
@@ -108,6 +109,6 @@ def _copy_unless_there(source: str, target: str) -> None:
 
 def _run_smoke(root: Path, **env: str) -> FinishedSweep:
     sweep = FinishedSweep(root)
-    result = run_cli(smoke_command(root, sweep.uri), root, **env)
+    result = run_cli(smoke_command(root, sweep.uri, COARSE_TIMING), root, **env)
     assert result.returncode == 0, result.stderr[-3000:]
     return sweep

@@ -27,6 +27,7 @@ from specray.tracking.names import PARENT, ROLE
 from tests.integration.conftest import FinishedSweep
 from tests.sweeps import (
     CELLS_PER_DRAFT,
+    COARSE_TIMING,
     finished_drafts,
     run_cli,
     smoke_command,
@@ -85,9 +86,11 @@ def test_a_changed_setting_recomputes_exactly_what_it_changes(
     uri = finished_smoke.copy_to(tmp_path)
     lock = tmp_path / "smoke" / FOLDER_LOCK
 
+    def command(*overrides: str) -> list[str]:  # the timing of the finished sweep (its step costs reused)
+        return smoke_command(tmp_path, uri, COARSE_TIMING, *overrides)
+
     def run(*overrides: str, dry: bool = False):
-        command = smoke_command(tmp_path, uri, *overrides) + (["--dry-run"] if dry else [])
-        result = run_cli(command, tmp_path)
+        result = run_cli(command(*overrides) + (["--dry-run"] if dry else []), tmp_path)
         assert result.returncode == 0, result.stderr[-3000:]
         return result
 
@@ -101,11 +104,11 @@ def test_a_changed_setting_recomputes_exactly_what_it_changes(
     assert _counts(plan["drafts"]) == (4, 0) and _counts(plan["cells"]) == (0, CELLS)
     assert "eval.gamma 3 → 6" in plan["cells"]
     assert len(_parent_metrics(uri)) == 1  # a dry run tracks nothing
-    holder = _start(smoke_command(tmp_path, uri, "eval.gamma=6"), tmp_path)
+    holder = _start(command("eval.gamma=6"), tmp_path)
     wait_until(lambda: _held_by(lock, holder), "the run to hold its output folder")
     assert holder.poll() is None, holder.communicate()[1][-3000:]
     # a second run on the held folder: refused before any work, in one line naming the holder
-    refused = run_cli(smoke_command(tmp_path, uri, "eval.gamma=6"), tmp_path)
+    refused = run_cli(command("eval.gamma=6"), tmp_path)
     assert refused.returncode == 2, refused.stderr[-3000:]
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1 and f"is in use by pid {holder.pid} on " in lines[0], refused.stderr[-3000:]
@@ -129,7 +132,7 @@ def test_a_changed_setting_recomputes_exactly_what_it_changes(
     # mid-write. One run then changes the divergence and meets the damage (a run costs about a minute):
     # fkl -> tvd retrains the online drafts, the damaged offline draft is retrained and the cut cell
     # recomputed, each with its reason; the other offline draft and its cells are reused
-    killed = _start(smoke_command(tmp_path, uri, "distill.divergence=tvd"), tmp_path)
+    killed = _start(command("distill.divergence=tvd"), tmp_path)
     wait_until(lambda: _held_by(lock, killed), "the next run to hold its output folder")
     if killed.poll() is None:
         os.killpg(killed.pid, signal.SIGKILL)
