@@ -43,8 +43,12 @@ def _spec_file(text: str | bytes) -> Callable[[Path, object], list[str]]:
     return make
 
 
+def _command(command: str, *overrides: str) -> Callable[[Path, object], list[str]]:
+    return lambda tmp, zoo: [command, str(SMOKE), f"output_dir={tmp / 'out'}", *overrides]
+
+
 def _run(*overrides: str) -> Callable[[Path, object], list[str]]:
-    return lambda tmp, zoo: ["run", str(SMOKE), f"output_dir={tmp / 'out'}", *overrides]
+    return _command("run", *overrides)
 
 
 def _data_file(name: str, content: bytes | Callable[[Path], None], kind: str = "alpaca"):
@@ -93,10 +97,16 @@ def _garden_of_other_vocabularies(tmp: Path, zoo) -> list[str]:
     target, draft, other = str(zoo.target), str(zoo.draft), _other_vocabulary(tmp, zoo)
     models = [f"models.target={{name_or_path: {target}}}", f"models.draft={{name_or_path: {draft}}}"]
     garden = f"models.garden=[{{name_or_path: {other}}}, {{name_or_path: {target}}}]"
-    return _run(*models, garden, "teacher.temperatures=[1.0]")(tmp, zoo)
+    return _command("garden", *models, garden, "teacher.temperatures=[1.0]")(tmp, zoo)
 
 
 BIG = "{hidden_size: 128, num_layers: 4, num_heads: 4, intermediate_size: 256, train_steps: 2, lr: 0.001}"
+# a garden whose first model is bigger than its second: every garden case below is refused before work
+GARDEN = (
+    f"models.zoo.ladder={{big: {BIG}}}",
+    "models.garden=[{zoo: big}, {zoo: target}]",
+    "teacher.temperatures=[1.0]",
+)
 
 
 def _wrong_schema(path: Path) -> None:
@@ -155,23 +165,14 @@ CASES = {
         _models(lambda t, z: str(z.target), _other_vocabulary), lambda t: ["different vocabularies"]
     ),
     "garden-not-growing": Case(
-        _run(
-            f"models.zoo.ladder={{big: {BIG}}}",
-            "models.garden=[{zoo: big}, {zoo: target}]",
-            "teacher.temperatures=[1.0]",
-        ),
-        lambda t: ["models.garden", "grow in size", "big 0.", "target 0."],
+        _command("garden", *GARDEN), lambda t: ["models.garden", "grow in size", "big 0.", "target 0."]
     ),
     "garden-tokenizer-mismatch": Case(_garden_of_other_vocabularies, lambda t: ["different vocabularies"]),
+    "garden-in-specray-run": Case(
+        _run(*GARDEN), lambda t: ["specray run: smoke is a model garden", "specray garden"]
+    ),
     "garden-in-a-stage-command": Case(
-        lambda tmp, zoo: [
-            "generate",
-            str(SMOKE),
-            f"output_dir={tmp / 'out'}",
-            f"models.zoo.ladder={{big: {BIG}}}",
-            "models.garden=[{zoo: big}, {zoo: target}]",
-            "teacher.temperatures=[1.0]",
-        ],
+        _command("generate", *GARDEN),
         lambda t: ["specray generate: smoke is a model garden", "specray garden"],
     ),
 }
