@@ -63,7 +63,7 @@ QUICK = (
     "tune.steps=2",
     "tune.objective_temperatures=[1.0]",
     "ray.num_cpus=2",
-    "eval.timing_precision=0.1",  # a smoke check: c to ±10%, as smoke.yaml times it, not tiny.yaml's ±2%
+    "eval.timing_precision=0.5",  # a smoke check: c to ±50% (tests/sweeps.py COARSE_TIMING), not ±2%
     "eval.replicas=1",  # one eval actor to start, not tiny.yaml's two
 )
 TOLERANCE = 0.01

@@ -4,8 +4,11 @@ a copy of this one instead of running their own. And the order in which `make te
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
+import sys
+from collections import Counter
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,14 +55,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @dataclass(frozen=True)
 class FinishedSweep:
-    """A finished smoke sweep: `root` holds its output folder (`root/smoke`) and its MLflow store. It ran
-    with `COARSE_TIMING` (its step costs timed to ±50%): a copy re-run passes it too, to reuse them."""
+    """A finished smoke sweep: `root` holds its output folder (`root/smoke`), its MLflow store and the calls
+    its driver made of the key recipes (`calls`). It ran with `COARSE_TIMING` (its step costs timed to
+    ±50%): a copy re-run passes it too, to reuse them."""
 
     root: Path
 
     @property
     def uri(self) -> str:
         return f"sqlite:///{self.root / 'mlflow.db'}"
+
+    def calls(self) -> Counter[tuple[str, str]]:
+        """(function, calling module) -> calls, of the split builder and every key recipe, in the sweep's
+        driver (recorded_run.py)."""
+        rows = json.loads((self.root / CALLS_FILE).read_text())
+        return Counter({(function, caller): n for function, caller, n in rows})
 
     def copy_to(self, folder: Path) -> str:
         """The sweep moved into `folder` (an output_dir): its output folder and MLflow store copied, its
@@ -99,7 +109,7 @@ def finished_smoke(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> 
     return FinishedSweep(root)
 
 
-FINISHED_MARK, CACHE = "finished-smoke.done", "cache"
+FINISHED_MARK, CACHE, CALLS_FILE = "finished-smoke.done", "cache", "calls.json"
 
 
 def _copy_unless_there(source: str, target: str) -> None:
@@ -108,7 +118,10 @@ def _copy_unless_there(source: str, target: str) -> None:
 
 
 def _run_smoke(root: Path, **env: str) -> FinishedSweep:
+    """The smoke sweep through the CLI, its driver's calls of the key recipes recorded (recorded_run.py)."""
     sweep = FinishedSweep(root)
-    result = run_cli(smoke_command(root, sweep.uri, COARSE_TIMING), root, **env)
+    _, *arguments = smoke_command(root, sweep.uri, COARSE_TIMING)  # without the `specray` script
+    command = [sys.executable, str(Path(__file__).with_name("recorded_run.py")), *arguments]
+    result = run_cli(command, root, RECORD_CALLS=str(root / CALLS_FILE), **env)
     assert result.returncode == 0, result.stderr[-3000:]
     return sweep

@@ -2,10 +2,10 @@
 
 - killed teacher, eval and Ray Train worker processes (SIGKILL, injected by specray/faults.py): the sweep
   completes, every shard row, cell and child run exactly once; HF_TOKEN appears nowhere it left behind;
-- a read-only output folder, at start (refused before any work) and in the middle (a clear error naming
-  the file, then a resume to completion);
-- an MLflow server that is not there at start (refused at once) or dies in the middle (a clear error,
-  then a resume to completion once it is back).
+- a read-only output folder at start (refused before any work), an MLflow server that is not there at
+  start (refused at once);
+- both in the middle of one sweep: the output folder turning read-only (a clear error naming the file),
+  then, resumed, its MLflow server dying (a clear error), then a resume to completion once it is back.
 The killed driver is in test_sweep.py.
 """
 
@@ -149,42 +149,6 @@ def test_read_only_output_dir_is_refused_before_any_work(tmp_path: Path) -> None
     assert not (tmp_path / "mlflow.db").exists()  # refused before MLflow (or Ray) was touched
 
 
-def test_output_dir_turning_read_only_mid_run_stops_cleanly_and_resumes(tmp_path: Path) -> None:
-    out, uri = tmp_path / "out", f"sqlite:///{tmp_path / 'mlflow.db'}"
-    out.mkdir()
-    command = smoke_command(out, uri, *OFFLINE, COARSE_TIMING)
-    marker = f"{out}/smoke/drafts/*/{FINISHED_FILE}"
-    if os.geteuid() == 0:
-        _read_only_wrapper(out)  # skips without user namespaces
-        # in a namespace of its own: run the sweep, and once a draft is finished remount `out` read-only
-        script = (
-            'mount --bind "$0" "$0" && { "$@" & pid=$!; '
-            f"while ! ls {marker} >/dev/null 2>&1 && kill -0 $pid 2>/dev/null; do sleep 0.5; done; "
-            # a remount fails (EBUSY) while a file in `out` is open for writing: retry until one succeeds
-            'until mount -o remount,bind,ro "$0" 2>/dev/null; do kill -0 $pid 2>/dev/null || break; '
-            "sleep 0.1; done; wait $pid; }"
-        )
-        stopped = run_cli(["unshare", "-rm", "sh", "-c", script, str(out), *command], tmp_path)
-    else:
-        process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        wait_until(lambda: finished_drafts(out) or process.poll() is not None, "a finished draft")
-        for folder in [out, *(p for p in out.rglob("*") if p.is_dir())]:
-            folder.chmod(0o555)
-        stdout, stderr = process.communicate(timeout=CLI_TIMEOUT_S)
-        stopped = subprocess.CompletedProcess(command, process.returncode, stdout.decode(), stderr.decode())
-        for folder in [out, *(p for p in out.rglob("*") if p.is_dir())]:
-            folder.chmod(0o755)
-    _one_error_and_resume_hint(stopped, str(out))
-    assert any(word in stopped.stderr for word in ("Read-only file system", "Permission denied"))
-
-    resumed = run_cli(command, tmp_path)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "(resumed)" in resumed.stdout
-    assert_cells_once(out, OFFLINE_DRAFTS)
-    assert_tracked_once(uri, OFFLINE_DRAFTS)
-    assert not list(out.rglob(".specray-write-check-*"))
-
-
 # ---------------------------------------------------------------- MLflow unreachable
 
 
@@ -199,14 +163,60 @@ def test_unreachable_tracking_server_is_refused_before_any_work(tmp_path: Path) 
     assert not (tmp_path / "smoke" / "drafts").exists()
 
 
-def test_tracking_server_dying_mid_run_stops_cleanly_and_resumes_once_it_is_back(tmp_path: Path) -> None:
+# ---------------------------------------------------------------- two faults mid-run, one sweep
+
+
+def _stopped_when_read_only(
+    out: Path, command: list[str], cwd: Path, **env: str
+) -> subprocess.CompletedProcess:
+    """`command` run until it has finished a draft, then `out` turned read-only under it."""
+    marker = f"{out}/smoke/drafts/*/{FINISHED_FILE}"
+    if os.geteuid() == 0:
+        _read_only_wrapper(out)  # skips without user namespaces
+        # in a namespace of its own: run the sweep, and once a draft is finished remount `out` read-only
+        script = (
+            'mount --bind "$0" "$0" && { "$@" & pid=$!; '
+            f"while ! ls {marker} >/dev/null 2>&1 && kill -0 $pid 2>/dev/null; do sleep 0.5; done; "
+            # a remount fails (EBUSY) while a file in `out` is open for writing: retry until one succeeds
+            'until mount -o remount,bind,ro "$0" 2>/dev/null; do kill -0 $pid 2>/dev/null || break; '
+            "sleep 0.1; done; wait $pid; }"
+        )
+        return run_cli(["unshare", "-rm", "sh", "-c", script, str(out), *command], cwd, **env)
+    process = subprocess.Popen(
+        command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **env}
+    )
+    wait_until(lambda: finished_drafts(out) or process.poll() is not None, "a finished draft")
+    for folder in [out, *(p for p in out.rglob("*") if p.is_dir())]:
+        folder.chmod(0o555)
+    stdout, stderr = process.communicate(timeout=CLI_TIMEOUT_S)
+    for folder in [out, *(p for p in out.rglob("*") if p.is_dir())]:
+        folder.chmod(0o755)
+    return subprocess.CompletedProcess(command, process.returncode, stdout.decode(), stderr.decode())
+
+
+def _saved_work(out: Path) -> set[Path]:
+    """The finished drafts' markers and the cell records under `out`."""
+    smoke = out / "smoke"
+    return {*smoke.glob(f"drafts/*/{FINISHED_FILE}"), *smoke.glob("cells/*.json")}
+
+
+def test_a_read_only_output_dir_then_a_dying_tracking_server_stop_cleanly_and_resume(tmp_path: Path) -> None:
+    """One sweep, tracking to a real MLflow server, stopped twice: its output folder turns read-only once
+    a draft is finished; resumed, its server is killed once it has saved work of its own; resumed again
+    once the server is back, it finishes with every cell and run exactly once."""
     server = mlflow_server(tmp_path / "server")
     out = tmp_path / "out"
+    out.mkdir()
     command = smoke_command(out, server.url, *OFFLINE, COARSE_TIMING)
     # MLflow's client retries a refused connection for minutes by default (riding out short outages);
     # here the outage is permanent, so fail on the first failed request
     fail_fast = {**QUIET, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}
     try:
+        stopped = _stopped_when_read_only(out, command, tmp_path, **fail_fast)
+        _one_error_and_resume_hint(stopped, str(out))
+        assert any(word in stopped.stderr for word in ("Read-only file system", "Permission denied"))
+
+        saved = _saved_work(out)
         process = subprocess.Popen(
             command,
             cwd=tmp_path,
@@ -214,7 +224,7 @@ def test_tracking_server_dying_mid_run_stops_cleanly_and_resumes_once_it_is_back
             stderr=subprocess.PIPE,
             env={**os.environ, **fail_fast},
         )
-        wait_until(lambda: finished_drafts(out) or process.poll() is not None, "a finished draft")
+        wait_until(lambda: _saved_work(out) - saved or process.poll() is not None, "work saved by the resume")
         server.stop(signal.SIGKILL)
         stdout, stderr = process.communicate(timeout=CLI_TIMEOUT_S)
         stopped = subprocess.CompletedProcess(command, process.returncode, stdout.decode(), stderr.decode())
@@ -230,6 +240,7 @@ def test_tracking_server_dying_mid_run_stops_cleanly_and_resumes_once_it_is_back
         assert "(resumed)" in resumed.stdout
         assert_cells_once(out, OFFLINE_DRAFTS)
         assert_tracked_once(server.url, OFFLINE_DRAFTS)
+        assert not list(out.rglob(".specray-write-check-*"))
     finally:
         server.stop()
         shutil.rmtree(tmp_path / "server" / "artifacts", ignore_errors=True)

@@ -41,6 +41,7 @@ from specray.tracking.names import (
 from tests.conftest import REPO
 from tests.servers import QUIET, listening_addresses
 from tests.servers import mlflow_server as start_mlflow_server
+from tests.sweeps import COARSE_TIMING
 from tests.waiting import CLI_TIMEOUT_S
 
 pytestmark = pytest.mark.integration
@@ -81,7 +82,7 @@ def tracked_sweep(mlflow_server: tuple[str, Path], tmp_path_factory: pytest.Temp
     url, server_folder = mlflow_server
     folder = tmp_path_factory.mktemp("sweep")
     command = [str(BIN / "specray"), "run", str(REPO / "sweeps" / "smoke.yaml"), f"tracking.uri={url}"]
-    command.append(f"output_dir={folder}")
+    command += [f"output_dir={folder}", COARSE_TIMING]
     env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
     env |= QUIET | {INTERVAL_ENV: "1", "SPECRAY_CACHE": str(tmp_path_factory.mktemp("cache"))}
     result = subprocess.run(
