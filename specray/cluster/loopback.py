@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,26 +88,35 @@ class LoopbackCluster:
         """The head, then one worker node; returns once Ray lists both alive."""
         args = [f"--num-cpus={self.head_cpus}", "--include-dashboard=true", "--dashboard-host=127.0.0.1"]
         args += ["--disable-usage-stats", *(f"--{k}={v}" for k, v in self.ports.items())]
-        self._start_node(["--head", *args], "head")
+        self._start_node(lambda: ["--head", *args], "head")
         self.start_worker()
 
     def start_worker(self) -> str:
         """One more worker node (what an autoscaler does after a node is lost); its name once Ray lists it."""
         self.started_workers += 1
         name = f"worker_{self.started_workers}"
-        ports = dict(zip(NODE_PORTS, free_ports(len(NODE_PORTS)), strict=True))
-        args = [f"--address={self.address}", f"--num-cpus={self.worker_cpus}"]
-        args += [f"--resources={json.dumps({name: 1})}", *(f"--{k}={v}" for k, v in ports.items())]
-        self._start_node(args, name)
+        args = [
+            f"--address={self.address}",
+            f"--num-cpus={self.worker_cpus}",
+            f"--resources={json.dumps({name: 1})}",
+        ]
+
+        def with_free_ports() -> list[str]:
+            # drawn anew for every try: a port free when drawn can be taken before the node binds it (an
+            # outgoing connection's local port comes from the same range), and that try then fails
+            ports = dict(zip(NODE_PORTS, free_ports(len(NODE_PORTS)), strict=True))
+            return [*args, *(f"--{k}={v}" for k, v in ports.items())]
+
+        self._start_node(with_free_ports, name)
         return name
 
-    def _start_node(self, args: list[str], name: str) -> None:
-        """`ray start` a node and wait until Ray lists it alive; a start that fails is stopped and tried
-        again, up to START_TRIES times."""
+    def _start_node(self, args: Callable[[], list[str]], name: str) -> None:
+        """`ray start` a node with `args()` and wait until Ray lists it alive; a start that fails is stopped
+        and tried again, up to START_TRIES times."""
         for attempt in range(1, START_TRIES + 1):
             with (self.root / f"{name}.log").open("a") as log:  # the child keeps its own descriptor
                 self.nodes[name] = subprocess.Popen(
-                    [RAY, "start", "--block", "--node-ip-address=127.0.0.1", "--num-gpus=0", *args]
+                    [RAY, "start", "--block", "--node-ip-address=127.0.0.1", "--num-gpus=0", *args()]
                     + [f"--temp-dir={self.root / name}"],
                     stdout=log,
                     stderr=subprocess.STDOUT,
