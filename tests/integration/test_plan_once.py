@@ -3,7 +3,7 @@
 
 The sweep is the session's shared smoke sweep (tests/integration/conftest.py): it runs from an empty output
 folder and cache (the zoo built, the teacher's shards generated, every draft trained and every cell
-evaluated) through `recorded_run.py`, the CLI with a profiling hook that records who calls the splits and
+evaluated) through `recorded_run.py`, the CLI with counting wrappers that record who calls the splits and
 the key recipes in its driver (its Ray workers are separate processes, and take what the driver prepared).
 """
 
@@ -30,7 +30,7 @@ def test_a_run_builds_the_splits_once_and_computes_keys_only_in_the_plan(
         by_function[function] += n
     assert by_function["build_splits"] == 1, seen
     assert by_function["draft_key_inputs"] == 5, seen  # four drafts and the un-distilled one, once each
-    assert by_function["shard_key"] >= 1 and by_function["cell_key_inputs"] >= 1, seen  # the hook saw them
+    assert by_function["shard_key"] >= 1 and by_function["cell_key_inputs"] >= 1, seen  # counted at all
     outside = sorted({(f, c) for (f, c) in seen if f != "build_splits" and not _planner(c)})
     assert not outside, f"keys computed outside the plan: {outside}"
 
