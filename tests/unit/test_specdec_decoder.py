@@ -85,11 +85,12 @@ def chi_square_p(counts: torch.Tensor, expected_probs: torch.Tensor) -> float:
 
 @pytest.mark.parametrize("tau", [0.5, 1.0])
 def test_speculative_sampling_reproduces_the_target_distribution(pair, tau: float) -> None:
-    """4k seeded decodes of 3 tokens (one block of γ=2 proposals plus the target's token) match the
-    target's exact joint distribution, and clearly differ from the draft's: 4k keeps the power (the draft's
-    p-value underflows to 0 at both τ) while the target's stays far above the threshold."""
+    """1,000 seeded decodes of 3 tokens (one block of γ=2 proposals plus the target's token) match the
+    target's exact joint distribution, and clearly differ from the draft's. 1,000 keeps the power: over
+    three seeds at each τ the draft's p-value was 0 at τ=0.5 and below 1e-76 at τ=1, 70 orders of
+    magnitude under the threshold, while the target's stayed between 0.1 and 0.96."""
     target, draft = pair
-    counts = sampled_counts(pair, tau, gamma=2, length=3, n=4_000, seed=int(tau * 10))
+    counts = sampled_counts(pair, tau, gamma=2, length=3, n=1_000, seed=int(tau * 10))
     assert chi_square_p(counts, exact_distribution(target, PROMPT, 3, tau)) > 1e-3
     assert chi_square_p(counts, exact_distribution(draft, PROMPT, 3, tau)) < 1e-6
 
