@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from specray.cluster.loopback import free_ports
+from tests.stores import new_store
 
 BIN = Path(sys.executable).parent
 # no phoning home from the server or the clients (the test machine may be offline)
@@ -42,7 +43,7 @@ class MlflowServer:
             "server",
             "--host=127.0.0.1",
             f"--port={self.port}",
-            f"--backend-store-uri=sqlite:///{self.folder / 'mlflow.db'}",
+            f"--backend-store-uri={new_store(self.folder)}",
             f"--artifacts-destination={self.folder / 'artifacts'}",  # uploads go through the server
             "--workers=1",
         ]

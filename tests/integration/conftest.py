@@ -19,6 +19,7 @@ from filelock import FileLock
 from specray.config import dump_spec, load_spec
 from specray.files import cache_dir
 from specray.sweep.plan import SPEC_FILE
+from tests.stores import new_store
 from tests.sweeps import COARSE_TIMING, run_cli, smoke_command
 
 # The modules in the order `make test` starts them on its two pytest-xdist workers (`--dist loadfile
@@ -26,25 +27,26 @@ from tests.sweeps import COARSE_TIMING, run_cli, smoke_command
 # xdist hands a worker its next module while the worker still has two tests to go, so a worker may hold a
 # module or two that the other, done first, could have run: cheap when the last modules are short, minutes
 # when one of them is long, as in xdist's own order (by number of tests: the one-test modules last, among
-# them test_result_keys.py at 3 minutes). The seconds are a fresh clone's CI, two modules at a time
-# (benchmarks/README.md, "The test suite on a fresh clone"); a module not named runs after these.
+# them test_result_keys.py at 3 minutes). The seconds are the fresh-clone run of 5b0fd16 (CHANGELOG, "The
+# test suite's time on a fresh clone"; a slow 2-core VM), two modules at a time; test_result_keys.py's
+# include the shared smoke sweep (`finished_smoke`), which the first module to ask for it runs. A module
+# not named runs after these.
 LONGEST_FIRST = (
-    "test_benchmarks_quick.py",  # 384 s
-    "test_faults.py",  # 380
-    "test_distill_ray.py",  # 326
-    "test_chaos.py",  # 310
-    "test_result_keys.py",  # 299
-    "test_real_model.py",  # 251 (fetch, dequantise, the quick sweep, before it went online-only)
-    "test_tune.py",  # 203
-    "test_eval_pool.py",  # 145
-    "test_submit.py",  # 142
-    "test_garden.py",  # 112
-    "test_sweep.py",  # 110
-    "test_mlflow_ui.py",  # 108
-    "test_two_nodes.py",  # 106
-    "test_teacher_pool.py",  # 89
-    "test_export.py",  # 76
-    "test_plan_once.py",  # 75
+    "test_result_keys.py",  # 794 s
+    "test_benchmarks_quick.py",  # 719
+    "test_chaos.py",  # 670
+    "test_distill_ray.py",  # 637
+    "test_tune.py",  # 623
+    "test_faults.py",  # 563
+    "test_real_model.py",  # 395
+    "test_sweep.py",  # 275
+    "test_mlflow_ui.py",  # 249
+    "test_two_nodes.py",  # 227
+    "test_eval_pool.py",  # 227
+    "test_submit.py",  # 219
+    "test_garden.py",  # 217
+    "test_export.py",  # 211
+    "test_bad_input.py",  # 154
 )
 
 
@@ -120,6 +122,7 @@ def _copy_unless_there(source: str, target: str) -> None:
 def _run_smoke(root: Path, **env: str) -> FinishedSweep:
     """The smoke sweep through the CLI, its driver's calls of the key recipes recorded (recorded_run.py)."""
     sweep = FinishedSweep(root)
+    new_store(root)  # the store sweep.uri names
     _, *arguments = smoke_command(root, sweep.uri, COARSE_TIMING)  # without the `specray` script
     command = [sys.executable, str(Path(__file__).with_name("recorded_run.py")), *arguments]
     result = run_cli(command, root, RECORD_CALLS=str(root / CALLS_FILE), **env)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.stores import new_store
 from tests.waiting import CLI_TIMEOUT_S
 
 pytestmark = pytest.mark.integration
@@ -31,12 +32,14 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from benchmarks.chaos.run import COMMON, QUICK, reference_run
 
     folder = tmp_path_factory.mktemp("chaos-reference")
+    new_store(folder)  # the store the run's command names (chaos/run.py), made ahead (tests/stores.py)
     reference_run(folder, [*COMMON, *QUICK], REPO)
     return folder
 
 
 def _chaos(out: Path, reference: Path, *options: str) -> tuple[subprocess.CompletedProcess, dict]:
     command = [*CHAOS, "--quick", "--seed", "0", "--out", str(out)]
+    new_store(out / "chaos")  # the chaos run's store (chaos/run.py), made ahead (tests/stores.py)
     result = subprocess.run(
         [*command, "--reference", str(reference), *options],
         cwd=REPO,

@@ -27,6 +27,7 @@ from specray.distill.checkpoints import FINISHED_FILE
 from specray.faults import FAULTS_DIR_ENV, FAULTS_ENV
 from specray.keys import train_shard_keys
 from tests.servers import QUIET, free_port, mlflow_server
+from tests.stores import new_store
 from tests.sweeps import (
     ALL_DRAFTS,
     COARSE_TIMING,
@@ -83,7 +84,7 @@ def _one_error_and_resume_hint(result: subprocess.CompletedProcess, *needles: st
 def test_killed_teacher_eval_and_train_processes_do_not_stop_the_sweep(tmp_path: Path) -> None:
     faults = tmp_path / "faults"
     overrides = ["teacher.seed=101", COARSE_TIMING]  # shards of their own: the teacher really generates
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     env = {
         FAULTS_ENV: "teacher.batch=2,eval.cell=3,train.step=4",
         FAULTS_DIR_ENV: str(faults),
@@ -251,7 +252,7 @@ def test_a_read_only_output_dir_then_a_dying_tracking_server_stop_cleanly_and_re
 
 def test_ctrl_c_mid_run_says_where_the_work_is_and_how_to_resume(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    command = smoke_command(out, f"sqlite:///{tmp_path / 'mlflow.db'}", *OFFLINE)
+    command = smoke_command(out, new_store(tmp_path), *OFFLINE)
     # a terminal's Ctrl-C: SIGINT to the whole foreground process group (the driver and the Ray it started).
     # A foreground command takes SIGINT; one started in the background by a shell without job control
     # (`cmd &` in a script, as CI may run this suite) inherits it ignored, and Python then never installs

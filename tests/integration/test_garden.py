@@ -13,6 +13,7 @@ from mlflow.tracking import MlflowClient
 
 from specray.config import load_spec
 from specray.tracking.names import ROLE
+from tests.stores import new_store
 from tests.sweeps import SMOKE, SPECRAY, run_cli
 
 pytestmark = pytest.mark.integration
@@ -42,7 +43,7 @@ def garden_file(tmp_path: Path) -> Path:
 
 
 def test_a_garden_runs_end_to_end_and_a_re_run_reuses_it(tmp_path: Path) -> None:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     command = [SPECRAY, "garden", str(garden_file(tmp_path)), f"tracking.uri={uri}", f"output_dir={tmp_path}"]
     result = run_cli(command, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]

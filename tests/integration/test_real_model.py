@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.stores import new_store
 from tests.sweeps import SPECRAY, run_cli
 
 pytestmark = pytest.mark.integration
@@ -138,7 +139,7 @@ def test_quick_sweep_runs_and_resumes(real_folder: Path, shared_data: Path, tmp_
     shutil.copy(shared_data / "gsm8k" / "train.jsonl", data / "gsm8k" / "train.jsonl")
     shutil.copy(shared_data / "alpaca" / "seed_tasks.jsonl", data / "self_instruct" / "seed_tasks.jsonl")
     command = [SPECRAY, "run", str(QUICK), f"output_dir={tmp_path / 'out'}"]
-    command.append(f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}")
+    command.append(f"tracking.uri={new_store(tmp_path)}")
     first = run_cli(command, tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     folder = tmp_path / "out" / "smollm2_quick"

@@ -17,6 +17,7 @@ from specray.config.vocabulary import MT_BENCH_CATEGORIES
 from specray.data.shards import SHARD_FILE, shard_dir
 from specray.keys import train_shard_keys
 from specray.tracking.names import ROLE
+from tests.stores import new_store
 from tests.sweeps import SMOKE, SPECRAY, run_cli
 
 pytestmark = pytest.mark.integration
@@ -43,7 +44,7 @@ def bench_sweep(tmp_path: Path, questions: Path) -> Path:
 
 def test_a_spec_bench_test_set_under_the_chat_template(tmp_path: Path, shared_data: Path) -> None:
     questions = shared_data / "spec_bench" / "question.jsonl"
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     command = [SPECRAY, "run", str(bench_sweep(tmp_path, questions)), f"tracking.uri={uri}"]
     # a few minutes' work: a hang fails in 15 min rather than CLI_TIMEOUT_S's 30, keeping CI in its budget
     result = run_cli([*command, f"output_dir={tmp_path}"], cwd=tmp_path, timeout=900)

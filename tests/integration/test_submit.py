@@ -27,6 +27,7 @@ from specray.cluster.loopback import free_ports
 from specray.tracking.names import PARENT, ROLE
 from tests.conftest import REPO
 from tests.servers import listening_addresses
+from tests.stores import new_store
 from tests.sweeps import COARSE_TIMING
 from tests.waiting import CLI_TIMEOUT_S, wait_until
 
@@ -155,7 +156,7 @@ def _specray(head: RayHead, *args: str, timeout: float = 300, **env: str) -> sub
 def test_submitted_smoke_sweep_succeeds_streams_its_logs_and_tracks_to_mlflow(
     ray_head: RayHead, tmp_path: Path
 ) -> None:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     job_id = f"specray-smoke-test-{os.getpid()}"
     args = [
         "sweeps/smoke.yaml",
@@ -207,7 +208,7 @@ def _started(head: RayHead, job_id: str) -> str:
 
 def test_jobs_stop_ends_a_running_job(ray_head: RayHead, tmp_path: Path) -> None:
     job_id = f"specray-smoke-stop-{os.getpid()}"
-    args = [f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", f"output_dir={tmp_path / 'out'}"]
+    args = [f"tracking.uri={new_store(tmp_path)}", f"output_dir={tmp_path / 'out'}"]
     # its own cache (via --env), so the killed job leaves nothing half-built in the session's cache
     options = ["--env", f"SPECRAY_CACHE={tmp_path / 'cache'}", "--no-wait", "--submission-id", job_id]
     submitted = _specray(ray_head, "submit", "sweeps/smoke.yaml", *args, *options)

@@ -12,6 +12,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from specray.tracking.names import PARENT, ROLE
+from tests.stores import new_store
 from tests.sweeps import (
     ALL_DRAFTS,
     COARSE_TIMING,
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.integration
 def _command(tmp_path: Path) -> list[str]:
     # the smoke sweep's short drafts train one after another in one Train run; Ray on 2 CPUs, as on a
     # 2-core machine, whatever this one has (ray settings are not part of the sweep's identity)
-    return smoke_command(tmp_path, f"sqlite:///{tmp_path / 'mlflow.db'}", "ray.num_cpus=2", COARSE_TIMING)
+    return smoke_command(tmp_path, new_store(tmp_path), "ray.num_cpus=2", COARSE_TIMING)
 
 
 def _kill_after_first_draft(tmp_path: Path) -> dict[str, float]:

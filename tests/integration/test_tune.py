@@ -27,6 +27,7 @@ from specray.sweep.tune.run import TuneOutcome
 from specray.sweep.tune.trial import DRAFT_DIR, TRIAL_RESULT
 from specray.tracking.names import BEST, PARENT, ROLE, TRIAL_ID
 from tests.conftest import REPO
+from tests.stores import new_store
 from tests.sweeps import COARSE_TIMING
 from tests.waiting import CLI_TIMEOUT_S, wait_until
 
@@ -61,7 +62,7 @@ def micro_overrides(micro_zoo, tmp_path: Path, *extra: str) -> list[str]:
         "ray.num_cpus=2",
         COARSE_TIMING,
         f"output_dir={tmp_path}",
-        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        f"tracking.uri={new_store(tmp_path)}",
         *extra,
     ]
 

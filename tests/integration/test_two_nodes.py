@@ -30,6 +30,7 @@ from specray.cluster.loopback import STARTING, LoopbackCluster, loopback_cluster
 from specray.config import load_spec
 from specray.data.shards import PARTS_DIR, read_shard, shard_dir
 from specray.keys import train_shard_keys
+from tests.stores import new_store
 from tests.sweeps import (
     COARSE_TIMING,
     SMOKE,
@@ -101,7 +102,7 @@ def test_a_two_node_sweep_survives_losing_its_worker_node_in_two_stages(
     cluster: LoopbackCluster, tmp_path
 ) -> None:
     spec = load_spec(SMOKE, [f"output_dir={tmp_path}", *OVERRIDES])
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     command = smoke_command(tmp_path, uri, *OVERRIDES, f"ray.address={cluster.address}")
     head, first = cluster.node_id["head"], cluster.node_id["worker_1"]
     first_parts = shard_dir(train_shard_keys(spec)[spec.teacher.temperatures[0]]) / PARTS_DIR

@@ -19,6 +19,7 @@ from specray.names import BASELINE
 from specray.report.build import build_report, cells_frame
 from specray.report.tables import load_composition, table2
 from specray.specdec.records import CellRecord
+from tests.stores import new_store
 
 TAUS_KD = (0.0, 0.5, 1.0)
 TAUS_DEC = (0.0, 0.5, 1.0, 1.5, 2.0)
@@ -198,7 +199,7 @@ def test_a_report_is_rebuilt_from_the_records_of_a_sweep_and_an_older_format_is_
 
     cells, drafts = _sweep()
     new_form = {"cells": [c.to_json() for c in cells], "drafts": [d.to_json() for d in drafts]}
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client = MlflowClient(tracking_uri=new_store(tmp_path))
     experiment = client.create_experiment("rebuild", artifact_location=(tmp_path / "artifacts").as_uri())
     runs = {}
     for form, records in (("new", new_form), ("old", _old_form(cells, drafts))):

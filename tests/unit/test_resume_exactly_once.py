@@ -13,6 +13,7 @@ import typer
 from specray.cli.common import resumable
 from specray.files import write_json
 from specray.specdec.records import CellRecord
+from tests.stores import new_store
 
 
 def test_a_cell_record_read_back_gives_the_same_report_row_as_when_it_was_evaluated(tmp_path: Path) -> None:
@@ -70,7 +71,7 @@ def test_the_sweeps_own_figures_reach_its_parent_run_once_however_often_the_end_
     from specray.sweep.tracked import log_missing
     from specray.tracking.client import open_tracker
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     tracker = open_tracker(uri, "smoke")
     parent = tracker.client.create_run(tracker.experiment_id).info.run_id
     log_missing(tracker, parent, {"stage_seconds/distill": 12.0, "cost_ratio": 0.5})

@@ -29,6 +29,7 @@ from specray.tracking.names import (
 )
 from tests.conftest import REPO
 from tests.servers import QUIET
+from tests.stores import new_store
 
 SMOKE = load_spec(REPO / "sweeps" / "smoke.yaml")
 TAGS = {"paradigm": "online", "tau_kd": "0.6", "mixture": "0.6:1"}
@@ -36,13 +37,13 @@ TAGS = {"paradigm": "online", "tau_kd": "0.6", "mixture": "0.6:1"}
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One sqlite store for the module (creating its schema takes seconds); each test has its own runs."""
+    """One sqlite store for the module (tests/stores.py); each test has its own runs."""
     folder = tmp_path_factory.mktemp("mlflow")
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(folder)  # the store's artifacts (./mlruns) stay in the test's folder
         for name, value in QUIET.items():
             patch.setenv(name, value)
-        yield f"sqlite:///{folder / 'mlflow.db'}"
+        yield new_store(folder)
 
 
 @pytest.fixture
