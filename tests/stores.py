@@ -1,14 +1,16 @@
 """A new, empty MLflow SQLite store for a test, without MLflow's schema migrations each time.
 
 MLflow makes a new SQLite store by running every schema migration since its first release, one after
-another: about 6 s per store on a 2-core machine, against 0.15 s to open a store that has its tables. A test
-that runs a sweep (or a server) on a store of its own asks `new_store` for it instead: a copy of an empty
-store that this MLflow made once, on first use, for every test on the machine (one file per MLflow version,
-under the system's temp folder, made under a file lock and published whole).
+another: seconds per store on a 2-core machine, where opening a store that has its tables takes a fraction
+of one (CHANGELOG has the figures). A test that runs a sweep (or a server) on a store of its own asks
+`new_store` for it instead: a copy of an empty store that this MLflow made once, on first use, for every
+test on the machine (one file per MLflow version, under the system's temp folder, made under a file lock
+and published whole).
 
 The copy is the store MLflow would make, with one difference no test reads: its `Default` experiment (id 0,
-which specray never logs to) keeps the artifact folder of the template's own folder. Tests that check how a
-store is made (a first run on a new store, a store that cannot be written) give a path that does not exist.
+which specray never logs to) keeps the artifact folder of the template's own folder. A test that does not
+ask for one (the read-only output folder, the refusals before any work) names a path that does not exist,
+and MLflow makes the store there as it would for a user.
 """
 
 from __future__ import annotations

@@ -164,7 +164,7 @@ _BASE_KEYS: dict[str, dict[str, str]] = {}
 
 
 def _keys_of_base(spec: SweepSpec) -> dict[str, str]:
-    """`_keys` of an unchanged base spec, computed once per base (three bases serve every field)."""
+    """`_keys` of an unchanged base spec, computed once per base (a few bases serve every field)."""
     dumped = spec.model_dump_json()
     if dumped not in _BASE_KEYS:
         _BASE_KEYS[dumped] = _keys(spec)
