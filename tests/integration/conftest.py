@@ -122,8 +122,7 @@ def _copy_unless_there(source: str, target: str) -> None:
 def _run_smoke(root: Path, **env: str) -> FinishedSweep:
     """The smoke sweep through the CLI, its driver's calls of the key recipes recorded (recorded_run.py)."""
     sweep = FinishedSweep(root)
-    new_store(root)  # the store sweep.uri names
-    _, *arguments = smoke_command(root, sweep.uri, COARSE_TIMING)  # without the `specray` script
+    _, *arguments = smoke_command(root, new_store(root), COARSE_TIMING)  # without the `specray` script
     command = [sys.executable, str(Path(__file__).with_name("recorded_run.py")), *arguments]
     result = run_cli(command, root, RECORD_CALLS=str(root / CALLS_FILE), **env)
     assert result.returncode == 0, result.stderr[-3000:]
