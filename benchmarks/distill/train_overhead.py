@@ -2,6 +2,7 @@
 plain loop in a fresh process and by `specray.distill.ray_train.distill` (a TorchTrainer run), side by side.
 
     .venv/bin/python -m benchmarks.distill.train_overhead [--steps 100] [--repeats 2] [--tau-kd 1.0] [--knobs]
+        [--data-callback]
     .venv/bin/python -m benchmarks.distill.train_overhead --quick   # a smoke check (benchmarks/quick.py)
 
 Every run trains the same draft (sweeps/tiny.yaml's distill settings, `--steps` offline steps, a curve point
@@ -12,6 +13,9 @@ change in machine load hits each. Ray is started once, before any timed run (the
   the models, as a Train worker must — the floor for a draft run in its own process.
 - `ray_train`: `distill(...)` on the running Ray: controller, placement group, worker and helper actors,
   checkpoints through `ray.train.report`.
+- `ray_train+data` (with `--data-callback`): the same with Train's own callbacks, among them the Ray Data one
+  that starts a `DatasetManager` actor per run, which specray's runs leave out
+  (`specray.distill.ray_2_60.torch_trainer`). Each run's callbacks are checked as its trainer is made.
 - `ray_train+knobs` (with `--knobs`): the same with the Ray Train settings that the local runtime sets
   (`specray.cluster.runtime.LOCAL_TRAIN_ENV`) in the driver's environment, which Ray hands on to the
   controller and the workers as a runtime_env;
@@ -37,6 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from ray.train.v2._internal import constants as rc
 
@@ -91,16 +96,35 @@ def plain_run(spec: SweepSpec, output: Path, tau_kd: float) -> tuple[float, floa
     return first, after
 
 
-def ray_run(spec: SweepSpec, output: Path, tau_kd: float) -> tuple[float, float]:
-    from specray.distill.ray_train import distill
+def ray_run(spec: SweepSpec, output: Path, tau_kd: float, data_callback: bool = False) -> tuple[float, float]:
+    """`distill` of one draft; `data_callback`: its trainer with Train's own callbacks (the Ray Data one
+    too), else specray's. Raises if a trainer was made otherwise."""
+    from ray.train.torch import TorchTrainer
+
+    from specray.distill import ray_train
     from specray.draft import one_draft
+
+    lean = ray_train.torch_trainer
+    made: list[bool] = []  # per trainer made: whether its callbacks hold the Ray Data one
+
+    def trainer(*args: Any, **kwargs: Any) -> TorchTrainer:
+        made_trainer = (TorchTrainer if data_callback else lean)(*args, **kwargs)
+        callbacks = made_trainer._create_default_callbacks()  # type: ignore[attr-defined]
+        made.append(any(type(c).__name__ == "DatasetsCallback" for c in callbacks))
+        return made_trainer
 
     start = time.perf_counter()
     seen: list[float] = []
-    distill(
-        one_draft(spec, "offline", {tau_kd: 1.0}, output),
-        report=lambda curve: seen.append(time.perf_counter()),
-    )
+    ray_train.torch_trainer = trainer
+    try:
+        ray_train.distill(
+            one_draft(spec, "offline", {tau_kd: 1.0}, output),
+            report=lambda curve: seen.append(time.perf_counter()),
+        )
+    finally:
+        ray_train.torch_trainer = lean
+    if not made or set(made) != {data_callback}:
+        raise RuntimeError(f"the run's trainers had the Ray Data callback {made}, expected {data_callback}")
     return seen[0] - start, time.perf_counter() - seen[-1]
 
 
@@ -122,12 +146,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=None, help="default 2 (1 with --quick)")
     parser.add_argument("--tau-kd", type=float, default=1.0)
     parser.add_argument("--knobs", action="store_true", help="also time ray_train with LOCAL_TRAIN_ENV")
+    parser.add_argument(
+        "--data-callback", action="store_true", help="also time ray_train with Train's Ray Data callback"
+    )
     parser.add_argument("--quick", action="store_true", help="a micro zoo and a few steps: a smoke check")
     args = parser.parse_args()
     args.steps = args.steps or (2 if args.quick else 100)
     args.repeats = args.repeats or (1 if args.quick else 2)
     spec = offline_spec(args.steps, args.quick)
     variants = ["plain", "ray_train"] + (["ray_train+knobs", "ray_train+inherited"] if args.knobs else [])
+    variants += ["ray_train+data"] if args.data_callback else []
     rows: dict[str, list[tuple[float, float, float, float]]] = {v: [] for v in variants}
     # Ray starts with the local settings in its environment (every process it starts inherits them); a
     # trainer hands the driver's values of these names on to its controller and workers (a runtime_env),
@@ -140,7 +168,7 @@ def main() -> None:
                 output = Path(root) / f"{variant}-{repeat}"
                 for name in LOCAL_TRAIN_ENV:
                     os.environ.pop(name, None)
-                if variant in ("plain", "ray_train"):
+                if variant in ("plain", "ray_train", "ray_train+data"):
                     os.environ.update(RAY_DEFAULTS)
                 elif variant.endswith("+knobs"):
                     os.environ.update(LOCAL_TRAIN_ENV)
@@ -149,8 +177,10 @@ def main() -> None:
                     seen = train_env_seen_by_a_worker(Path(root) / f"seen-{variant}")
                     print(f"{variant}: a Train worker sees {seen}", flush=True)
                 cpu, start = busy_cpu_s(), time.perf_counter()
-                run = plain_run if variant == "plain" else ray_run
-                first, after = run(spec, output, args.tau_kd)
+                if variant == "plain":
+                    first, after = plain_run(spec, output, args.tau_kd)
+                else:
+                    first, after = ray_run(spec, output, args.tau_kd, variant == "ray_train+data")
                 wall, used = time.perf_counter() - start, busy_cpu_s() - cpu
                 rows[variant].append((wall, used, first, after))
                 print(
@@ -166,6 +196,11 @@ def main() -> None:
             f"{used:6.1f} CPU s ({used / best['plain'][1]:.2f}x), first point {first:5.1f} s, "
             f"after last {after:5.1f} s"
         )
+    if args.repeats > 1:  # a start's CPU varies by several seconds from pass to pass: the mean too
+        print(f"mean of {args.repeats}:")
+        for variant, passes in rows.items():
+            wall, used = (sum(column) / len(passes) for column in list(zip(*passes, strict=True))[:2])
+            print(f"  {variant:>19}: {wall:6.1f} s wall, {used:6.1f} CPU s")
 
 
 if __name__ == "__main__":

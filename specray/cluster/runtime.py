@@ -20,7 +20,7 @@ from specray.config import RaySpec
 #   checkpoint report and its end each wait for a poll; a local poll is a cheap call;
 # - the preemption watcher (an actor per run, polling on a timer) watches for nodes being drained, which a
 #   machine's own local Ray never is.
-# benchmarks/train_overhead.py measures what they save per draft.
+# benchmarks/distill/train_overhead.py measures what they save per draft.
 GCS_WAIT_S = 60.0  # how long a cluster's address may refuse connections before the run gives up on it
 
 LOCAL_TRAIN_ENV = {

@@ -9,10 +9,15 @@ the behaviour it relies on, so an upgrade knows what to check. Nothing here is a
   injected crash always follows the checkpoint it is meant to follow.
 - `scratch_folder`: a Train worker killed mid-run leaves the checkpoint it was writing in its local folder
   and nothing in Ray removes it.
+- `torch_trainer`: Train V2's trainer adds a Ray Data callback to every run's default callbacks (in
+  `ray.train.v2.api.data_parallel_trainer`), which starts a `DatasetManager` actor — one more process
+  importing Ray Train and Ray Data — also for a run given no datasets; specray's runs pass their rows in the
+  run's config, so theirs leave it out.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -20,7 +25,10 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ray.train.torch import TorchTrainer
 
 SCRATCH_DIR = "specray-scratch"  # under the system temp: one folder per worker process (`scratch_folder`)
 SNAPSHOT = "checkpoint_manager_snapshot.json"  # Train V2's record of a run's checkpoints, in its folder
@@ -83,3 +91,26 @@ def lost_in_controller(error: BaseException) -> bool:
     from ray.train import ControllerError
 
     return isinstance(error, ControllerError) and isinstance(error.controller_failure, RayActorError)
+
+
+def torch_trainer(*args: Any, **kwargs: Any) -> TorchTrainer:
+    """`ray.train.torch.TorchTrainer(*args, **kwargs)`, less the Ray Data callback when it is given no
+    `datasets`: no `DatasetManager` actor per run (`benchmarks/distill/train_overhead.py` measures the
+    difference). A run with datasets gets Train's callbacks as they are."""
+    return _lean_trainer_class()(*args, **kwargs)
+
+
+@functools.cache
+def _lean_trainer_class() -> type[TorchTrainer]:
+    from ray.train.torch import TorchTrainer
+    from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
+
+    class LeanTorchTrainer(TorchTrainer):
+        def _create_default_callbacks(self) -> list:
+            # mypy sees Train v1's TorchTrainer (ray.train picks v1 or v2 at import time); v2's has it
+            callbacks = super()._create_default_callbacks()  # type: ignore[misc]
+            if self.datasets:
+                return callbacks
+            return [callback for callback in callbacks if not isinstance(callback, DatasetsCallback)]
+
+    return LeanTorchTrainer

@@ -68,7 +68,7 @@ from specray.distill.checkpoints import (
 from specray.distill.curves import CurvePoint
 from specray.distill.inputs import prepare_inputs
 from specray.distill.loop import DistillResult, worker_resources
-from specray.distill.ray_2_60 import lost_in_controller
+from specray.distill.ray_2_60 import lost_in_controller, torch_trainer
 from specray.distill.train_worker import RUN_CONFIG, RUN_NAME, TrainJob, TrainRun, train_worker
 from specray.draft import Draft
 from specray.errors import USER_ERRORS, find_cause
@@ -174,16 +174,16 @@ def distill_runs(
     by side, and publish each draft as it ends.
 
     One run pays Ray Train's start (controller, placement group, worker processes importing torch and
-    transformers, models loaded; `benchmarks/train_runs.py` measures it) once for all of its drafts. Each
-    draft trains under its own spec, in its own folder, keyed by its own key (the plan's `Draft`); `spec` is
-    the call's (Ray, the Train workers' resources). Drafts already published under their key are skipped;
-    the others are trained in the given order. `splits`: the sweep's splits as its plan built them (the
-    fixed data and the probe's prompts come from them). `report(draft, curve)` gets each curve point and
-    `published(draft)` each publication once, live, on this thread, straight from the workers' one queue
-    (an exception from `report` is logged; one from `published` is raised once every run has ended). Calling
-    it again with the same runs after the driver died resumes: a run's folder is keyed by its drafts' keys,
-    and its latest checkpoint names its draft (the drafts before it are published; the ones after it start
-    fresh). Returns each run's drafts' results, in order.
+    transformers, models loaded; `benchmarks/distill/train_runs.py` measures it) once for all of its drafts.
+    Each draft trains under its own spec, in its own folder, keyed by its own key (the plan's `Draft`); `spec`
+    is the call's (Ray, the Train workers' resources). Drafts already published under their key are skipped;
+    the others are trained in the given order. `splits`: the sweep's splits as its plan built them (the fixed
+    data and the probe's prompts come from them). `report(draft, curve)` gets each curve point and
+    `published(draft)` each publication once, live, on this thread, straight from the workers' one queue (an
+    exception from `report` is logged; one from `published` is raised once every run has ended). Calling it
+    again with the same runs after the driver died resumes: a run's folder is keyed by its drafts' keys, and
+    its latest checkpoint names its draft (the drafts before it are published; the ones after it start fresh).
+    Returns each run's drafts' results, in order.
     """
     runs = [[replace(d, folder=Path(d.folder).absolute()) for d in drafts] for drafts in runs]
     for draft in (d for drafts in runs for d in drafts):
@@ -264,7 +264,7 @@ def _trainer(spec: SweepSpec, run: TrainRun) -> Callable[[], ray.train.torch.Tor
         checkpoint_config=CheckpointConfig(num_to_keep=1),
         logging_config=LoggingConfig(log_level="WARNING"),  # not a line per report on the console
     )
-    return lambda: ray.train.torch.TorchTrainer(
+    return lambda: torch_trainer(
         train_worker,
         train_loop_config={RUN_CONFIG: run},
         scaling_config=_scaling(spec.distill),

@@ -16,7 +16,7 @@ from ray.util.queue import Empty
 
 from specray.distill import ray_train
 from specray.distill.curves import CurvePoint
-from specray.distill.ray_2_60 import SCRATCH_DIR, lost_in_controller, scratch_folder
+from specray.distill.ray_2_60 import SCRATCH_DIR, lost_in_controller, scratch_folder, torch_trainer
 from specray.distill.ray_2_60 import registered as _registered
 from specray.distill.ray_train import MAX_FAILURES, _fit, _follow
 from specray.distill.train_worker import TrainJob, TrainRun
@@ -72,6 +72,23 @@ def test_a_worker_removes_the_scratch_checkpoints_of_dead_workers_and_keeps_live
 
 
 LOST = ActorUnavailableError("The actor is temporarily unavailable: RpcError: Socket closed", b"\x01" * 16)
+
+
+def test_a_run_without_datasets_starts_no_ray_data_actor() -> None:
+    """Train's callbacks less the Ray Data one (its DatasetManager actor) when no datasets are given; all of
+    them, in Train's order, when some are."""
+    from ray.train.torch import TorchTrainer
+
+    def names(trainer: TorchTrainer) -> list[str]:
+        return [type(c).__name__ for c in trainer._create_default_callbacks()]  # type: ignore[attr-defined]
+
+    datasets = {"train": lambda: None}  # a dataset factory, never called here
+    full = names(TorchTrainer(lambda: None))
+    assert "DatasetsCallback" in full
+    assert names(torch_trainer(lambda: None)) == [n for n in full if n != "DatasetsCallback"]
+    assert names(torch_trainer(lambda: None, datasets=datasets)) == names(
+        TorchTrainer(lambda: None, datasets=datasets)
+    )
 
 
 def test_only_a_controller_that_lost_a_worker_counts_as_a_lost_worker() -> None:
