@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
-from scipy.stats import t as student_t
+from scipy.special import stdtrit as student_t_quantile  # scipy.stats.t.ppf, without importing scipy.stats
 
 from specray.specdec.batched import batched_autoregressive_decode, batched_speculative_decode
 from specray.specdec.decoder import DecodeStats, autoregressive_decode, speculative_decode
@@ -40,7 +40,8 @@ def mean_interval(samples: Sequence[float]) -> Timing:
     mean = statistics.fmean(samples)
     if len(samples) < 2:
         return Timing(mean, math.inf)
-    half = float(student_t.ppf(0.975, len(samples) - 1)) * statistics.stdev(samples) / math.sqrt(len(samples))
+    quantile = float(student_t_quantile(len(samples) - 1, 0.975))
+    half = quantile * statistics.stdev(samples) / math.sqrt(len(samples))
     return Timing(mean, half)
 
 

@@ -20,6 +20,8 @@ GPU_FORBIDDEN = ("ray", "mlflow", "pydantic", "pyarrow", "rich", "specray.config
         ("specray.ops", FORBIDDEN),
         # checked before any heavy import (specray/named_files.py): it must not be one
         ("specray.named_files", ("torch", "transformers", "datasets", "ray", "mlflow")),
+        # what every sweep's eval actor imports: nothing of the report's stack (scipy.stats alone is ~0.9 CPU s)
+        ("specray.specdec.workers", ("scipy.stats", "mlflow", "matplotlib", "pandas")),
     ],
 )
 def test_light_modules_import_no_heavy_frameworks(module: str, forbidden: tuple[str, ...]) -> None:
