@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 # scipy.stats.t.ppf computes this function; scipy.special alone spares every process that imports this
-# module (the eval actor, through quality.py) the import of scipy.stats (~0.9 CPU s of the eval actor's start)
+# module (the eval actor, through quality.py) the import of scipy.stats (CHANGELOG has what it costs)
 from scipy.special import stdtrit as student_t_quantile
 
 RESAMPLES = 2000  # resamples of every bootstrap: the 2.5% tail is its 50 lowest values

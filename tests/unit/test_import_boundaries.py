@@ -20,7 +20,7 @@ GPU_FORBIDDEN = ("ray", "mlflow", "pydantic", "pyarrow", "rich", "specray.config
         ("specray.ops", FORBIDDEN),
         # checked before any heavy import (specray/named_files.py): it must not be one
         ("specray.named_files", ("torch", "transformers", "datasets", "ray", "mlflow")),
-        # what every sweep's eval actor imports: none of the report's stack (scipy.stats alone: ~0.9 CPU s)
+        # what every sweep's eval actor imports: none of the report's stack (its start is in every sweep)
         ("specray.specdec.workers", ("scipy.stats", "mlflow", "matplotlib", "pandas")),
     ],
 )
