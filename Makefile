@@ -23,11 +23,12 @@ study: setup
 		$(BIN)/specray run sweeps/study.yaml
 	$(BIN)/python scripts/results.py
 
-# The unit tests run on one pytest-xdist worker per core. The integration tests run two modules at a time
-# (`--dist loadfile`: a module's tests and its shared sweep stay on one worker): one module alone leaves a
-# 2-core machine partly idle (each sweep has single-process phases: the driver's start, its report, Ray's
-# and Train's start), two keep it busy (measured: benchmarks/README.md, "The test suite on a fresh clone").
-# Not more than two: each test's Ray asks for 2 CPUs. --no-loadscope-reorder keeps the modules in the order
+# The unit tests run on one pytest-xdist worker per core. The integration tests run three modules at a time
+# (`--dist loadfile`: a module's tests and its shared sweep stay on one worker): a sweep has single-process
+# phases (the driver's start, its report, Ray's and Train's start) and waits (a server starting, a killed
+# process noticed), so fewer modules than cores + 1 leave a 2-core machine partly idle (measured:
+# benchmarks/README.md, "The test suite on a fresh clone"). Each test's Ray asks for 2 CPUs, so three Rays
+# share the cores; no test depends on timing. --no-loadscope-reorder keeps the modules in the order
 # tests/integration/conftest.py gives them (the longest first) instead of xdist's (by number of tests).
 #
 # The type checker runs beside the unit tests: it keeps one core busy for about a minute on a fresh clone
@@ -42,13 +43,13 @@ test: setup-test
 		$(BIN)/pytest -q -m "not integration" -n auto --durations=15; unit=$$?; \
 		wait $$typing; typed=$$?; echo "$(BIN)/mypy specray"; cat build/mypy.log; \
 		[ $$unit -eq 0 ] && [ $$typed -eq 0 ]
-	$(BIN)/pytest -q -m integration -n 2 --dist loadfile --no-loadscope-reorder --durations=40
+	$(BIN)/pytest -q -m integration -n 3 --dist loadfile --no-loadscope-reorder --durations=40
 
 unit: setup-test
 	$(BIN)/pytest -q -m "not integration" -n auto
 
 integration: setup-test
-	$(BIN)/pytest -q -m integration -n 2 --dist loadfile --no-loadscope-reorder
+	$(BIN)/pytest -q -m integration -n 3 --dist loadfile --no-loadscope-reorder
 
 # The vLLM API lane: specray's vLLM settings built by the real vLLM wheel in its own virtualenv (CPU only;
 # not part of `make test`). Needs the package index the first time.

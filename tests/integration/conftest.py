@@ -22,31 +22,30 @@ from specray.sweep.plan import SPEC_FILE
 from tests.stores import new_store
 from tests.sweeps import COARSE_TIMING, run_cli, smoke_command
 
-# The modules in the order `make test` starts them on its two pytest-xdist workers (`--dist loadfile
-# --no-loadscope-reorder`), the longest first, so that both workers run out of work at about the same time.
+# The modules in the order `make test` starts them on its three pytest-xdist workers (`--dist loadfile
+# --no-loadscope-reorder`), the longest first, so that the workers run out of work at about the same time.
 # xdist hands a worker its next module while the worker still has two tests to go, so a worker may hold a
-# module or two that the other, done first, could have run: cheap when the last modules are short, minutes
+# module or two that another, done first, could have run: cheap when the last modules are short, minutes
 # when one of them is long, as in xdist's own order (by number of tests: the one-test modules last, among
-# them test_result_keys.py at 3 minutes). The seconds are the fresh-clone run of 5b0fd16 (CHANGELOG, "The
-# test suite's time on a fresh clone"; a slow 2-core VM), two modules at a time; test_result_keys.py's
-# include the shared smoke sweep (`finished_smoke`), which the first module to ask for it runs. A module
-# not named runs after these.
+# them test_result_keys.py at 9 minutes). The seconds are a run of the lane on three workers at 7529180 (a
+# 2-core AMD EPYC VM, the shared data present); test_result_keys.py's include the shared smoke sweep
+# (`finished_smoke`), which the first module to ask for it runs. A module not named runs after these.
 LONGEST_FIRST = (
-    "test_result_keys.py",  # 794 s
-    "test_benchmarks_quick.py",  # 719
-    "test_chaos.py",  # 670
-    "test_distill_ray.py",  # 637
-    "test_tune.py",  # 623
-    "test_faults.py",  # 563
-    "test_real_model.py",  # 395
-    "test_sweep.py",  # 275
-    "test_mlflow_ui.py",  # 249
-    "test_two_nodes.py",  # 227
-    "test_eval_pool.py",  # 227
-    "test_submit.py",  # 219
-    "test_garden.py",  # 217
-    "test_export.py",  # 211
-    "test_bad_input.py",  # 154
+    "test_result_keys.py",  # 738 s
+    "test_benchmarks_quick.py",  # 713
+    "test_real_model.py",  # 564
+    "test_chaos.py",  # 527
+    "test_faults.py",  # 484
+    "test_distill_ray.py",  # 435
+    "test_tune.py",  # 430
+    "test_mlflow_ui.py",  # 250
+    "test_sweep.py",  # 239
+    "test_garden.py",  # 215
+    "test_spec_bench_sweep.py",  # 186
+    "test_two_nodes.py",  # 145
+    "test_submit.py",  # 144
+    "test_eval_pool.py",  # 135
+    "test_bad_input.py",  # 80
 )
 
 
