@@ -29,10 +29,20 @@ LOCAL_TRAIN_ENV = {
 }
 
 
+_started_here = False  # whether the running Ray is a local one that `ray_session` started
+
+
+def started_here() -> bool:
+    """Whether the running Ray is a local one that `ray_session` started (`ray.address: null`): one machine,
+    no autoscaler, shut down when the session ends."""
+    return _started_here and ray.is_initialized()
+
+
 @contextmanager
 def ray_session(spec: RaySpec) -> Iterator[None]:
     """Use the running Ray, else start a local one (`ray.address: null`) or join the cluster at the address;
     a Ray started here is shut down on exit."""
+    global _started_here
     if ray.is_initialized():
         yield
         return
@@ -54,9 +64,11 @@ def ray_session(spec: RaySpec) -> Iterator[None]:
         else:
             check_reachable(spec.address)
             ray.init(address=spec.address, log_to_driver=log_to_driver)
+        _started_here = spec.address is None
         try:
             yield
         finally:
+            _started_here = False
             ray.shutdown()
     finally:
         for name in unset:  # the driver's environment as it was, also when Ray did not start

@@ -12,7 +12,11 @@ the behaviour it relies on, so an upgrade knows what to check. Nothing here is a
 - `torch_trainer`: Train V2's trainer adds a Ray Data callback to every run's default callbacks (in
   `ray.train.v2.api.data_parallel_trainer`), which starts a `DatasetManager` actor — one more process
   importing Ray Train and Ray Data — also for a run given no datasets; specray's runs pass their rows in the
-  run's config, so theirs leave it out.
+  run's config, so theirs leave it out. On a Ray that specray started on this machine (`local_ray`), the
+  run's scaling policy also sends no resource requests: Train's `ScalingPolicy.after_controller_start` starts
+  Ray Data's detached `AutoscalingCoordinator` actor (one more process importing Ray Train and Ray Data) and
+  asks it for the run's resources, every 20 s while the run lasts, for an autoscaler to act on; a local Ray
+  has no autoscaler that could add a node.
 """
 
 from __future__ import annotations
@@ -93,17 +97,30 @@ def lost_in_controller(error: BaseException) -> bool:
     return isinstance(error, ControllerError) and isinstance(error.controller_failure, RayActorError)
 
 
-def torch_trainer(*args: Any, **kwargs: Any) -> TorchTrainer:
+def torch_trainer(*args: Any, local_ray: bool = False, **kwargs: Any) -> TorchTrainer:
     """`ray.train.torch.TorchTrainer(*args, **kwargs)`, less the Ray Data callback when it is given no
     `datasets`: no `DatasetManager` actor per run (`benchmarks/distill/train_overhead.py` measures the
-    difference). A run with datasets gets Train's callbacks as they are."""
-    return _lean_trainer_class()(*args, **kwargs)
+    difference). A run with datasets gets Train's callbacks as they are. `local_ray`: the running Ray is a
+    local one (`specray.cluster.runtime.started_here`), where the run asks no autoscaler for resources."""
+    return _lean_trainer_class(local_ray)(*args, **kwargs)
 
 
 @functools.cache
-def _lean_trainer_class() -> type[TorchTrainer]:
+def _lean_trainer_class(local_ray: bool) -> type[TorchTrainer]:
     from ray.train.torch import TorchTrainer
     from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
+    from ray.train.v2._internal.execution.scaling_policy import FixedScalingPolicy
+
+    class NoRequestsScalingPolicy(FixedScalingPolicy):
+        """Train's fixed scaling policy without the autoscaling coordinator: the same decisions, no
+        requests. Defined here, so that Ray pickles the class itself and its controller imports nothing of
+        specray."""
+
+        def after_controller_start(self, train_run_context: Any) -> None:
+            pass  # the base class starts the coordinator's client and sends the run's first request
+
+        def _maybe_send_resource_request(self) -> None:
+            pass  # (cancelling is a no-op already without a client)
 
     class LeanTorchTrainer(TorchTrainer):
         def _create_default_callbacks(self) -> list:
@@ -112,5 +129,11 @@ def _lean_trainer_class() -> type[TorchTrainer]:
             if self.datasets:
                 return callbacks
             return [callback for callback in callbacks if not isinstance(callback, DatasetsCallback)]
+
+        def _initialize_and_run_controller(self, **controller_kwargs: Any) -> Any:
+            policy = controller_kwargs["scaling_policy"]
+            if local_ray and type(policy) is FixedScalingPolicy:  # an elastic run's policy stays Train's
+                controller_kwargs["scaling_policy"] = NoRequestsScalingPolicy(policy.scaling_config)
+            return super()._initialize_and_run_controller(**controller_kwargs)  # type: ignore[misc]
 
     return LeanTorchTrainer

@@ -56,7 +56,7 @@ from ray.util.queue import Empty, Queue
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from specray.cluster.actors import Demand, check_local_fits
-from specray.cluster.runtime import ray_session
+from specray.cluster.runtime import ray_session, started_here
 from specray.config import DistillSpec, SweepSpec
 from specray.data.examples import Example
 from specray.distill.checkpoints import (
@@ -264,8 +264,10 @@ def _trainer(spec: SweepSpec, run: TrainRun) -> Callable[[], ray.train.torch.Tor
         checkpoint_config=CheckpointConfig(num_to_keep=1),
         logging_config=LoggingConfig(log_level="WARNING"),  # not a line per report on the console
     )
+    local_ray = started_here()
     return lambda: torch_trainer(
         train_worker,
+        local_ray=local_ray,
         train_loop_config={RUN_CONFIG: run},
         scaling_config=_scaling(spec.distill),
         run_config=run_config,

@@ -91,6 +91,29 @@ def test_a_run_without_datasets_starts_no_ray_data_actor() -> None:
     )
 
 
+def test_a_run_on_a_local_ray_sends_no_resource_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a Ray that specray started here, the controller gets Train's fixed policy less its requests to the
+    autoscaling coordinator (the same worker count and resources); on any other Ray, Train's policy."""
+    from ray.train import ScalingConfig
+    from ray.train.torch import TorchTrainer
+    from ray.train.v2._internal.execution.scaling_policy import FixedScalingPolicy
+    from ray.train.v2._internal.execution.scaling_policy.factory import create_scaling_policy
+
+    given: list = []
+    monkeypatch.setattr(TorchTrainer, "_initialize_and_run_controller", lambda self, **kw: given.append(kw))
+    config = ScalingConfig(num_workers=2)
+    for local_ray in (True, False):
+        trainer = torch_trainer(lambda: None, local_ray=local_ray, scaling_config=config)
+        trainer._initialize_and_run_controller(scaling_policy=create_scaling_policy(config))
+    local, other = (kw["scaling_policy"] for kw in given)
+    assert type(other) is FixedScalingPolicy
+    assert isinstance(local, FixedScalingPolicy) and type(local) is not FixedScalingPolicy
+    assert local.scaling_config is config
+    local.after_controller_start(None)  # Train's would start the coordinator's client and send a request
+    local._maybe_send_resource_request()  # Train's asserts that it has the client
+    assert local._coordinator_client is None
+
+
 def test_only_a_controller_that_lost_a_worker_counts_as_a_lost_worker() -> None:
     """What ended a chaos run: Train's controller lost the worker while launching the train function, and
     wrapped the actor error in a ControllerError (never retried by Train)."""
