@@ -13,10 +13,10 @@ the behaviour it relies on, so an upgrade knows what to check. Nothing here is a
   `ray.train.v2.api.data_parallel_trainer`), which starts a `DatasetManager` actor — one more process
   importing Ray Train and Ray Data — also for a run given no datasets; specray's runs pass their rows in the
   run's config, so theirs leave it out. On a Ray that specray started on this machine (`local_ray`), the
-  run's scaling policy also sends no resource requests: Train's `ScalingPolicy.after_controller_start` starts
-  Ray Data's detached `AutoscalingCoordinator` actor (one more process importing Ray Train and Ray Data) and
-  asks it for the run's resources, every 20 s while the run lasts, for an autoscaler to act on; a local Ray
-  has no autoscaler that could add a node.
+  run's scaling policy also sends no resource requests: Train's fixed scaling policy, once the controller
+  starts, starts Ray Data's detached `AutoscalingCoordinator` actor (one more process importing Ray Train and
+  Ray Data) and asks it for the run's resources, every 20 s while the run lasts, for an autoscaler to act
+  on; a local Ray has no autoscaler that could add a node.
 """
 
 from __future__ import annotations
