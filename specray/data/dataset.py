@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 from specray.config import DataSpec, SourceSpec, TestSetSpec
 from specray.data.examples import Example
-from specray.data.loaders import load_examples
 from specray.data.spec_bench import load_questions, question_examples
 from specray.data.splits import split_examples
 from specray.data.synthetic import synthetic_corpus
@@ -28,6 +27,10 @@ def load_source(source: SourceSpec) -> list[Example]:
     assert source.path is not None  # guaranteed by SourceSpec's validator
     if source.kind == "spec_bench":
         return question_examples(load_questions(source.path, source.categories))
+    # the file loaders here, not at the top: they are built on `datasets` (with pandas and pyarrow, about half
+    # a second of imports), which a sweep on synthetic data never needs
+    from specray.data.loaders import load_examples
+
     return load_examples(source.kind, source.path, split=source.split, columns=source.columns)
 
 

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.stats import spearmanr
 
 from specray.bootstrap import bootstrap_interval
 from specray.metrics import BLOCK_EFFICIENCY, BLOCK_EFFICIENCY_SAMPLED, QUALITY_DRAFT
@@ -74,6 +73,9 @@ def estimator_pairs(cells: pd.DataFrame) -> pd.DataFrame:
 
 def spearman(analytic: np.ndarray, empirical: np.ndarray) -> tuple[float, float, float]:
     """(ρ, low, high): Spearman's ρ and its 95% percentile bootstrap interval, resampling drafts."""
+    # scipy.stats here, not at the top: it costs about half a second of imports, and every `specray run`
+    # imports this module for its report, which has this section only for a grid of drafts
+    from scipy.stats import spearmanr
 
     def rho(index: np.ndarray) -> np.ndarray:  # [resamples, drafts] -> [resamples]
         with np.errstate(invalid="ignore", divide="ignore"):

@@ -27,25 +27,25 @@ from tests.sweeps import COARSE_TIMING, run_cli, smoke_command
 # xdist hands a worker its next module while the worker still has two tests to go, so a worker may hold a
 # module or two that another, done first, could have run: cheap when the last modules are short, minutes
 # when one of them is long, as in xdist's own order (by number of tests: the one-test modules last, among
-# them test_result_keys.py at 9 minutes). The seconds are a run of the lane on three workers at 7529180 (a
-# 2-core AMD EPYC VM, the shared data present); test_result_keys.py's include the shared smoke sweep
+# them test_result_keys.py at 9 minutes). The seconds are the lane of a fresh-clone `make test` at 77f5c07 (a
+# 2-core AMD EPYC VM, the shared data present, as in CI); test_result_keys.py's include the shared smoke sweep
 # (`finished_smoke`), which the first module to ask for it runs. A module not named runs after these.
 LONGEST_FIRST = (
-    "test_result_keys.py",  # 738 s
-    "test_benchmarks_quick.py",  # 713
-    "test_real_model.py",  # 564
-    "test_chaos.py",  # 527
-    "test_faults.py",  # 484
-    "test_distill_ray.py",  # 435
-    "test_tune.py",  # 430
-    "test_mlflow_ui.py",  # 250
-    "test_sweep.py",  # 239
-    "test_garden.py",  # 215
-    "test_spec_bench_sweep.py",  # 186
-    "test_two_nodes.py",  # 145
-    "test_submit.py",  # 144
-    "test_eval_pool.py",  # 135
-    "test_bad_input.py",  # 80
+    "test_faults.py",  # 482 s
+    "test_chaos.py",  # 471
+    "test_result_keys.py",  # 442
+    "test_benchmarks_quick.py",  # 435
+    "test_distill_ray.py",  # 411
+    "test_real_model.py",  # 383
+    "test_tune.py",  # 380
+    "test_submit.py",  # 261
+    "test_mlflow_ui.py",  # 200
+    "test_spec_bench_sweep.py",  # 185
+    "test_eval_pool.py",  # 173
+    "test_garden.py",  # 163
+    "test_sweep.py",  # 151
+    "test_two_nodes.py",  # 142
+    "test_export.py",  # 129
 )
 
 
