@@ -64,9 +64,19 @@ def kind(cmdline: list[str], name: str = "") -> str:
     return Path(first).name
 
 
+def telling(before: str | None, now: str) -> str:
+    """A process's kind from what it was seen as `before` and is seen as `now`: the latest, unless that
+    tells less — an idle Ray worker (its title changes with what it runs) or only the kernel's name (a
+    process that has exited and not yet been reaped has no command line)."""
+    if before is None:
+        return now
+    if now.startswith("[") or (now == "ray::IDLE" and before != now):
+        return before
+    return now
+
+
 class Sampler:
-    """Every process's CPU seconds at its latest sample, and its kind at the latest sample that told more
-    than `ray::IDLE` (a Ray worker's title changes with what it runs)."""
+    """Every process's CPU seconds at its latest sample, and its kind (`telling`)."""
 
     def __init__(self) -> None:
         self.cpu: dict[tuple[int, float], float] = {}  # (pid, start time) -> CPU seconds
@@ -83,9 +93,7 @@ class Sampler:
             self.cpu[key] = max(self.cpu.get(key, 0.0), seconds)
             if first:
                 self.base[key] = seconds
-            what = kind(info["cmdline"] or [], info["name"] or "")
-            if key not in self.kinds or what != "ray::IDLE":
-                self.kinds[key] = what
+            self.kinds[key] = telling(self.kinds.get(key), kind(info["cmdline"] or [], info["name"] or ""))
 
     def table(self) -> dict[str, tuple[float, int]]:
         """kind -> (CPU seconds since the first sample, processes), the most CPU first; kinds that used

@@ -40,6 +40,23 @@ def test_a_process_is_known_by_what_it_runs(cmdline: list[str], expected: str) -
     assert CPU.kind(cmdline, "kworker/0:1") == expected
 
 
+@pytest.mark.parametrize(
+    ("seen", "expected"),
+    [
+        (["ray::IDLE", "ray::EvalWorker", "ray::IDLE"], "ray::EvalWorker"),  # idle again between calls
+        (["specray run", "[python]"], "specray run"),  # exited, not yet reaped: no command line
+        (["bash", "specray run"], "specray run"),  # exec'd
+        (["[kworker/0:1]", "[kworker/0:1]"], "[kworker/0:1]"),
+        (["ray::IDLE"], "ray::IDLE"),
+    ],
+)
+def test_a_process_keeps_the_kind_that_tells_most(seen: list[str], expected: str) -> None:
+    kind = None
+    for now in seen:
+        kind = CPU.telling(kind, now)
+    assert kind == expected
+
+
 def test_a_commands_cpu_is_counted_by_kind(tmp_path: Path) -> None:
     """A child that burns 0.5 CPU s, then sleeps (so a sample sees all of it), under a name of its own: its
     kind holds at least that."""
