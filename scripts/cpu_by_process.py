@@ -70,7 +70,7 @@ def telling(before: str | None, now: str) -> str:
     process that has exited and not yet been reaped has no command line)."""
     if before is None:
         return now
-    if now.startswith("[") or (now == "ray::IDLE" and before != now):
+    if now.startswith("[") or now == "ray::IDLE":
         return before
     return now
 
