@@ -36,7 +36,9 @@ def bench_sweep(tmp_path: Path, questions: Path) -> Path:
         "temperatures": [0.0, 0.1, 0.7],
         "empirical_temperatures": [0.7],
         "workload": {"test_set": "mt", "temperatures": "mt_bench"},
-        "timing_precision": 0.5,  # COARSE_TIMING (tests/sweeps.py): c to ±50%, not the smoke sweep's ±10%
+        # c given, not timed: MT-bench's 256-token contexts on a machine the other tests keep busy took the
+        # timing to its cap (200 rounds, ~100 s) in CI even at ±50%; the stage is checked on the smoke sweep
+        "draft_cost_ratio": 0.5,
     }
     path = tmp_path / "smoke_mt.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
