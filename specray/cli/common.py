@@ -3,8 +3,11 @@ the resume hint of a long job, torch's thread count."""
 
 from __future__ import annotations
 
+import _thread
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -101,7 +104,12 @@ def resumable(kept: Path, resume_flag: str | None = None) -> Iterator[None]:
         )
 
     try:
-        yield
+        with _ctrl_c_until_handled() as handled:
+            try:
+                yield
+            except KeyboardInterrupt:
+                handled.set()
+                raise
     except KeyboardInterrupt:
         typer.echo("\ninterrupted", err=True)
         resume_hint("")
@@ -115,6 +123,46 @@ def resumable(kept: Path, resume_flag: str | None = None) -> Iterator[None]:
         typer.echo(f"error: {what}", err=True)
         resume_hint("once that is fixed, ")
         raise typer.Exit(1) from None
+
+
+CTRL_C_REPEAT_S = 1.0  # how soon a Ctrl-C that no code saw is raised again
+
+
+@contextmanager
+def _ctrl_c_until_handled() -> Iterator[threading.Event]:
+    """Ctrl-C raises KeyboardInterrupt wherever the main thread is, and where that is a destructor or a
+    weakref callback (a library's clean-up, run by the garbage collector) Python prints "Exception ignored"
+    and goes on: the job would run to its end. So here a Ctrl-C is raised again every CTRL_C_REPEAT_S
+    until the job's own code has seen it (the event yielded, set by the caller). Only where Python's own
+    handler is in place (the main thread, SIGINT not ignored or taken over by someone else)."""
+    handled = threading.Event()
+    own = threading.current_thread() is threading.main_thread()
+    if not own or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield handled
+        return
+
+    repeater = threading.Thread(target=lambda: _repeat_ctrl_c(handled), daemon=True)
+
+    def on_ctrl_c(signum: int, frame: object) -> None:
+        if handled.is_set():  # a repeat that crossed the job's own handling of it
+            return
+        if not repeater.is_alive():
+            repeater.start()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_ctrl_c)
+    try:
+        yield handled
+    finally:
+        handled.set()  # the repeater, if any, stops
+        if repeater.is_alive():
+            repeater.join()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _repeat_ctrl_c(handled: threading.Event) -> None:
+    while not handled.wait(CTRL_C_REPEAT_S):
+        _thread.interrupt_main(signal.SIGINT)  # as if it came again: the handler runs once more
 
 
 def _ray_lost(error: BaseException) -> str | None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -162,3 +165,26 @@ def test_a_temporary_left_by_a_writer_killed_before_its_rename_goes_with_the_nex
     write_json(target, {"tau": 1.0})
     assert json.loads(target.read_text()) == {"tau": 1.0}
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([target.name, *(o.name for o in others)])
+
+
+class _CtrlCInDestructor:
+    """A library's clean-up that runs when the garbage collector frees it: a Ctrl-C that arrives while it
+    runs raises KeyboardInterrupt inside it, where Python prints "Exception ignored" and goes on."""
+
+    def __del__(self) -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # os.kill runs the handler before it returns: in here
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the one Python swallows
+def test_a_ctrl_c_that_lands_in_a_destructor_still_stops_the_job(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The Ctrl-C integration test's driver once ran to its end (exit 0): the SIGINT had landed in
+    SQLAlchemy's weakref callback, which swallowed the KeyboardInterrupt."""
+    started = time.monotonic()
+    with pytest.raises(typer.Exit) as ended, resumable(tmp_path):
+        _CtrlCInDestructor()  # freed at once: the interrupt is raised, and lost, in its __del__
+        while time.monotonic() - started < 20:  # the job goes on, as a sweep would
+            time.sleep(0.05)
+    assert ended.value.exit_code == 130 and "\ninterrupted\n" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Python's own, back in place
