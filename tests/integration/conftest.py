@@ -27,25 +27,25 @@ from tests.sweeps import COARSE_TIMING, run_cli, smoke_command
 # xdist hands a worker its next module while the worker still has two tests to go, so a worker may hold a
 # module or two that another, done first, could have run: cheap when the last modules are short, minutes
 # when one of them is long, as in xdist's own order (by number of tests: the one-test modules last, among
-# them test_result_keys.py at 9 minutes). The seconds are the lane of a fresh-clone `make test` at 77f5c07 (a
+# them test_result_keys.py at 9 minutes). The seconds are the lane of a fresh-clone `make test` at 7f07582 (a
 # 2-core AMD EPYC VM, the shared data present, as in CI); test_result_keys.py's include the shared smoke sweep
 # (`finished_smoke`), which the first module to ask for it runs. A module not named runs after these.
 LONGEST_FIRST = (
-    "test_faults.py",  # 482 s
-    "test_chaos.py",  # 471
-    "test_result_keys.py",  # 442
-    "test_benchmarks_quick.py",  # 435
-    "test_distill_ray.py",  # 411
-    "test_real_model.py",  # 383
-    "test_tune.py",  # 380
-    "test_submit.py",  # 261
-    "test_mlflow_ui.py",  # 200
-    "test_spec_bench_sweep.py",  # 185
-    "test_eval_pool.py",  # 173
-    "test_garden.py",  # 163
-    "test_sweep.py",  # 151
-    "test_two_nodes.py",  # 142
-    "test_export.py",  # 129
+    "test_faults.py",  # 418 s
+    "test_result_keys.py",  # 367
+    "test_benchmarks_quick.py",  # 356
+    "test_chaos.py",  # 321
+    "test_distill_ray.py",  # 316
+    "test_real_model.py",  # 279
+    "test_tune.py",  # 244
+    "test_garden.py",  # 196
+    "test_mlflow_ui.py",  # 164
+    "test_submit.py",  # 151
+    "test_eval_pool.py",  # 142
+    "test_two_nodes.py",  # 113
+    "test_spec_bench_sweep.py",  # 102
+    "test_sweep.py",  # 100
+    "test_bad_input.py",  # 69
 )
 
 
