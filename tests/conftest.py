@@ -11,9 +11,9 @@ import pytest
 # Every process the tests start (CLI drivers, benchmarks, Ray's workers) inherits this. The tests keep the
 # machine oversubscribed on purpose (several xdist workers, each with its own Ray, on two cores), and there
 # an OpenMP thread that finds its team not yet at a barrier spins for it rather than sleeping: torch on two
-# threads then burns its time waiting for a core the other processes hold. The tiny zoo's build took 86 CPU
-# s beside two busy processes against 6 CPU s alone, and 6 CPU s with PASSIVE (threads sleep at once), on
-# a 2-core VM. Before torch is imported, so that this process's own OpenMP reads it too.
+# threads then burns its time waiting for a core the other processes hold (benchmarks/README.md, "The test
+# suite on a fresh clone", has the tiny zoo's build both ways). Set before torch is imported, so that this
+# process's own OpenMP reads it too.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402  (after the setting above)

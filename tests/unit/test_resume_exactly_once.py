@@ -181,10 +181,17 @@ def test_a_ctrl_c_that_lands_in_a_destructor_still_stops_the_job(
 ) -> None:
     """The Ctrl-C integration test's driver once ran to its end (exit 0): the SIGINT had landed in
     SQLAlchemy's weakref callback, which swallowed the KeyboardInterrupt."""
-    started = time.monotonic()
-    with pytest.raises(typer.Exit) as ended, resumable(tmp_path):
-        _CtrlCInDestructor()  # freed at once: the interrupt is raised, and lost, in its __del__
-        while time.monotonic() - started < 20:  # the job goes on, as a sweep would
-            time.sleep(0.05)
-    assert ended.value.exit_code == 130 and "\ninterrupted\n" in capsys.readouterr().err
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Python's own, back in place
+    # Python's own handler, as a CLI process in a terminal starts with: a test run started in the
+    # background by a shell without job control inherits SIGINT ignored, and an earlier test may have left
+    # another handler in place (Ray Train's and Tune's `fit` install their own in the main thread)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        started = time.monotonic()
+        with pytest.raises(typer.Exit) as ended, resumable(tmp_path):
+            _CtrlCInDestructor()  # freed at once: the interrupt is raised, and lost, in its __del__
+            while time.monotonic() - started < 20:  # the job goes on, as a sweep would
+                time.sleep(0.05)
+        assert ended.value.exit_code == 130 and "\ninterrupted\n" in capsys.readouterr().err
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # back in place
+    finally:
+        signal.signal(signal.SIGINT, previous)
