@@ -104,12 +104,8 @@ def resumable(kept: Path, resume_flag: str | None = None) -> Iterator[None]:
         )
 
     try:
-        with _ctrl_c_until_handled() as handled:
-            try:
-                yield
-            except KeyboardInterrupt:
-                handled.set()
-                raise
+        with _ctrl_c_never_swallowed():
+            yield
     except KeyboardInterrupt:
         typer.echo("\ninterrupted", err=True)
         resume_hint("")
@@ -125,44 +121,33 @@ def resumable(kept: Path, resume_flag: str | None = None) -> Iterator[None]:
         raise typer.Exit(1) from None
 
 
-CTRL_C_REPEAT_S = 1.0  # how soon a Ctrl-C that no code saw is raised again
+CTRL_C_AGAIN_S = 0.05  # how soon a Ctrl-C that Python ignored is raised again
 
 
 @contextmanager
-def _ctrl_c_until_handled() -> Iterator[threading.Event]:
+def _ctrl_c_never_swallowed() -> Iterator[None]:
     """Ctrl-C raises KeyboardInterrupt wherever the main thread is, and where that is a destructor or a
     weakref callback (a library's clean-up, run by the garbage collector) Python prints "Exception ignored"
-    and goes on: the job would run to its end. So here a Ctrl-C is raised again every CTRL_C_REPEAT_S
-    until the job's own code has seen it (the event yielded, set by the caller). Only where Python's own
-    handler is in place (the main thread, SIGINT not ignored or taken over by someone else)."""
-    handled = threading.Event()
-    own = threading.current_thread() is threading.main_thread()
-    if not own or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield handled
-        return
+    and goes on: the job would run to its end. Python hands every exception it ignores so to
+    `sys.unraisablehook`; here a KeyboardInterrupt that reaches it is raised again, as if Ctrl-C came once
+    more, CTRL_C_AGAIN_S later: from another thread, since in this one the handler would run inside the hook,
+    where it would be ignored as well (where it lands in clean-up again, it comes back again)."""
+    previous = sys.unraisablehook
 
-    repeater = threading.Thread(target=lambda: _repeat_ctrl_c(handled), daemon=True)
-
-    def on_ctrl_c(signum: int, frame: object) -> None:
-        if handled.is_set():  # a repeat that crossed the job's own handling of it
+    def hook(unraisable: sys.UnraisableHookArgs) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            # SIGINT's handler runs again in the main thread (none runs where SIGINT is ignored)
+            again = threading.Timer(CTRL_C_AGAIN_S, _thread.interrupt_main, args=(signal.SIGINT,))
+            again.daemon = True
+            again.start()
             return
-        if not repeater.is_alive():
-            repeater.start()
-        raise KeyboardInterrupt
+        previous(unraisable)
 
-    signal.signal(signal.SIGINT, on_ctrl_c)
+    sys.unraisablehook = hook
     try:
-        yield handled
+        yield
     finally:
-        handled.set()  # the repeater, if any, stops
-        if repeater.is_alive():
-            repeater.join()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def _repeat_ctrl_c(handled: threading.Event) -> None:
-    while not handled.wait(CTRL_C_REPEAT_S):
-        _thread.interrupt_main(signal.SIGINT)  # as if it came again: the handler runs once more
+        sys.unraisablehook = previous
 
 
 def _ray_lost(error: BaseException) -> str | None:
