@@ -51,6 +51,8 @@ ELSEWHERE = {
     "specdec.harness": "a library: specdec.decoder's and specdec.gpu's quick runs go through it",
     "peers.evaluation": "a library: peers.compare's quick run goes through it",
     "peers.trl_side": "a library: peers.compare's quick run goes through it (where TRL is installed)",
+    "peers.trl_checks": "a library: peers.trl_side's run-time checks (where TRL is installed)",
+    "peers.jobs": "a library: peers.compare's measurements, one per fresh process",
     "quick": "the quick mode itself",
 }
 
