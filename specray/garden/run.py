@@ -39,7 +39,7 @@ from specray.garden.plan import (
     model_label,
     pair_spec,
 )
-from specray.keys import digest, garden_point_key
+from specray.keys import garden_point_key, prompt_ids_key
 from specray.metrics import LATENCY_MS_PER_TOKEN, QUALITY
 from specray.models.sources import model_id, model_path
 from specray.progress import SweepDisplay
@@ -259,7 +259,7 @@ def garden_prompts(plan: SweepPlan, stages: Stages) -> tuple[list[list[int]], li
     n = plan.spec.eval.empirical_prompts
     prompts = stages.prompts[test_set][:n]
     examples = list(plan.prompt_sets[test_set].examples[:n])
-    return prompts, examples, digest({"prompts": prompts}, 16)
+    return prompts, examples, prompt_ids_key(prompts)
 
 
 def measure_points(

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from specray.data.splits import fingerprint
 from specray.devices import device_kind, train_device_kind
 from specray.keys.fields import classification, direct_inputs, field_value, leaf_fields
 from specray.keys.format import digest
@@ -15,6 +16,7 @@ from specray.models.sources import model_id
 
 if TYPE_CHECKING:
     from specray.config import SweepSpec
+    from specray.data.examples import Example
 
 
 def canonical_mixture(mixture: Mapping[float, float]) -> str:
@@ -128,6 +130,18 @@ def garden_point_key(
             "device": {"num_cpus": e.num_cpus, "num_gpus": e.num_gpus},
         }
     )
+
+
+def answers_key(later: Sequence[Example], target: str, max_new_tokens: int, device: str) -> str:
+    """The target's earlier answers in multi-turn test prompts (`specdec.turns`): the conversations that
+    need them (`later`: their later-turn examples), the target by its model id, the length, the device."""
+    inputs = {"conversations": fingerprint(later), "target": target}
+    return digest(inputs | {"max_new_tokens": max_new_tokens, "device": device})
+
+
+def prompt_ids_key(prompts: Sequence[Sequence[int]]) -> str:
+    """Prompts by their token ids: the model garden measures on the first test set's encoded prompts."""
+    return digest({"prompts": prompts}, 16)
 
 
 def spec_key(spec: SweepSpec, with_tune: bool = False) -> str:

@@ -16,9 +16,7 @@ from collections.abc import Iterable, Sequence
 from specray.data.chat import encode_chat
 from specray.data.examples import Example
 from specray.data.spec_bench import conversation_id
-from specray.data.splits import fingerprint
 from specray.files import cache_dir, write_json
-from specray.keys import digest
 from specray.models.loading import decode_text, load_model, load_tokenizer
 from specray.sampling import eos_token_ids, sample_batch
 
@@ -29,12 +27,6 @@ BATCH = 32  # conversations per batched pass, shortest prompts together (less pa
 def later_turns(examples: Iterable[Example]) -> list[Example]:
     """The examples whose prompts need earlier answers (turn 2 on of `data.spec_bench.expand_turns`)."""
     return [e for e in examples if len(e.turns) > 1]
-
-
-def answers_key(examples: Sequence[Example], target: str, max_new_tokens: int, device: str) -> str:
-    """What the earlier answers depend on (`target` is the target's model id)."""
-    inputs = {"conversations": fingerprint(later_turns(examples)), "target": target}
-    return digest(inputs | {"max_new_tokens": max_new_tokens, "device": device})
 
 
 def conversation_answers(

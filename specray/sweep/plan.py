@@ -29,6 +29,7 @@ from specray.data.splits import fingerprint
 from specray.devices import device_kind
 from specray.draft import Draft, plan_draft
 from specray.keys import (
+    answers_key,
     cell_key_inputs,
     cost_ratio_inputs,
     digest,
@@ -40,7 +41,7 @@ from specray.models.sources import model_id, model_path
 from specray.names import BASELINE
 from specray.specdec.cells import plan_jobs
 from specray.specdec.records import EvalJob, StepCosts
-from specray.specdec.turns import answers_key, later_turns
+from specray.specdec.turns import later_turns
 
 SPEC_FILE = "spec.yaml"  # the resolved spec of the sweep's last run, in its output folder
 VALIDATION = "validation"  # the prompt set a tune search scores on (never a test set)
@@ -237,9 +238,9 @@ def plan_prompt_set(spec: SweepSpec, name: str, splits: Mapping[str, Sequence[Ex
         "tokenizer": model_id(spec.models.target, spec.models),
     }
     answers = ""
-    if later_turns(examples):  # the target's earlier answers are part of these prompts
+    if later := later_turns(examples):  # the target's earlier answers are part of these prompts
         target = model_id(spec.models.target, spec.models)
-        answers = answers_key(examples, target, spec.eval.max_new_tokens, answers_device(spec))
+        answers = answers_key(later, target, spec.eval.max_new_tokens, answers_device(spec))
         inputs["earlier_answers"] = answers
     labelled = name != VALIDATION and spec.data.test_source(name).has_categories
     return PromptSet(

@@ -26,7 +26,6 @@ from specray.cli import main
 def watched() -> dict[str, Callable[..., Any]]:
     from specray import keys
     from specray.data import dataset
-    from specray.specdec import turns
 
     return {
         "build_splits": dataset.build_splits,
@@ -35,7 +34,7 @@ def watched() -> dict[str, Callable[..., Any]]:
         "cost_ratio_inputs": keys.cost_ratio_inputs,
         "shard_key": keys.shard_key,
         "train_shard_keys": keys.train_shard_keys,
-        "answers_key": turns.answers_key,
+        "answers_key": keys.answers_key,
     }
 
 
