@@ -153,7 +153,9 @@ def test_a_run_publishes_a_loadable_draft_with_curves(spec, paradigm, tmp_path: 
     assert not all(torch.equal(p, q) for p, q in zip(trained, untrained, strict=True))
 
 
-def test_online_drafts_train_online_steps_and_offline_drafts_steps(micro_zoo, tmp_path: Path) -> None:
+def test_online_drafts_train_online_steps_and_offline_drafts_steps(spec, micro_zoo, tmp_path: Path) -> None:
+    # `spec` makes the teacher shards both drafts read (the step counts are not in a shard's key): without
+    # it this test passed only where another test of the module had run first on the same xdist worker
     both = micro_spec(micro_zoo, "distill.online_steps=6")
     online = train_draft(one_draft(both, "online", {1.0: 1.0}, tmp_path / "online"))
     assert online.steps == 6 and [c.step for c in online.curves] == [0, 2, 4, 6]
