@@ -68,6 +68,24 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+# ---------------------------------------------------------------- tests that lean on each other
+# pytest-xdist hands a module's tests to whichever worker is free, so a test that reads what an earlier test
+# left behind (a cached shard, a module-level change) passes or fails with the schedule. Running the suite
+# backwards shows such a test at once: `pytest -p no:xdist --reverse-order`.
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--reverse-order", action="store_true", help="run the collected tests last to first (see conftest.py)"
+    )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--reverse-order"):
+        items.reverse()
+
+
 # ---------------------------------------------------------------- where the suite's time goes
 # CI shows only the tail of its log, and pytest's own `--durations` list comes before the failures and
 # warnings: this short per-module table is printed last, so the tail always says which modules to make
