@@ -86,7 +86,8 @@ class Tracker:
             raise tracking_error(self.uri, e) from e
 
     def _experiment(self, name: str) -> str:
-        """The experiment, created (or, from before specray tagged it, tagged) as a model-development one."""
+        """The experiment, created as a model-development one, or tagged so where it exists untagged (made in
+        the UI or by another tool)."""
         found = self.client.get_experiment_by_name(name)
         if found is None:
             return self.client.create_experiment(name, tags={EXPERIMENT_KIND: MODEL_DEVELOPMENT})

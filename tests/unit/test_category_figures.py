@@ -107,7 +107,7 @@ def test_per_category_figures_reach_the_record_and_mlflow() -> None:
     untouched = record("in_domain", "analytic", metrics)
     assert with_categories(untouched, {"bench": LABELS}) is untouched  # a set without categories
     totals = record("bench", "empirical", {"speedup": 1.2})
-    assert with_categories(totals, {"bench": LABELS}) is totals  # a record of older code: totals only
+    assert with_categories(totals, {"bench": LABELS}) is totals  # no per-prompt sums: totals only
 
 
 def cells_frame(rows: list[CellRecord]) -> pd.DataFrame:
